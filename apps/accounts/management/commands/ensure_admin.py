@@ -1,0 +1,30 @@
+"""`manage.py ensure_admin`: create the demo admin once and print its login (idempotent)."""
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand
+
+from selfplay_web import config
+
+
+class Command(BaseCommand):
+    help = "Create the admin account if missing; print the username and password."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--username", default="admin")
+
+    def handle(self, username, **options):
+        secret_file = config.data_dir() / "admin_password"
+        if not secret_file.exists():
+            secret_file.write_text(secrets.token_urlsafe(9))
+            secret_file.chmod(0o600)
+        password = secret_file.read_text().strip()
+        User = get_user_model()
+        user, created = User.objects.get_or_create(username=username, defaults={"is_staff": True, "is_superuser": True})
+        if created or not user.check_password(password):
+            user.set_password(password)
+            user.is_staff = user.is_superuser = True
+            user.save()
+        user.groups.add(*Group.objects.filter(name__in=["admin", "researcher", "reviewer"]))
+        self.stdout.write(f"login: {username} / {password}")

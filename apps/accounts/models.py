@@ -1,0 +1,25 @@
+"""Roles are Django groups (admin / researcher / reviewer) carrying these permissions."""
+from django.db import models
+
+
+class Access(models.Model):
+    """Holds the product's permissions; it has no table of its own."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [
+            ("upload_corpus", "Can upload and manage corpora"),
+            ("launch_run", "Can launch and control runs"),
+            ("review_items", "Can review generated tasks, rubrics and grades"),
+            ("manage_users", "Can manage users and roles"),
+            ("control_any_run", "Can control runs owned by others"),
+            ("allow_remote_code", "Can allow trust_remote_code in run configs"),
+        ]
+
+
+ROLE_PERMISSIONS = {
+    "admin": ["upload_corpus", "launch_run", "review_items", "manage_users", "control_any_run", "allow_remote_code"],
+    "researcher": ["launch_run"],
+    "reviewer": ["review_items"],
+}

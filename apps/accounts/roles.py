@@ -1,0 +1,59 @@
+"""Access helpers: one place that says who may do what.
+
+Pages use `@role_required("launch_run")`; API views use `HasRole("launch_run")`.
+Superusers may do everything; every logged-in user may read.
+"""
+from __future__ import annotations
+
+from functools import wraps
+
+from django.core.exceptions import PermissionDenied
+from rest_framework.permissions import BasePermission
+
+ROLE_OF_PERM = {
+    "upload_corpus": "admin",
+    "launch_run": "researcher",
+    "review_items": "reviewer",
+    "manage_users": "admin",
+    "control_any_run": "admin",
+    "allow_remote_code": "admin",
+}
+
+
+def can(user, perm: str) -> bool:
+    return bool(user and user.is_authenticated and (user.is_superuser or user.has_perm(f"accounts.{perm}")))
+
+
+def denied_message(perm: str) -> str:
+    return f"This needs the {ROLE_OF_PERM.get(perm, perm)} role; ask an admin to add you to it."
+
+
+def role_required(perm: str):
+    def decorator(view):
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if not can(request.user, perm):
+                raise PermissionDenied(denied_message(perm))
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def HasRole(perm: str):  # noqa: N802 - reads like a class in permission_classes
+    class _HasRole(BasePermission):
+        message = denied_message(perm)
+
+        def has_permission(self, request, view):
+            return can(request.user, perm)
+
+    _HasRole.__name__ = f"HasRole_{perm}"
+    return _HasRole
+
+
+def can_control_run(user, run) -> bool:
+    """A researcher controls their own runs; admins (control_any_run) control all."""
+    if not can(user, "launch_run"):
+        return False
+    return run.owner_id == user.id or can(user, "control_any_run")

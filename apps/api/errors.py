@@ -1,0 +1,46 @@
+"""Every API error is JSON `{"error": "..."}` with a 4xx status and a message that says how to fix it."""
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_handler
+
+
+def _flatten(detail, prefix="") -> list[str]:
+    if isinstance(detail, dict):
+        out = []
+        for key, value in detail.items():
+            name = key if key != "non_field_errors" else ""
+            out += _flatten(value, f"{prefix}{name}: " if name else prefix)
+        return out
+    if isinstance(detail, list):
+        out = []
+        for item in detail:
+            out += _flatten(item, prefix)
+        return out
+    return [f"{prefix}{detail}"]
+
+
+def error_response(message: str, code: int = status.HTTP_400_BAD_REQUEST, **extra) -> Response:
+    return Response({"error": message, **extra}, status=code)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
+    if isinstance(exc, Http404):
+        return error_response("Not found: check the id in the URL.", status.HTTP_404_NOT_FOUND)
+    response = drf_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.NotAuthenticated):
+        message = "Authentication required: send `Authorization: Token <key>` (get yours at /accounts/token/) or log in."
+    elif isinstance(exc, exceptions.AuthenticationFailed):
+        message = f"{exc.detail} Get a valid token at /accounts/token/."
+    else:
+        message = "; ".join(_flatten(exc.detail)) if hasattr(exc, "detail") else str(exc)
+    body = {"error": message}
+    if isinstance(exc, exceptions.ValidationError) and isinstance(exc.detail, dict):
+        body["fields"] = exc.detail
+    response.data = body
+    return response

