@@ -1,0 +1,397 @@
+"""Typed, validated run configuration.
+
+A config is YAML (or a dict) with the shared keys of specs/contract.md plus one section named
+after the method (``trainer/method_configs.py``)::
+
+    method: grpo
+    model: {name_or_path: smollm2-135m-instruct, lora: {r: 0}}
+    train: {steps: 4, lr: 1.0e-6}
+    data: {path: "bundled:gsm8k"}
+
+``load_config(path_or_dict, overrides=["train.lr=2e-6"])`` returns a ``Config`` or raises a
+``ConfigError`` whose ``.problems`` lists EVERY problem as ``(key path, message)`` (unknown keys
+included, with the closest known key as a hint). Shared keys the user leaves unset take the
+method's paper value (``Section.shared_defaults``), then the generic default below.
+
+``method_fields(method)`` describes every field (path, type, default, help, choices, bounds) for
+the web's launch form; every field must have a description.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from trainer.method_configs import SECTIONS, Section
+
+METHOD_NAMES = tuple(SECTIONS)
+
+
+class ConfigError(ValueError):
+    """Every problem of a config at once: ``problems`` is a list of (key path, message)."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  {path or '<config>'}: {msg}" for path, msg in self.problems)
+        super().__init__(f"invalid config ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class LoraConfig(Section):
+    r: int = Field(0, ge=0, description="LoRA rank; 0 = full fine-tune.")
+    alpha: float = Field(32.0, gt=0, description="LoRA scaling alpha (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Module names to adapt, or all-linear (every linear layer but the output head).")
+
+
+class ModelConfig(Section):
+    name_or_path: str = Field(
+        "smollm2-135m-instruct",
+        description="Bundled model name, a folder under $SELFPLAY_DATA_DIR/models/, a local path, or a cached HF id.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weight dtype; auto = float32 on CPU, float32 master weights + bf16 autocast on GPU.")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapter; r=0 trains every weight.")
+    trust_remote_code: bool = Field(False, description="Run model code shipped with the checkpoint (only if you trust it).")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
+        "sdpa", description="Attention kernel passed to transformers.")
+
+
+class RolloutConfig(Section):
+    backend: Literal["hf", "vllm"] = Field("hf", description="Generation backend: transformers (hf) or vLLM.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 = greedy.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(512, ge=1, description="Most tokens generated per model turn.")
+    min_new_tokens: int = Field(0, ge=0, description="EOS is forbidden before this many tokens (benchmarks force full length).")
+    group_size: int = Field(8, ge=1, description="Samples per prompt (the GRPO group G).")
+    max_batch_size: int = Field(256, ge=1, description="Most sequences generated in one batch (memory cap).")
+    gpu_memory_utilization: float = Field(0.35, gt=0, le=1, description="vLLM: fraction of GPU memory for weights + KV cache.")
+
+
+class TrainConfig(Section):
+    steps: int = Field(100, ge=1, description="Training steps (policy updates).")
+    lr: float = Field(1e-6, gt=0, description="Peak learning rate (AdamW).")
+    prompts_per_step: int = Field(8, ge=1, description="Prompts (or documents) per step.")
+    engine: Literal["torch", "deepspeed"] = Field("torch", description="Optimizer engine: plain torch or DeepSpeed ZeRO.")
+    zero_stage: Literal[1, 2, 3] = Field(2, description="DeepSpeed ZeRO stage (engine=deepspeed).")
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen base in the loss (0 = off).")
+    kl_estimator: Literal["k1", "k3"] = Field("k3", description="Per-token KL estimator: k1 = log ratio, k3 = low-variance.")
+    grad_clip: float = Field(1.0, ge=0, description="Clip the global gradient norm to this (0 = no clipping).")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warmup steps, then constant.")
+    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward; gradients accumulate over the step.")
+    clip_low: float = Field(0.2, ge=0, description="PPO clip: ratio lower bound 1 - clip_low.")
+    clip_high: float = Field(0.2, ge=0, description="PPO clip: ratio upper bound 1 + clip_high.")
+    loss_agg: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"] = Field(
+        "token_mean", description="How token losses are averaged over the batch.")
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight (0 = entropy is only measured).")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
+    adam_beta2: float = Field(0.999, ge=0, lt=1, description="AdamW beta2.")
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train; auto = cuda when available.")
+    share_prompt_prefix: bool = Field(
+        True, description="Run a group's shared prompt once per micro-batch in the update (exact; faster).")
+
+
+class CheckpointConfig(Section):
+    every: int = Field(50, ge=0, description="Checkpoint every N steps (0 = only at the end).")
+    keep_last: int = Field(2, ge=1, description="Keep this many newest checkpoints.")
+
+
+class DataConfig(Section):
+    path: str | None = Field(
+        None, description="JSONL prompt set (prompt, answer), or bundled:gsm8k / bundled:aime2025 / bundled:gpqa.")
+    limit: int | None = Field(None, ge=1, description="Use only the first N records.")
+
+
+class CorpusConfig(Section):
+    path: str | None = Field(None, description="JSONL corpus ({title, text} per line) for the standalone search tool.")
+
+
+_SHARED = {
+    "model": ModelConfig, "rollout": RolloutConfig, "train": TrainConfig,
+    "checkpoint": CheckpointConfig, "data": DataConfig, "corpus": CorpusConfig,
+}
+
+
+class Config(BaseModel):
+    """The whole run config. ``cfg.section`` is the method's own section."""
+
+    model_config = {"extra": "forbid", "validate_assignment": True}
+
+    method: Literal["grpo", "spice", "ssp", "scope", "score", "piplay"] = Field(
+        ..., description="Training method: grpo, spice, ssp, scope, score or piplay.")
+    seed: int = Field(0, description="Seed for python, numpy and torch RNGs.")
+    reward: Literal["exact", "math", "mcq"] = Field("math", description="Verifier for method grpo.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Generation.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Optimisation.")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Prompt set (grpo).")
+    corpus: CorpusConfig = Field(default_factory=CorpusConfig, description="Standalone search corpus.")
+    grpo: SECTIONS["grpo"] | None = Field(None, description="GRPO settings.")
+    spice: SECTIONS["spice"] | None = Field(None, description="SPICE settings.")
+    ssp: SECTIONS["ssp"] | None = Field(None, description="SSP settings.")
+    scope: SECTIONS["scope"] | None = Field(None, description="SCOPE settings.")
+    score: SECTIONS["score"] | None = Field(None, description="SCORE settings.")
+    piplay: SECTIONS["piplay"] | None = Field(None, description="pi-Play settings.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _method_defaults(cls, data: Any) -> Any:
+        """Fill the method's section and its paper values for shared keys the user left unset."""
+        if not isinstance(data, dict) or data.get("method") not in SECTIONS:
+            return data
+        data = copy.deepcopy(data)
+        method = data["method"]
+        if data.get(method) is None:
+            data[method] = {}
+        for path, value in SECTIONS[method].shared_defaults.items():
+            _setdefault_path(data, path, value)
+        return data
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "Config":
+        problems = []
+        for other in METHOD_NAMES:
+            if other != self.method and getattr(self, other) is not None:
+                problems.append((other, f"section for method {other!r} given but method is {self.method!r}; remove it"))
+        if self.method == "grpo" and not self.data.path:
+            problems.append(("data.path", "method grpo needs a JSONL prompt set (prompt, answer) or bundled:gsm8k"))
+        if self.rollout.min_new_tokens > self.rollout.max_new_tokens:
+            problems.append(("rollout.min_new_tokens", "must not exceed rollout.max_new_tokens"))
+        if self.train.engine == "deepspeed" and self.model.lora.r > 0 and self.train.zero_stage == 3:
+            problems.append(("train.zero_stage", "ZeRO-3 with LoRA is not supported; use zero_stage 2"))
+        if problems:
+            raise _CrossCheckError(problems)
+        return self
+
+    @property
+    def section(self) -> Section:
+        return getattr(self, self.method)
+
+    def to_dict(self) -> dict:
+        """Plain dict with only the method's own section (what config.yaml holds)."""
+        return self.model_dump(mode="json", exclude={m for m in METHOD_NAMES if m != self.method})
+
+
+class _CrossCheckError(ValueError):
+    def __init__(self, problems):
+        self.problems = problems
+        super().__init__("; ".join(f"{p}: {m}" for p, m in problems))
+
+
+def _setdefault_path(data: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for key in parents:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            return  # a wrong type here is reported by validation
+        node = child
+    node.setdefault(leaf, value)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'train.lr=2e-6' -> (['train', 'lr'], 2e-06); the value is read as YAML (lists, bools, null)."""
+    if "=" not in text:
+        raise ValueError(f"override {text!r} must look like key.path=value, e.g. train.lr=2e-6")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ValueError(f"override {text!r} has an empty key part")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, list[tuple[str, str]]]:
+    """Set each key.path=value into a copy of ``data``; returns (data, problems)."""
+    data = copy.deepcopy(data)
+    problems = []
+    for text in overrides or []:
+        try:
+            parts, value = parse_override(text)
+        except ValueError as exc:
+            problems.append(("--set", str(exc)))
+            continue
+        node = data
+        for i, key in enumerate(parts[:-1]):
+            if node.get(key) is None:
+                node[key] = {}
+            if not isinstance(node[key], dict):
+                problems.append((".".join(parts[: i + 1]), f"is not a section, cannot set {'.'.join(parts)}"))
+                break
+            node = node[key]
+        else:
+            node[parts[-1]] = value
+    return data, problems
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError([("", f"config file {path} does not exist")])
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError([("", f"{path} is not valid YAML: {exc}")]) from None
+    if not isinstance(data, dict):
+        raise ConfigError([("", f"{path} must hold a mapping of keys, got {type(data).__name__}")])
+    return data
+
+
+def load_config(source: str | Path | dict | Config, overrides: list[str] | None = None) -> Config:
+    """A validated Config from a YAML path, a dict or a Config, with key=value overrides applied."""
+    if isinstance(source, Config):
+        if not overrides:
+            return source
+        source = source.to_dict()
+    data = copy.deepcopy(source) if isinstance(source, dict) else _read_yaml(Path(source))
+    data, problems = apply_overrides(data, overrides or [])
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as exc:
+        problems += _explain(exc)
+        problems += _cross_problems_despite(exc, data, problems)
+    else:
+        if not problems:
+            return cfg
+    raise ConfigError(problems)
+
+
+def _cross_problems_despite(exc: ValidationError, data: dict, known: list) -> list[tuple[str, str]]:
+    """Cross-key problems hidden behind field errors: drop the bad keys (defaults apply), validate again."""
+    repaired = copy.deepcopy(data)
+    for err in exc.errors():
+        node, loc = repaired, [p for p in err["loc"] if isinstance(p, str)]
+        for key in loc[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and loc:
+            node.pop(loc[-1], None)
+    try:
+        Config.model_validate(repaired)
+    except ValidationError as again:
+        return [p for p in _explain(again) if p not in known]
+    return []
+
+
+def _explain(exc: ValidationError) -> list[tuple[str, str]]:
+    problems = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        ctx_error = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, _CrossCheckError):
+            problems += ctx_error.problems
+            continue
+        path = ".".join(loc)
+        if err["type"] == "extra_forbidden":
+            problems.append((path, "unknown key" + _hint(loc)))
+        elif err["type"] == "missing":
+            problems.append((path, "required key is missing"))
+        else:
+            problems.append((path, f"{err['msg']} (got {err.get('input')!r})"))
+    return problems
+
+
+def _hint(loc: list[str]) -> str:
+    """'; did you mean train.lr?' from the known keys of the section holding the unknown key."""
+    model: type[BaseModel] = Config
+    for key in loc[:-1]:
+        field = model.model_fields.get(key)
+        sub = _model_of(field.annotation) if field else None
+        if sub is None:
+            return ""
+        model = sub
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1)
+    known = ", ".join(model.model_fields)
+    return f"; did you mean {'.'.join(loc[:-1] + close)}?" if close else f"; known keys here: {known}"
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def save_config(cfg: Config, path: str | Path) -> Path:
+    """Write the full resolved config as YAML (every value explicit)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def method_fields(method: str) -> list[dict[str, Any]]:
+    """Every leaf field of a method's config: path, type, default, help, choices, min, max.
+
+    Defaults are the method's (paper values for shared keys). The web builds forms from this.
+    """
+    if method not in SECTIONS:
+        raise ConfigError([("method", f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")])
+    defaults = Config.model_validate({"method": method, "data": {"path": "-"}}).to_dict()
+    defaults["data"]["path"] = DataConfig.model_fields["path"].default
+    rows: list[dict[str, Any]] = []
+    for name, field in Config.model_fields.items():
+        if name in METHOD_NAMES and name != method:
+            continue
+        sub = _model_of(field.annotation)
+        if sub is not None:
+            _walk(sub, [name], defaults[name], rows)
+        elif name != "method":
+            rows.append(_describe([name], field, defaults[name]))
+    return rows
+
+
+def _walk(model: type[BaseModel], prefix: list[str], defaults: dict, rows: list) -> None:
+    for name, field in model.model_fields.items():
+        sub = _model_of(field.annotation)
+        if sub is not None:
+            _walk(sub, prefix + [name], defaults[name], rows)
+        else:
+            rows.append(_describe(prefix + [name], field, defaults[name]))
+
+
+def _describe(path: list[str], field, default) -> dict[str, Any]:
+    row = {"path": ".".join(path), "type": _type_name(field.annotation), "default": default,
+           "help": field.description or "", "choices": _choices(field.annotation), "min": None, "max": None}
+    for meta in field.metadata:
+        for attr, key in (("ge", "min"), ("gt", "min"), ("le", "max"), ("lt", "max")):
+            if getattr(meta, attr, None) is not None:
+                row[key] = getattr(meta, attr)
+    return row
+
+
+def _choices(annotation) -> list | None:
+    """Allowed values of a Literal, Optional[Literal] or list[Literal] field."""
+    if get_origin(annotation) is Literal:
+        return list(get_args(annotation))
+    for arg in get_args(annotation):
+        if arg is not type(None) and _choices(arg):
+            return _choices(arg)
+    return None
+
+
+def _type_name(annotation) -> str:
+    """int | float | str | bool | choice | list (Optional unwrapped; a Literal-or-list union is a list)."""
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return "choice"
+    if origin is list:
+        return "list"
+    if isinstance(annotation, type):
+        return annotation.__name__
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if any(get_origin(a) is list for a in args):
+        return "list"
+    return _type_name(args[0]) if args else "str"

@@ -1,0 +1,204 @@
+"""One config section per method: the knobs a recipe reads from ``cfg.<method>``.
+
+Defaults are the papers' values as condensed in specs/methods.md; a choice a paper leaves
+open (or that we make differently) is marked "ours" in its description. Each section also
+names the paper's values for the SHARED keys (``shared_defaults``: learning rate, KL, group
+size ...): ``trainer.config`` fills those in when the user leaves them unset, so a SPICE run
+gets lr 1e-6 and no KL without the user writing it, while ``--set train.lr=...`` still wins.
+
+Every field carries a description: the web builds its launch form from them
+(``trainer.config.method_fields``).
+"""
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Section(BaseModel):
+    """A strict config section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Paper values for shared keys, as dotted path -> value; applied when the user sets none.
+    shared_defaults: ClassVar[dict[str, object]] = {}
+
+
+class GrpoSection(Section):
+    """Plain GRPO on a prompt set with a verifier (the baseline every paper compares against)."""
+
+    shared_defaults: ClassVar[dict[str, object]] = {
+        "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 0.0, "train.prompts_per_step": 8,
+    }
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce"] = Field(
+        "grpo", description="Advantage estimator: grpo = (r - group mean) / group std; dr_grpo = no std division.")
+    system_prompt: str = Field(
+        "Please reason step by step, and put your final answer within \\boxed{}.",
+        description="System message of every prompt (ours: asks for a boxed answer so the verifier can find it).")
+    prompt_key: str = Field("prompt", description="JSONL field holding the prompt text.")
+    answer_key: str = Field("answer", description="JSONL field holding the gold answer.")
+    shuffle: bool = Field(True, description="Shuffle the prompt set each epoch (seeded).")
+    log_samples: int = Field(8, ge=0, description="Attempts per step sent to the sink as samples (0 = none).")
+
+
+class SpiceSection(Section):
+    """SPICE: a Challenger writes tasks from corpus documents, a Reasoner answers without them."""
+
+    shared_defaults: ClassVar[dict[str, object]] = {
+        "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 0.0, "train.prompts_per_step": 128,  # G=8 Reasoner answers
+        "train.steps": 640, "rollout.temperature": 1.0, "train.warmup_steps": 0,
+    }
+    challenger_attempts: int = Field(
+        8, ge=1, description="Challenger attempts sampled per document (ours: the paper retries up to 1024 times).")
+    challenger_group_size: int = Field(
+        8, ge=1, description="Challenger trajectories kept per document, preserving the valid:invalid ratio (paper: 8).")
+    reasoner_tasks_per_document: int = Field(
+        1, ge=1, description="Valid tasks per document used as Reasoner training groups (ours: one).")
+    challenger_reward: Literal["gaussian", "absolute_zero", "threshold", "r_zero"] = Field(
+        "gaussian", description="Challenger reward: gaussian variance reward (paper) or an ablation.")
+    invalid_penalty: float = Field(-0.1, description="Challenger reward for an invalid task (paper: -0.1).")
+    gaussian_tau: float = Field(
+        0.01, gt=0, description="Width of the gaussian reward exp(-(p(1-p)-0.25)^2 / (2 tau)) (paper: 0.01).")
+    advantage: Literal["dr_grpo", "grpo"] = Field(
+        "dr_grpo", description="Advantages per role group: dr_grpo = reward minus group mean (paper).")
+    formats: list[Literal["mcq", "free_form"]] = Field(
+        ["mcq", "free_form"], min_length=1, description="Task formats the Challenger may choose.")
+    max_document_tokens: int = Field(6000, ge=64, description="Documents are truncated to this many tokens (paper ~6k).")
+
+
+class SspSection(Section):
+    """SSP: a Proposer searches and writes a question for a known answer, a Solver searches to answer."""
+
+    shared_defaults: ClassVar[dict[str, object]] = {
+        "train.lr": 1e-6, "train.warmup_steps": 5, "rollout.group_size": 5, "train.kl_coef": 0.01,
+        "train.kl_estimator": "k3", "train.clip_high": 0.285, "train.prompts_per_step": 256,
+        "train.steps": 200, "rollout.temperature": 1.0, "rollout.max_new_tokens": 8192,
+    }
+    mini_batch_size: int = Field(128, ge=1, description="PPO mini-batch: optimizer steps per batch = batch / this (paper 128).")
+    max_prompt_tokens: int = Field(4096, ge=64, description="Longest prompt (paper 4096).")
+    max_turns: int = Field(10, ge=1, description="Most tool turns per trajectory (paper 10).")
+    top_k: int = Field(3, ge=1, description="Passages per search (paper 3).")
+    proposer_advantage: Literal["reinforce", "grpo"] = Field(
+        "reinforce", description="Proposer: REINFORCE, raw reward as advantage, one sample (paper).")
+    solver_attempts: int = Field(5, ge=1, description="Solver attempts per question for the proposer reward (paper n=5).")
+    invalid_reward: float = Field(
+        0.0, description="Proposer reward for a question failing the filters or RAG check (paper 0; -0.1 collapsed).")
+    rag_noise_passages: int = Field(4, ge=0, description="Noise passages added in the RAG check (paper 4).")
+    replay_reset_every: int = Field(10, ge=1, description="Clear the replay buffer of validated questions every N steps.")
+    min_searches: int = Field(2, ge=0, description="Rule filter: the proposer made at least this many searches.")
+    question_min_chars: int = Field(10, ge=0, description="Rule filter: shortest question in characters.")
+    question_max_chars: int = Field(1000, ge=1, description="Rule filter: longest question in characters.")
+    question_min_words: int = Field(10, ge=0, description="Rule filter: fewest words in a question.")
+    answer_tag_limit: int = Field(10, ge=1, description="More answer tags than this divides the solver reward.")
+    answer_tag_divisor: float = Field(4.0, gt=0, description="Divisor applied above the answer-tag limit (paper 4).")
+    judge: Literal["frozen_base", "endpoint", "exact"] = Field(
+        "frozen_base", description="Answer judge (ours: frozen base by default; an OpenAI-compatible endpoint; or exact match).")
+    judge_endpoint: str | None = Field(None, description="Base URL of an OpenAI-compatible judge (judge=endpoint).")
+    judge_model: str | None = Field(None, description="Model name sent to the judge endpoint.")
+
+
+class ScopeSection(Section):
+    """SCOPE: a Challenger writes open-ended tasks, the frozen base gates and writes rubrics, a Solver answers."""
+
+    shared_defaults: ClassVar[dict[str, object]] = {
+        "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 1e-3, "train.grad_clip": 1.0,
+        "train.prompts_per_step": 64, "train.steps": 120, "train.warmup_steps": 1,
+        "rollout.max_new_tokens": 8192,
+    }
+    iterations: int = Field(3, ge=1, description="Challenger/Solver alternations (paper 3).")
+    challenger_steps: int = Field(20, ge=1, description="Challenger steps per iteration (paper 20).")
+    solver_steps: int = Field(20, ge=1, description="Solver steps per iteration (paper 20).")
+    challenger_prompts_per_step: int = Field(64, ge=1, description="Challenger prompts per step (paper 64).")
+    solver_prompts_per_step: int = Field(256, ge=1, description="Solver prompts per step (paper 256).")
+    scoring_rollouts: int = Field(8, ge=1, description="Previous-Solver rollouts scoring each Challenger task (paper 8).")
+    filter_rollouts: int = Field(4, ge=1, description="Solver rollouts for the stage-2 difficulty filter (paper 4).")
+    filter_low: float = Field(0.2, ge=0, le=1, description="Keep tasks whose mean rubric score is at least this.")
+    filter_high: float = Field(0.8, ge=0, le=1, description="Keep tasks whose mean rubric score is at most this.")
+    solver_tasks: int = Field(5120, ge=1, description="Tasks kept for the Solver stage (paper 5,120).")
+    task_types: list[str] = Field(
+        ["long_form_qa", "summarisation", "planning", "writing"], min_length=1, description="Task types drawn uniformly.")
+    search_turn_weights: list[float] = Field(
+        [4, 3, 2], min_length=1, description="Weights of 1, 2, 3 required searches (paper 4:3:2).")
+    min_rubrics: int = Field(3, ge=1, description="Fewest rubrics per task (paper 3).")
+    max_rubrics: int = Field(5, ge=1, description="Most rubrics per task (paper 5).")
+    rubric_temperature: float = Field(0.0, ge=0, description="Judge temperature when writing rubrics (paper 0).")
+    grading_temperature: float = Field(0.6, ge=0, description="Judge temperature when grading (paper 0.6).")
+    challenger_format_weight: float = Field(0.5, description="R_C format weight (paper 0.5).")
+    challenger_difficulty_weight: float = Field(1.0, description="R_C difficulty weight (paper 1.0).")
+    difficulty_tau: float = Field(0.5, ge=0, le=1, description="f_diff target score tau (paper 0.5).")
+    gate_failure: Literal["half_format", "format"] = Field(
+        "half_format", description="R_C when a gate fails: 0.5*r_fmt (ours) or r_fmt (the paper's algorithm box).")
+    solver_rubric_weight: float = Field(1.0, description="R_S rubric weight (paper 1.0).")
+    solver_format_weight: float = Field(0.5, description="R_S format weight (paper 0.5).")
+    solver_search_weight: float = Field(0.1, description="R_S search weight (paper 0.1).")
+    search_reward_turns: int = Field(3, ge=1, description="Searches for the full search reward (paper 3).")
+    length_soft: int = Field(1024, ge=1, description="Length penalty starts (tokens, paper 1024).")
+    length_hard: int = Field(2048, ge=1, description="Length penalty reaches its floor (tokens, paper 2048).")
+    length_floor: float = Field(0.05, ge=0, le=1, description="Length penalty floor (paper 0.05).")
+    max_turns: int = Field(4, ge=1, description="Most tool turns per trajectory (ours).")
+    top_k: int = Field(3, ge=1, description="Passages per search (paper 3).")
+
+
+class ScoreSection(Section):
+    """SCORE: a Solver writes research reports, an Evaluator samples rubrics and scores them."""
+
+    shared_defaults: ClassVar[dict[str, object]] = {
+        "train.lr": 1e-6, "train.warmup_steps": 5, "rollout.group_size": 8, "train.kl_coef": 0.05,
+        "train.kl_estimator": "k3", "train.prompts_per_step": 64, "train.steps": 120,
+        "rollout.max_new_tokens": 4096,
+    }
+    max_tool_calls: int = Field(10, ge=1, description="Most assistant turns per report (paper 10).")
+    top_k: int = Field(3, ge=1, description="Passages per search.")
+    harness_every: int = Field(5, ge=1, description="Meta-harness refresh period in steps (paper M=5).")
+    meta_harness: Literal["rules", "endpoint", "human"] = Field(
+        "rules", description="Who rewrites the evaluator harness (ours: rule-based default, an endpoint, or a person).")
+    harness_endpoint: str | None = Field(None, description="Base URL of an OpenAI-compatible meta-harness.")
+    dimension_pool: list[str] = Field(
+        ["factuality", "insight", "coherence", "complexity", "comprehensiveness", "citation", "readability"],
+        min_length=1, description="Dimensions the evaluator may choose from (ours).")
+    dimensions: int = Field(4, ge=1, description="Dimensions per rubric, k (ours; the harness may change it).")
+    must_include: list[str] = Field(["factuality"], description="Mandatory dimension(s) (ours).")
+    weight_min: float = Field(0.1, ge=0, description="Smallest dimension weight (ours).")
+    weight_max: float = Field(0.5, ge=0, description="Largest dimension weight (ours).")
+    score_scale: float = Field(10.0, gt=0, description="Scores are 0..score_scale per dimension (ours: 0-10).")
+    min_verification_searches: int = Field(1, ge=0, description="Initial harness minimum evaluator searches.")
+    baseline_decay: float = Field(0.7, ge=0, le=1, description="Evaluator EMA baseline: b <- decay*b + (1-decay)*R.")
+    evaluator_temperature: float = Field(0.8, ge=0, description="Evaluator sampling temperature (paper 0.8).")
+    entropy_floor: float | None = Field(
+        None, description="Stop early when the solver's mean entropy falls below this (None = never).")
+    queries_path: str | None = Field(
+        None, description="JSONL of research queries ({'query'}); None = generate queries from the corpus (ours).")
+
+
+class PiplaySection(Section):
+    """pi-Play: an Examiner builds multi-hop questions; a Student learns with GRPO minus self-distillation."""
+
+    shared_defaults: ClassVar[dict[str, object]] = {
+        "train.lr": 1e-6, "rollout.group_size": 5, "train.kl_coef": 0.0, "train.prompts_per_step": 256,
+        "train.steps": 300, "train.weight_decay": 0.01, "train.warmup_steps": 2, "train.grad_clip": 1.0,
+        "rollout.max_new_tokens": 4096,
+    }
+    iterations: int = Field(3, ge=1, description="Examiner/Student alternations (paper 3).")
+    examiner_steps: int = Field(50, ge=1, description="Examiner steps per iteration (paper 50).")
+    student_steps: int = Field(50, ge=1, description="Student steps per iteration (paper 50).")
+    hop_weights: list[float] = Field([4, 3, 2, 1], min_length=1, description="Weights of 1..4-hop questions (paper 4:3:2:1).")
+    student_attempts: int = Field(5, ge=1, description="Student attempts scoring each examiner question (paper n=5).")
+    format_weight: float = Field(0.5, description="Examiner reward R = r_d + format_weight * r_fmt (paper 0.5).")
+    teacher_ema: float = Field(0.95, ge=0, le=1, description="Teacher EMA: theta_T <- ema*theta_T + (1-ema)*theta_S.")
+    distill_lambdas: list[float] = Field(
+        [0.03, 0.003, 0.002], min_length=1, description="Self-distillation weight per iteration (paper, Qwen3-4B/8B).")
+    distill_top_k: int = Field(50, ge=1, description="Student top-K tokens in L_SD, plus one tail bucket (paper 50).")
+    divergence: Literal["reverse_kl", "forward_kl", "js"] = Field(
+        "reverse_kl", description="L_SD divergence (ours: reverse KL student||teacher by default).")
+    max_turns: int = Field(5, ge=1, description="Most tool turns per trajectory (paper 5).")
+    top_k: int = Field(3, ge=1, description="Passages per search.")
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "grpo": GrpoSection,
+    "spice": SpiceSection,
+    "ssp": SspSection,
+    "scope": ScopeSection,
+    "score": ScoreSection,
+    "piplay": PiplaySection,
+}
