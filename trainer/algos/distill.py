@@ -22,12 +22,13 @@ with expm1, with lse_topK clamped to <= -1e-7 so an (almost) empty tail stays fi
 as in the SDPO reference. With K = V both tails get the same clamped mass, their terms
 cancel exactly, and the result is the full-vocabulary divergence.
 
-Work is chunked over positions and done in float32, so the memory beyond the inputs
+Work is chunked over positions and done in float32 (or float64 for float64 input), so the memory beyond the inputs
 is O(chunk x V) for the forward pass.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -49,8 +50,9 @@ def topk_tail_logprobs(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, k: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Bucketed log-probs on the student's top-K + tail. [n, V] x2 -> ([n, K+1], [n, K+1])"""
-    s = student_logits.float()  # [n, V]
-    t = teacher_logits.detach().float()  # [n, V]
+    dtype = torch.promote_types(student_logits.dtype, torch.float32)  # bf16 -> fp32, fp64 stays
+    s = student_logits.to(dtype)  # [n, V]
+    t = teacher_logits.detach().to(dtype)  # [n, V]
     k = min(k, s.shape[-1])
     idx = s.detach().topk(k, dim=-1).indices  # [n, K] student's top-K ids
     s_logp = s.gather(-1, idx) - torch.logsumexp(s, dim=-1, keepdim=True)  # [n, K]
@@ -75,7 +77,7 @@ def forward_kl(s_logp: torch.Tensor, t_logp: torch.Tensor) -> torch.Tensor:
 
 def jensen_shannon(s_logp: torch.Tensor, t_logp: torch.Tensor) -> torch.Tensor:
     """0.5 KL(s || m) + 0.5 KL(t || m), m the mixture. [n, K+1] x2 -> [n]"""
-    log_m = torch.logaddexp(s_logp, t_logp) - torch.log(torch.tensor(2.0, device=s_logp.device))  # [n, K+1]
+    log_m = torch.logaddexp(s_logp, t_logp) - math.log(2.0)  # [n, K+1]
     return 0.5 * _kl(s_logp, log_m) + 0.5 * _kl(t_logp, log_m)
 
 
@@ -96,7 +98,9 @@ def topk_tail_divergence(
     mask: torch.Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK,
 ) -> torch.Tensor:
-    """Per-token top-K + tail divergence. [B, L, V] x2 (+ mask [B, L]) -> [B, L] float32
+    """Per-token top-K + tail divergence. [B, L, V] x2 (+ mask [B, L]) -> [B, L]
+
+    Computed in float32 at least (float64 inputs stay float64).
 
     Positions where ``mask`` is 0 (tool output, padding) are 0 in the result.
     """
@@ -119,7 +123,7 @@ def topk_tail_divergence(
     for start in range(0, s_flat.shape[0], chunk_size):
         s_logp, t_logp = topk_tail_logprobs(s_flat[start : start + chunk_size], t_flat[start : start + chunk_size], k)
         out.append(divergence(s_logp, t_logp))  # [n]
-    per_token = torch.cat(out).reshape(shape) if out else s_flat.new_zeros(shape, dtype=torch.float32)  # [B, L]
+    per_token = torch.cat(out).reshape(shape) if out else s_flat.new_zeros(shape)  # [B, L]
     if mask is not None:
         per_token = per_token * mask.to(per_token.dtype)  # [B, L]
     return per_token

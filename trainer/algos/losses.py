@@ -1,7 +1,7 @@
 """Policy-gradient loss pieces: token log-probs, entropy, PPO-clip, loss aggregation.
 
 - ``token_logprobs(logits [B, L, V], ids [B, L]) -> [B, L]``: log p(id) computed as the
-  gathered logit minus logsumexp over the vocabulary, in float32, chunked over positions
+  gathered logit minus logsumexp over the vocabulary, in float32 (at least), chunked over positions
   so no full ``[B, L, V]`` log_softmax (or float32 copy of the logits) is materialised.
 - ``entropy(logits [B, L, V]) -> [B, L]``: H = logsumexp(z) - sum_v softmax(z)_v z_v,
   chunked the same way.
@@ -54,6 +54,10 @@ DEFAULT_CHUNK = 1024  # positions per chunk: 1024 x 150k vocab x 4 bytes ~ 600 M
 LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: finite ratios even for wildly off-policy tokens
 
 
+def _compute_dtype(logits: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(logits.dtype, torch.float32)  # bf16/fp16 -> fp32, fp64 stays
+
+
 def _flat_positions(logits: torch.Tensor) -> torch.Tensor:
     if logits.dim() < 2:
         raise ValueError(f"logits must be shaped [..., V], got shape {tuple(logits.shape)}")
@@ -61,7 +65,10 @@ def _flat_positions(logits: torch.Tensor) -> torch.Tensor:
 
 
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, chunk_size: int = DEFAULT_CHUNK) -> torch.Tensor:
-    """log softmax(logits)[ids] without a full log_softmax. [B, L, V], [B, L] -> [B, L] float32"""
+    """log softmax(logits)[ids] without a full log_softmax. [B, L, V], [B, L] -> [B, L]
+
+    Computed in float32 at least (bf16 logits give float32 log-probs).
+    """
     if logits.shape[:-1] != ids.shape:
         raise ValueError(
             f"ids shape {tuple(ids.shape)} must equal logits shape without the vocab dim "
@@ -69,31 +76,33 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, chunk_size: int = DE
         )
     flat = _flat_positions(logits)  # [N, V]
     flat_ids = ids.reshape(-1, 1)  # [N, 1]
+    dtype = _compute_dtype(logits)
     out = []
     for start in range(0, flat.shape[0], chunk_size):
-        z = flat[start : start + chunk_size].float()  # [n, V]
+        z = flat[start : start + chunk_size].to(dtype)  # [n, V]
         picked = z.gather(-1, flat_ids[start : start + chunk_size]).squeeze(-1)  # [n]
         out.append(picked - torch.logsumexp(z, dim=-1))  # [n]
-    return torch.cat(out).reshape(ids.shape) if out else flat.new_zeros(ids.shape, dtype=torch.float32)
+    return torch.cat(out).reshape(ids.shape) if out else flat.new_zeros(ids.shape, dtype=dtype)
 
 
 def entropy(logits: torch.Tensor, chunk_size: int = DEFAULT_CHUNK) -> torch.Tensor:
-    """Entropy of softmax(logits) per position, in nats. [B, L, V] -> [B, L] float32
+    """Entropy of softmax(logits) per position, in nats. [B, L, V] -> [B, L] (>= float32)
 
     H = lse(z) - sum_v p_v z_v. Chunked over positions; call it under torch.no_grad()
     for metrics (with grad, autograd keeps each chunk's float32 copy for backward).
     -inf logits (masked vocabulary) count as probability 0.
     """
     flat = _flat_positions(logits)  # [N, V]
-    floor = torch.finfo(torch.float32).min  # -inf -> finite, so p * z = 0 * floor = 0, not nan
+    dtype = _compute_dtype(logits)
+    floor = torch.finfo(dtype).min  # -inf -> finite, so p * z = 0 * floor = 0, not nan
     out = []
     for start in range(0, flat.shape[0], chunk_size):
-        z = flat[start : start + chunk_size].float().clamp_min(floor)  # [n, V]
+        z = flat[start : start + chunk_size].to(dtype).clamp_min(floor)  # [n, V]
         lse = torch.logsumexp(z, dim=-1, keepdim=True)  # [n, 1]
         p = torch.exp(z - lse)  # [n, V]
         out.append(lse.squeeze(-1) - (p * z).sum(dim=-1))  # [n]
     shape = logits.shape[:-1]
-    return torch.cat(out).reshape(shape) if out else flat.new_zeros(shape, dtype=torch.float32)
+    return torch.cat(out).reshape(shape) if out else flat.new_zeros(shape, dtype=dtype)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
