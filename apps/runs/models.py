@@ -1,0 +1,272 @@
+"""A training run and what it records: status events, metrics, checkpoints.
+
+Status changes are methods of ``Run`` that write a ``RunEvent`` and tell the live page. The
+lifecycle (see docs in ``apps/runs/services/lifecycle.py``)::
+
+    queued -> running -> finished | failed | cancelled
+    running -> paused  (a pause asked for while running takes effect at the next step boundary)
+    paused  -> queued  (resume: a NEW job continues from the last checkpoint)
+    failed  -> queued  (resume, only when ``resumable``: the worker died, e.g. heartbeat lost)
+    queued | paused -> cancelled (at once); running -> cancelled at the next step boundary
+
+Every transition is a conditional UPDATE on the current status, so two actors (a worker and a
+person, a worker and the reaper) can never both win.
+"""
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
+
+log = logging.getLogger("selfplay.runs")
+
+
+class IllegalTransition(ValueError):
+    """A status change that the lifecycle does not allow; the message says why and what to do."""
+
+
+class Status(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    PAUSED = "paused"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE = (Status.QUEUED, Status.RUNNING, Status.PAUSED)
+ENDED = (Status.FINISHED, Status.FAILED, Status.CANCELLED)
+
+# status -> the statuses it may change into
+ALLOWED = {
+    Status.QUEUED: {Status.RUNNING, Status.CANCELLED, Status.FAILED},
+    Status.RUNNING: {Status.PAUSED, Status.FINISHED, Status.FAILED, Status.CANCELLED},
+    Status.PAUSED: {Status.QUEUED, Status.CANCELLED},
+    Status.FAILED: {Status.QUEUED},  # resume, only when resumable
+    Status.FINISHED: set(),
+    Status.CANCELLED: set(),
+}
+
+
+class Run(models.Model):
+    method = models.CharField(max_length=32)
+    model_name = models.CharField(max_length=500, help_text="Bundled model name, folder under the models dir, or path.")
+    corpus = models.ForeignKey("corpora.Corpus", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
+    corpus_name = models.CharField(max_length=200, blank=True, help_text="Kept when the corpus is deleted.")
+    config = models.JSONField(help_text="The full resolved trainer config.")
+    overrides = models.JSONField(default=dict, blank=True, help_text="What the launcher set, before defaults.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    requested = models.CharField(max_length=16, blank=True, default="",
+                                 help_text="pause | cancel asked for while running; read at the next step boundary.")
+    resumable = models.BooleanField(default=False, help_text="A failed run that may continue from its last checkpoint.")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="runs")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker_name = models.CharField(max_length=200, blank=True)
+    current_step = models.IntegerField(default=0)
+    total_steps = models.IntegerField(default=0)
+    checkpoint_path = models.CharField(max_length=1000, blank=True)
+    error = models.TextField(blank=True)
+    queue = models.CharField(max_length=32, default="gpu")
+    job_id = models.CharField(max_length=64, blank=True)
+    run_dir = models.CharField(max_length=1000, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"run {self.pk} ({self.method}, {self.status})"
+
+    # ---- reading -------------------------------------------------------------------------
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def can_pause(self) -> bool:
+        return self.status == Status.RUNNING and not self.requested
+
+    @property
+    def can_resume(self) -> bool:
+        return self.status == Status.PAUSED or (self.status == Status.FAILED and self.resumable)
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.status in ACTIVE and self.requested != "cancel"
+
+    # ---- status changes ------------------------------------------------------------------
+    def transition(self, new: str, message: str = "", *, expect: str | None = None, data: dict | None = None,
+                   **fields) -> None:
+        """Move to ``new`` (from ``expect``, default the current status) and write a RunEvent.
+
+        Raises IllegalTransition when the lifecycle forbids it or another actor changed the
+        status first (the conditional UPDATE matched no row).
+        """
+        old = expect or self.status
+        if new not in ALLOWED.get(old, set()):
+            raise IllegalTransition(_why_not(self, old, new))
+        now = timezone.now()
+        fields = {"status": new, **fields}
+        if new in ENDED:
+            fields.setdefault("finished_at", now)
+        with transaction.atomic():
+            if Run.objects.filter(pk=self.pk, status=old).update(**fields) != 1:
+                self.refresh_from_db()
+                raise IllegalTransition(f"Run {self.pk} is {self.status} now (not {old}); reload and try again.")
+            for key, value in fields.items():
+                setattr(self, key, value)
+            RunEvent.objects.create(run=self, kind=RunEvent.Kind.STATUS, step=self.current_step,
+                                    message=message or f"{old} -> {new}", data={"from": old, "to": new, **(data or {})})
+        self.publish({"type": "status", "status": new, "message": message, "step": self.current_step,
+                      "error": self.error})
+
+    def mark_running(self, worker: str) -> bool:
+        """The job's atomic claim: True when this worker took the queued run."""
+        now = timezone.now()
+        claimed = Run.objects.filter(pk=self.pk, status=Status.QUEUED).update(
+            status=Status.RUNNING, started_at=now, heartbeat_at=now, worker_name=worker, requested="", error="",
+            resumable=False)
+        if claimed != 1:
+            return False
+        self.refresh_from_db()
+        RunEvent.objects.create(run=self, kind=RunEvent.Kind.STATUS, step=self.current_step,
+                                message=f"running on {worker}", data={"from": "queued", "to": "running"})
+        self.publish({"type": "status", "status": Status.RUNNING, "message": f"running on {worker}",
+                      "step": self.current_step, "error": ""})
+        return True
+
+    def mark_finished(self, message: str = "finished") -> None:
+        self.transition(Status.FINISHED, message, expect=Status.RUNNING, requested="")
+
+    def mark_paused(self) -> None:
+        self.transition(Status.PAUSED, f"paused at step {self.current_step}", expect=Status.RUNNING, requested="")
+
+    def mark_cancelled(self, message: str = "cancelled") -> None:
+        self.transition(Status.CANCELLED, message, expect=self.status, requested="")
+
+    def mark_failed(self, error: str, resumable: bool = False, expect: str = Status.RUNNING) -> None:
+        self.transition(Status.FAILED, f"failed: {error}", expect=expect, error=error[:5000], requested="",
+                        resumable=resumable, data={"resumable": resumable})
+
+    def request_pause(self, by=None) -> None:
+        """Ask a running run to pause at its next step boundary."""
+        if self.status != Status.RUNNING:
+            raise IllegalTransition(_why_not(self, self.status, Status.PAUSED))
+        if self.requested:
+            raise IllegalTransition(f"Run {self.pk} already has a {self.requested} request pending; wait for it.")
+        self._request("pause", by)
+
+    def request_cancel(self, by=None) -> None:
+        """Cancel now when queued or paused; a running run stops at its next step boundary."""
+        if self.status == Status.RUNNING:
+            if self.requested == "cancel":
+                raise IllegalTransition(f"Run {self.pk} is already stopping; it ends at the next step boundary.")
+            self._request("cancel", by)
+            return
+        if self.status not in (Status.QUEUED, Status.PAUSED):
+            raise IllegalTransition(_why_not(self, self.status, Status.CANCELLED))
+        self.mark_cancelled(f"cancelled by {_who(by)}")
+
+    def _request(self, what: str, by) -> None:
+        with transaction.atomic():
+            if Run.objects.filter(pk=self.pk, status=Status.RUNNING).update(requested=what) != 1:
+                self.refresh_from_db()
+                raise IllegalTransition(f"Run {self.pk} is {self.status} now; reload and try again.")
+            self.requested = what
+            RunEvent.objects.create(run=self, kind=RunEvent.Kind.STATUS, step=self.current_step,
+                                    message=f"{what} requested by {_who(by)}; takes effect at the next step boundary",
+                                    data={"requested": what})
+        self.publish({"type": "status", "status": self.status, "requested": what, "step": self.current_step,
+                      "message": f"{what} requested"})
+
+    def notable(self, message: str, data: dict | None = None, step: int | None = None, key: str = "",
+                kind: str = "notable") -> None:
+        RunEvent.objects.create(run=self, kind=kind, message=message, data=data or {}, key=key,
+                                step=self.current_step if step is None else step)
+
+    # ---- live page -----------------------------------------------------------------------
+    def publish(self, data: dict) -> bool:
+        """Send a small message to the run's websocket group; False (and logged) when Redis is away."""
+        from apps.runs.consumers import publish
+
+        return publish(self.pk, data)
+
+
+def _who(user) -> str:
+    return getattr(user, "username", None) or "the system"
+
+
+def _why_not(run: Run, old: str, new: str) -> str:
+    hints = {
+        Status.PAUSED: "only a running run can be paused",
+        Status.QUEUED: "only a paused run (or a failed run whose worker died) can be resumed",
+        Status.CANCELLED: "only a queued, running or paused run can be cancelled",
+        Status.RUNNING: "only a queued run can start",
+        Status.FINISHED: "only a running run can finish",
+        Status.FAILED: "only a queued or running run can fail",
+    }
+    verb = {Status.QUEUED: "resume", Status.PAUSED: "pause", Status.CANCELLED: "cancel"}.get(new, f"move to {new}")
+    return f"Cannot {verb} run {run.pk}: it is {old}; {hints.get(new, 'not allowed')}."
+
+
+class RunEvent(models.Model):
+    """One row per status change and per notable thing the trainer or a watchdog reports."""
+
+    class Kind(models.TextChoices):
+        STATUS = "status"
+        NOTABLE = "notable"
+        VERDICT = "verdict"
+        WATCHDOG = "watchdog"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    created = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.NOTABLE)
+    step = models.IntegerField(null=True, blank=True)
+    key = models.CharField(max_length=200, blank=True, help_text="Trainer event key (idempotent on resume).")
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["run", "-created"])]
+        constraints = [models.UniqueConstraint(fields=["run", "key"], condition=~models.Q(key=""),
+                                               name="runevent_unique_key")]
+
+    def __str__(self):
+        return f"{self.kind}: {self.message[:60]}"
+
+
+class Metric(models.Model):
+    """One number per (step, role, name); rewriting the same key replaces the value."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metrics")
+    step = models.IntegerField()
+    role = models.CharField(max_length=32, default="", blank=True)
+    name = models.CharField(max_length=100)
+    value = models.FloatField()
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "name", "step"])]
+        constraints = [models.UniqueConstraint(fields=["run", "step", "role", "name"], name="metric_unique_point")]
+
+    def __str__(self):
+        return f"{self.name}[{self.role}]@{self.step}={self.value:.4g}"
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.IntegerField()
+    path = models.CharField(max_length=1000)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="checkpoint_unique_step")]
+
+    def __str__(self):
+        return f"checkpoint {self.step}: {self.path}"

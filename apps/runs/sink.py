@@ -1,0 +1,287 @@
+"""DjangoSink: the trainer's Sink (trainer/sink.py) writing to Postgres and the live page.
+
+Reports are buffered and written in one transaction per flush: at every step boundary (the
+recipe calls ``control()`` there), when the buffer grows large, on a checkpoint, and on
+``close()``. Writes are upserts on the natural keys (metric (run, step, role, name), sample
+(run, key)), so a resumed run that re-reports a step replaces rows instead of duplicating
+them. After each flush a few small messages go to the Channels group ``run-<id>``
+(``type`` metric / sample); a Redis outage is counted in ``publish_failures`` and never
+stops the run.
+
+``control()`` answers from the run's row: ``requested == "pause"`` -> pause,
+``"cancel"`` (or a run that is no longer ``running``, e.g. marked failed by the reaper) ->
+stop, plus human review verdicts from ``apps.review.feedback.pending_verdicts(run)`` when
+that module exists.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import logging
+import math
+import time
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.episodes.models import Attempt, Grade, Rubric, Task
+from apps.runs.consumers import publish
+from apps.runs.models import Checkpoint, Metric, Run, RunEvent, Status
+from trainer.sink import Control
+
+log = logging.getLogger("selfplay.runs")
+
+SAMPLE_MESSAGES_PER_FLUSH = 24  # live page gets a taste, the database gets everything
+TEXT_PREVIEW = 1500
+
+
+class DjangoSink:
+    """Implements trainer.sink.Sink for one Run."""
+
+    def __init__(self, run: Run | int, flush_seconds: float = 2.0, max_buffer: int = 400):
+        self.run_id = run.pk if isinstance(run, Run) else int(run)
+        self.flush_seconds = flush_seconds
+        self.max_buffer = max_buffer
+        self.publish_failures = 0
+        self.flushes = 0
+        self._metrics: dict[tuple[int, str, str], float] = {}
+        self._records: list[dict[str, Any]] = []
+        self._max_step: int | None = None
+        self._last_flush = time.monotonic()
+
+    # ---- the Sink protocol ---------------------------------------------------------------
+    def metrics(self, step: int, role: str, values: dict[str, float]) -> None:
+        for name, value in values.items():
+            number = _number(value)
+            if number is not None:
+                self._metrics[(int(step), role or "", str(name)[:100])] = number
+        self._saw_step(step)
+        self._maybe_flush()
+
+    def samples(self, step: int, records: list[dict[str, Any]]) -> None:
+        for record in records:
+            self._records.append({"step": step, **record})
+        self._saw_step(step)
+        self._maybe_flush()
+
+    def checkpoint(self, step: int, path: str) -> None:
+        self._saw_step(step)
+        self.flush()
+        with transaction.atomic():
+            Checkpoint.objects.update_or_create(run_id=self.run_id, step=int(step), defaults={"path": str(path)})
+            Run.objects.filter(pk=self.run_id).update(checkpoint_path=str(path), heartbeat_at=timezone.now())
+            RunEvent.objects.create(run_id=self.run_id, kind=RunEvent.Kind.NOTABLE, step=int(step),
+                                    message=f"checkpoint at step {step}", data={"path": str(path)})
+
+    def control(self) -> Control:
+        self.flush()
+        run = Run.objects.only("id", "status", "requested").get(pk=self.run_id)
+        stop = run.requested == "cancel" or run.status != Status.RUNNING
+        return Control(pause=run.requested == "pause", stop=stop, verdicts=_pending_verdicts(run),
+                       harness=_pending_harness(run))
+
+    def close(self) -> None:
+        self.flush()
+
+    # ---- writing -------------------------------------------------------------------------
+    def _saw_step(self, step) -> None:
+        step = int(step)
+        self._max_step = step if self._max_step is None else max(self._max_step, step)
+
+    def _maybe_flush(self) -> None:
+        big = len(self._metrics) + len(self._records) >= self.max_buffer
+        if big or time.monotonic() - self._last_flush >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write everything buffered in one transaction, then tell the live page."""
+        metrics, records = self._metrics, self._records
+        self._metrics, self._records = {}, []
+        self._last_flush = time.monotonic()
+        by_kind = _split(records)
+        with transaction.atomic():
+            self._write_metrics(metrics)
+            written = self._write_samples(by_kind)
+            fields = {"heartbeat_at": timezone.now()}
+            if self._max_step is not None:
+                fields["current_step"] = self._max_step
+            Run.objects.filter(pk=self.run_id).update(**fields)
+        self.flushes += 1
+        self._publish_metrics(metrics)
+        self._publish_samples(written)
+
+    def _write_metrics(self, metrics: dict) -> None:
+        if not metrics:
+            return
+        rows = [Metric(run_id=self.run_id, step=s, role=r, name=n, value=v) for (s, r, n), v in metrics.items()]
+        Metric.objects.bulk_create(rows, update_conflicts=True, unique_fields=["run", "step", "role", "name"],
+                                   update_fields=["value"], batch_size=1000)
+
+    def _write_samples(self, by_kind: dict[str, dict[str, dict]]) -> list[dict]:
+        """Upsert tasks, rubrics, attempts, grades (in that order, so keys resolve) and events."""
+        run_id = self.run_id
+        tasks = _upsert(Task, [_task(run_id, r) for r in by_kind["task"].values()],
+                        ["step", "role", "question", "answer", "valid", "pass_rate", "document_id", "format", "data"])
+        task_ids = _ids(Task, run_id, {r.get("task_key") for k in ("rubric", "attempt") for r in by_kind[k].values()})
+        _upsert(Rubric, [_rubric(run_id, r, task_ids) for r in by_kind["rubric"].values()],
+                ["task", "task_key", "step", "text", "priority", "data"])
+        attempts = _upsert(Attempt, [_attempt(run_id, r, task_ids) for r in by_kind["attempt"].values()],
+                           ["task", "task_key", "role", "step", "text", "reward", "turns", "passages", "token_ids",
+                            "loss_mask", "data"])
+        grades = list(by_kind["grade"].values())
+        attempt_ids = _ids(Attempt, run_id, {r.get("attempt_key") for r in grades})
+        rubric_ids = _ids(Rubric, run_id, {r.get("rubric_key") for r in grades})
+        _upsert(Grade, [_grade(run_id, r, attempt_ids, rubric_ids) for r in grades],
+                ["attempt", "rubric", "attempt_key", "rubric_key", "step", "score", "judge_text", "data"])
+        events = [RunEvent(run_id=run_id, kind=RunEvent.Kind.NOTABLE, step=_int(r.get("step")), key=str(r["key"])[:200],
+                           message=_text(r.get("message")) or "event", data=_json(r.get("data") or {}))
+                  for r in by_kind["event"].values()]
+        if events:
+            RunEvent.objects.bulk_create(events, ignore_conflicts=True)
+        return [_preview("task", t) for t in tasks] + [_preview("attempt", a) for a in attempts]
+
+    # ---- publishing ----------------------------------------------------------------------
+    def _send(self, data: dict) -> None:
+        if not publish(self.run_id, data):
+            self.publish_failures += 1
+
+    def _publish_metrics(self, metrics: dict) -> None:
+        grouped: dict[tuple[int, str], dict[str, float]] = {}
+        for (step, role, name), value in sorted(metrics.items()):
+            grouped.setdefault((step, role), {})[name] = value if math.isfinite(value) else None
+        for (step, role), values in grouped.items():
+            self._send({"type": "metric", "step": step, "role": role, "values": values})
+
+    def _publish_samples(self, previews: list[dict]) -> None:
+        for preview in previews[-SAMPLE_MESSAGES_PER_FLUSH:]:
+            self._send(preview)
+
+
+# ---- record -> row helpers (records come from another process's code: be forgiving) -------
+KINDS = ("task", "rubric", "attempt", "grade", "event")
+
+
+def _split(records: list[dict]) -> dict[str, dict[str, dict]]:
+    """Records by kind, then by key (the last record of a key wins: one INSERT may not hit a row twice)."""
+    out: dict[str, dict[str, dict]] = {k: {} for k in KINDS}
+    for record in records:
+        kind = record.get("kind")
+        if kind not in out or record.get("key") in (None, ""):
+            log.warning("sample record without a known kind or a key ignored: %r", str(record)[:200])
+            continue
+        out[kind][str(record["key"])[:200]] = record
+    return out
+
+
+def _upsert(model, rows: list, fields: list[str]) -> list:
+    if rows:
+        model.objects.bulk_create(rows, update_conflicts=True, unique_fields=["run", "key"], update_fields=fields,
+                                  batch_size=500)
+    return rows
+
+
+def _ids(model, run_id: int, keys: set) -> dict[str, int]:
+    keys = {str(k) for k in keys if k not in (None, "")}
+    if not keys:
+        return {}
+    return dict(model.objects.filter(run_id=run_id, key__in=keys).values_list("key", "id"))
+
+
+def _task(run_id, r) -> Task:
+    return Task(run_id=run_id, key=str(r["key"])[:200], step=_int(r.get("step")), role=_text(r.get("role"))[:32],
+                question=_text(r.get("question")), answer=_text(r.get("answer")), valid=bool(r.get("valid", True)),
+                pass_rate=_number(r.get("pass_rate")), document_id=_text(r.get("document_id"))[:200],
+                format=_text(r.get("format"))[:64], data=_json(r.get("data") or {}))
+
+
+def _rubric(run_id, r, task_ids) -> Rubric:
+    task_key = _text(r.get("task_key"))[:200]
+    return Rubric(run_id=run_id, key=str(r["key"])[:200], task_id=task_ids.get(task_key), task_key=task_key,
+                  step=_int(r.get("step")), text=_text(r.get("text")), priority=_text(r.get("priority"))[:16],
+                  data=_json(r.get("data") or {}))
+
+
+def _attempt(run_id, r, task_ids) -> Attempt:
+    task_key = _text(r.get("task_key"))[:200]
+    return Attempt(run_id=run_id, key=str(r["key"])[:200], task_id=task_ids.get(task_key), task_key=task_key,
+                   role=_text(r.get("role"))[:32], step=_int(r.get("step")), text=_text(r.get("text")),
+                   reward=_number(r.get("reward")), turns=_json(r.get("turns") or []),
+                   passages=_json(r.get("passages") or []), token_ids=[int(t) for t in r.get("token_ids") or []],
+                   loss_mask=[int(m) for m in r.get("loss_mask") or []], data=_json(r.get("data") or {}))
+
+
+def _grade(run_id, r, attempt_ids, rubric_ids) -> Grade:
+    attempt_key, rubric_key = _text(r.get("attempt_key"))[:200], _text(r.get("rubric_key"))[:200]
+    return Grade(run_id=run_id, key=str(r["key"])[:200], attempt_id=attempt_ids.get(attempt_key),
+                 rubric_id=rubric_ids.get(rubric_key), attempt_key=attempt_key, rubric_key=rubric_key,
+                 step=_int(r.get("step")), score=_number(r.get("score")), judge_text=_text(r.get("judge_text")),
+                 data=_json(r.get("data") or {}))
+
+
+def _preview(kind: str, row) -> dict:
+    """The small websocket message for a written task or attempt."""
+    base = {"type": "sample", "kind": kind, "key": row.key, "role": row.role, "step": row.step}
+    if kind == "task":
+        return {**base, "question": row.question[:TEXT_PREVIEW], "answer": row.answer[:300], "valid": row.valid,
+                "pass_rate": row.pass_rate}
+    reward = row.reward if row.reward is None or math.isfinite(row.reward) else None
+    return {**base, "text": row.text[:TEXT_PREVIEW], "reward": reward, "task_key": row.task_key}
+
+
+def _text(value) -> str:
+    """Text for Postgres: None -> "", NUL characters (which Postgres refuses) dropped."""
+    return "" if value is None else str(value).replace("\x00", "")
+
+
+def _int(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _json(value):
+    """A JSON-safe copy: dataclasses (Passage) become dicts, non-finite floats None, NUL characters dropped."""
+    if isinstance(value, dict):
+        return {_text(k): _json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_json(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _json(dataclasses.asdict(value))
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, str):
+        return _text(value)
+    if hasattr(value, "tolist"):
+        return _json(value.tolist())
+    return _text(value)
+
+
+def _pending_verdicts(run: Run) -> list:
+    """Review verdicts waiting for the recipe (apps.review builds them; none when it is absent)."""
+    hook = _review_hook("pending_verdicts")
+    return list(hook(run) or []) if hook else []
+
+
+def _pending_harness(run: Run) -> dict | None:
+    hook = _review_hook("pending_harness")
+    return hook(run) if hook else None
+
+
+def _review_hook(name: str):
+    if importlib.util.find_spec("apps.review.feedback") is None:
+        return None
+    return getattr(importlib.import_module("apps.review.feedback"), name, None)
