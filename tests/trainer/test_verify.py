@@ -1,0 +1,161 @@
+"""Answer extraction and verifiers, including property tests that parsers never raise."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trainer.verify as verify
+from trainer.verify import (
+    VERIFIERS,
+    count_tags,
+    exact_match,
+    extract_boxed,
+    extract_tag,
+    f1,
+    math_equal,
+    mcq_letter,
+    mcq_match,
+    normalize_answer,
+)
+
+# ---------------------------------------------------------------- normalization, EM, F1
+
+
+def test_it_normalizes_like_squad():
+    assert normalize_answer("  The Eiffel-Tower, in PARIS! ") == "eiffeltower in paris"
+    assert normalize_answer("An apple a day") == "apple day"
+    assert normalize_answer(None) == ""
+
+
+def test_it_matches_exactly_after_normalization_and_against_aliases():
+    assert exact_match("the Beatles.", "Beatles")
+    assert not exact_match("Beatles band", "Beatles")
+    assert exact_match("NYC", ["New York City", "nyc"])
+    assert not exact_match(None, "x")
+    assert not exact_match("x", [])
+
+
+def test_it_computes_token_f1_by_hand():
+    # pred "new york city" vs gold "york city hall": common {york, city} = 2
+    # precision 2/3, recall 2/3 -> F1 = 2/3
+    assert f1("New York City", "York City Hall") == pytest.approx(2 / 3)
+    # pred "paris" vs gold "paris france": p = 1, r = 1/2 -> F1 = 2 * 0.5 / 1.5 = 2/3
+    assert f1("Paris", ["London", "Paris, France"]) == pytest.approx(2 / 3)
+    assert f1("Rome", "Paris") == 0.0
+    assert f1(None, "Paris") == 0.0
+
+
+# ---------------------------------------------------------------- parsers
+
+
+def test_it_extracts_the_last_complete_boxed_answer_with_nested_braces():
+    text = r"first \boxed{1} then \boxed{\frac{1}{2}} and \boxed{broken"
+    assert extract_boxed(text) == r"\frac{1}{2}"
+    assert extract_boxed(r"\boxed{ \{1, 2\} }") == r"\{1, 2\}"
+    assert extract_boxed(r"\fbox{7}") == "7"
+    assert extract_boxed("no box here") is None
+    assert extract_boxed(None) is None
+
+
+def test_it_extracts_the_last_complete_tag():
+    assert extract_tag("<answer> Paris </answer>", "answer") == "Paris"
+    assert extract_tag("<answer>a</answer> then <answer>b</answer>", "answer") == "b"
+    assert extract_tag("<answer>a<answer>b</answer>", "answer") == "b"
+    assert extract_tag("<answer>x</answer> junk </answer>", "answer") == "x"
+    assert extract_tag("<answer>x</answer><answer>unclosed", "answer") == "x"
+    assert extract_tag("<ANSWER >x</ answer>", "answer") == "x"
+    assert extract_tag("<answer>never closed", "answer") is None
+    assert extract_tag("</answer><answer>", "answer") is None
+    assert extract_tag("<task><question>q?</question></task>", "question") == "q?"
+    assert extract_tag(None, "answer") is None
+    assert extract_tag("<a.b>x</a.b>", "a.b") == "x"  # tag names are escaped, not regexes
+
+
+def test_parsers_stay_linear_on_degenerate_repetition():
+    # a model stuck in a loop: 20k unclosed \boxed{ / 20k stray closing tags
+    assert extract_boxed(r"\boxed{" * 20_000) is None
+    assert extract_tag("</answer>" * 20_000 + "<answer>" * 20_000, "answer") is None
+    assert mcq_letter(r"\boxed{" * 5_000 + "B" + "}" * 5_000) == "B"  # deep nesting, no recursion
+
+
+def test_it_counts_tags_like_the_ssp_reference():
+    # max(#<answer>, #</answer>)
+    assert count_tags("<answer>a</answer><answer>", "answer") == 2
+    assert count_tags("</answer>" * 11, "answer") == 11
+    assert count_tags(None, "answer") == 0
+
+
+def test_it_reads_multiple_choice_letters():
+    cases = {
+        "B": "B",
+        "(c)": "C",
+        "Answer: D": "D",
+        "The answer is (B).": "B",
+        r"so \boxed{C}": "C",
+        "B. Paris": "B",
+        "A cat sat on the mat": None,
+        "the answer is a bit unclear": None,
+        "": None,
+    }
+    for text, letter in cases.items():
+        assert mcq_letter(text) == letter, text
+    assert mcq_match(r"\boxed{b}", "B")
+    assert not mcq_match("C", "B")
+    assert not mcq_match("no idea", "B")
+
+
+# ---------------------------------------------------------------- math
+
+
+@pytest.mark.parametrize(
+    "pred, gold",
+    [
+        ("0.5", r"\frac{1}{2}"),
+        (r"\frac12", "1/2"),
+        ("(x+1)^2", "x^2+2x+1"),
+        (r"The answer is \boxed{42}.", "42"),
+        (r"\sqrt{2}", "2^{1/2}"),
+        ("Paris", "paris"),  # normalized exact match short-cut
+    ],
+)
+def test_it_recognizes_equivalent_math(pred, gold):
+    assert math_equal(pred, gold)
+
+
+@pytest.mark.parametrize("pred", ["41", r"\frac{", "}{}{\\", "", None, 42, "x" * 5000])
+def test_it_rejects_wrong_or_malformed_math_without_raising(pred):
+    assert math_equal(pred, "42") is False
+
+
+def test_it_gives_up_on_a_slow_check_and_recovers():
+    slow = "+".join(f"x^{{{i}}}" for i in range(250))  # sympy needs far more than 1 ms
+    assert math_equal(slow, "1", timeout=0.001) is False
+    assert verify._WORKER._proc is None  # the hung helper was killed
+    assert math_equal("2", "2.0")  # and a fresh helper answers the next call
+
+
+def test_it_registers_the_verifiers_by_reward_name():
+    assert set(VERIFIERS) == {"exact", "math", "mcq"}
+    assert VERIFIERS["exact"]("The Beatles", "beatles")
+    assert VERIFIERS["mcq"]("(A)", "A")
+    assert VERIFIERS["math"]("1/4", "0.25")
+
+
+# ---------------------------------------------------------------- never raise
+
+PIECES = list("<>/{}\\ answerboxedfAB()$\n") + ["<answer>", "</answer>", "< / answer >", r"\boxed{", r"\fbox{"]
+TAGGY = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(st.text(), TAGGY), tag=st.one_of(st.text(max_size=8), st.just("answer")))
+def test_parsers_never_raise_on_arbitrary_text(text, tag):
+    out = extract_tag(text, tag)
+    assert out is None or isinstance(out, str)
+    assert isinstance(count_tags(text, tag), int)
+    boxed = extract_boxed(text)
+    assert boxed is None or isinstance(boxed, str)
+    letter = mcq_letter(text)
+    assert letter is None or letter in "ABCDEFGHIJ"
+    assert isinstance(normalize_answer(text), str)
+    assert 0.0 <= f1(text, "a b c") <= 1.0

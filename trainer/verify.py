@@ -1,0 +1,338 @@
+"""Answer extraction and answer checking (verifiers) for rewards and evaluation.
+
+Parsers never raise: on anything odd (None, non-text, unbalanced braces) they return
+None (or 0 for counts).
+
+- ``normalize_answer``: SQuAD normalization -- lowercase, drop punctuation, drop the
+  articles a/an/the, collapse whitespace.
+- ``exact_match(pred, gold)``: normalized equality; gold may be a list of aliases.
+- ``f1(pred, gold)``: SQuAD token-overlap F1 over normalized tokens (max over aliases).
+- ``extract_boxed(text)``: content of the last complete ``\\boxed{...}`` (nested braces).
+- ``extract_tag(text, tag)``: content of the last complete ``<tag>...</tag>``
+  (case-insensitive, spaces inside the angle brackets tolerated).
+- ``count_tags(text, tag)``: max(#opening, #closing) tags, as SSP's reference counts
+  answer tags (more than 10 quarters the solver reward).
+- ``mcq_letter(text)`` / ``mcq_match(pred, gold)``: multiple-choice letter A-J.
+- ``math_equal(pred, gold)``: mathematical equivalence via ``math-verify``. math-verify
+  (sympy) can hang or raise on strange input, and its own timeout uses SIGALRM, which
+  only works in the main thread and would cancel an RQ job's alarm. So the check runs
+  in a persistent helper process (this file run as a script) and the caller waits at
+  most ``timeout`` seconds; a hung helper is killed and restarted on the next call.
+  Any failure returns False, never an exception.
+
+``VERIFIERS`` maps a config ``reward`` name to ``fn(pred, gold) -> bool``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import bisect
+import json
+import os
+import re
+import select
+import string
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+__all__ = [
+    "VERIFIERS",
+    "count_tags",
+    "exact_match",
+    "extract_boxed",
+    "extract_tag",
+    "f1",
+    "math_equal",
+    "mcq_letter",
+    "mcq_match",
+    "normalize_answer",
+]
+
+Gold = str | Sequence[str]
+
+# ------------------------------------------------------------------ normalization / EM / F1
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = set(string.punctuation)
+
+
+def normalize_answer(s) -> str:
+    """SQuAD normalization: lowercase, strip punctuation and articles, squeeze spaces."""
+    if s is None:
+        return ""
+    text = str(s).lower()
+    text = "".join(ch for ch in text if ch not in _PUNCT)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _golds(gold: Gold) -> list[str]:
+    if gold is None:
+        return []
+    if isinstance(gold, str):
+        return [gold]
+    return [g for g in gold if isinstance(g, str)]
+
+
+def exact_match(pred, gold: Gold) -> bool:
+    """Normalized exact match against a gold answer or any of a list of aliases."""
+    if pred is None:
+        return False
+    p = normalize_answer(pred)
+    return any(p == normalize_answer(g) for g in _golds(gold))
+
+
+def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    common = Counter(pred_tokens) & Counter(gold_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision = same / len(pred_tokens)
+    recall = same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1(pred, gold: Gold) -> float:
+    """SQuAD token F1 between normalized prediction and gold (max over aliases)."""
+    if pred is None:
+        return 0.0
+    p = normalize_answer(pred).split()
+    return max((_token_f1(p, normalize_answer(g).split()) for g in _golds(gold)), default=0.0)
+
+
+# ------------------------------------------------------------------ parsers
+
+
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Position of each '{' -> position of its matching '}' (one O(n) pass)."""
+    pairs, stack = {}, []
+    for i, ch in enumerate(text):
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            pairs[stack.pop()] = i
+    return pairs
+
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+def extract_boxed(text) -> str | None:
+    """Content of the last complete \\boxed{...} (or \\fbox{...}); None if there is none."""
+    if not isinstance(text, str):
+        return None
+    matches = list(_BOXED.finditer(text))
+    if not matches:
+        return None
+    pairs = _brace_pairs(text)
+    for m in reversed(matches):
+        close = pairs.get(m.end() - 1)
+        if close is not None:
+            return text[m.end() : close].strip()
+    return None
+
+
+def _tag_patterns(tag: str) -> tuple[re.Pattern, re.Pattern]:
+    name = re.escape(tag.strip())
+    return (
+        re.compile(rf"<\s*{name}\s*>", re.IGNORECASE),
+        re.compile(rf"<\s*/\s*{name}\s*>", re.IGNORECASE),
+    )
+
+
+def extract_tag(text, tag: str) -> str | None:
+    """Content of the last complete <tag>...</tag>, stripped; None if there is none.
+
+    A complete pair is an opening tag and the first closing tag after it; the last
+    opening tag that has one wins, so ``<answer>a<answer>b</answer>`` gives ``b`` and
+    ``<answer>x</answer> junk </answer>`` gives ``x``.
+    """
+    if not isinstance(text, str) or not isinstance(tag, str) or not tag.strip():
+        return None
+    opening, closing = _tag_patterns(tag)
+    closes = list(closing.finditer(text))
+    close_starts = [m.start() for m in closes]
+    for o in reversed(list(opening.finditer(text))):
+        j = bisect.bisect_left(close_starts, o.end())  # first close after this opening
+        if j < len(closes):
+            return text[o.end() : close_starts[j]].strip()
+    return None
+
+
+def count_tags(text, tag: str) -> int:
+    """max(number of <tag>, number of </tag>) in text (0 for non-text)."""
+    if not isinstance(text, str) or not isinstance(tag, str) or not tag.strip():
+        return 0
+    opening, closing = _tag_patterns(tag)
+    return max(len(opening.findall(text)), len(closing.findall(text)))
+
+
+# ------------------------------------------------------------------ multiple choice
+
+_LETTERS = "ABCDEFGHIJ"
+_MCQ_PATTERNS = [
+    # "answer is (B)", "Answer: B", "the correct option is B."
+    re.compile(r"(?i:answer|option|choice)\s*(?i:is)?\s*[:\-]?\s*\(?([A-J])\)?(?![A-Za-z])"),
+    # leading "(B)", "B)", "B.", "B: Paris" (not "A cat ...")
+    re.compile(r"^\(?([A-J])(?:\)|\.|:|$)"),
+    # a lone "(B)" or "(b)" anywhere (last one wins)
+    re.compile(r"\(([A-Ja-j])\)"),
+]
+
+
+def _letter_in(text: str) -> str | None:
+    stripped = text.strip().strip("*$`'\"")
+    if len(stripped) == 1 and stripped.upper() in _LETTERS:
+        return stripped.upper()
+    for pattern in _MCQ_PATTERNS:
+        found = pattern.findall(stripped)
+        if found:
+            return found[-1].upper()
+    return None
+
+
+def mcq_letter(text) -> str | None:
+    """The chosen option letter (A-J, upper case) in a prediction, or None.
+
+    A \\boxed{...} answer is read first, then the whole text.
+    """
+    if not isinstance(text, str):
+        return None
+    boxed = extract_boxed(text)
+    return (_letter_in(boxed) if boxed is not None else None) or _letter_in(text)
+
+
+def mcq_match(pred, gold) -> bool:
+    """The prediction's option letter equals the gold letter."""
+    p, g = mcq_letter(pred), mcq_letter(gold)
+    return p is not None and p == g
+
+
+# ------------------------------------------------------------------ math equivalence
+
+_DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox")
+
+
+def _math_verify_equal(pred: str, gold: str) -> bool:
+    """math-verify equivalence, no timeout (runs inside the helper process).
+
+    A bare answer ("\\frac12", "x^2+1") is wrapped in $...$ so it is read as LaTeX;
+    text with its own delimiters or \\boxed is parsed as it is.
+    """
+    from math_verify import parse, verify
+
+    def read(s: str):
+        if _DELIMITED.search(s):
+            return parse(s, parsing_timeout=None)
+        return parse(f"${s}$", parsing_timeout=None) or parse(s, parsing_timeout=None)
+
+    g, p = read(gold), read(pred)
+    return bool(g) and bool(p) and bool(verify(g, p, timeout_seconds=None))
+
+
+class _MathWorker:
+    """A helper process answering one JSON request per line; killed when it hangs."""
+
+    STARTUP_TIMEOUT = 120.0
+
+    def __init__(self):
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def _start(self) -> None:
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        self._proc = subprocess.Popen(
+            # -I: isolated, so trainer/ (the script's folder) does not shadow other modules
+            [sys.executable, "-I", "-u", os.path.abspath(__file__), "--serve-math"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, env=env, close_fds=True,
+        )
+        if self._readline(self.STARTUP_TIMEOUT) != "ready":
+            self.close()
+            raise RuntimeError("math-verify helper did not start (is the math-verify package installed?)")
+
+    def _readline(self, timeout: float) -> str | None:
+        out = self._proc.stdout
+        ready, _, _ = select.select([out], [], [], max(timeout, 0.0))
+        if not ready:
+            return None
+        line = out.readline()
+        return line.strip() if line else None
+
+    def equal(self, pred: str, gold: str, timeout: float) -> bool:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._start()
+            try:
+                self._proc.stdin.write(json.dumps({"pred": pred, "gold": gold}) + "\n")
+                self._proc.stdin.flush()
+                answer = self._readline(timeout)
+            except (OSError, ValueError):
+                answer = None
+            if answer is None:  # hung or died: kill it, the next call starts a fresh one
+                self.close()
+                return False
+            return answer == "true"
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+_WORKER = _MathWorker()
+MAX_MATH_CHARS = 2000
+
+
+def math_equal(pred, gold, timeout: float = 5.0) -> bool:
+    """True if pred is mathematically equivalent to gold; False on anything else.
+
+    Normalized exact match short-cuts the check (so "Paris" == "paris" and "True" ==
+    "true" hold without sympy). Inputs longer than MAX_MATH_CHARS are not parsed.
+    """
+    if not isinstance(pred, str) or not isinstance(gold, str) or not pred.strip() or not gold.strip():
+        return False
+    if exact_match(pred, gold):
+        return True
+    if len(pred) > MAX_MATH_CHARS or len(gold) > MAX_MATH_CHARS:
+        return False
+    try:
+        return _WORKER.equal(pred, gold, timeout)
+    except Exception:  # noqa: BLE001 -- a verifier must never take the run down
+        return False
+
+
+def _serve_math() -> None:
+    """Helper-process loop: one {"pred", "gold"} JSON per stdin line -> "true"/"false"."""
+    import math_verify  # noqa: F401 -- import before announcing readiness
+
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+            ok = _math_verify_equal(req["pred"], req["gold"])
+        except Exception:  # noqa: BLE001
+            ok = False
+        sys.stdout.write("true\n" if ok else "false\n")
+        sys.stdout.flush()
+
+
+# ------------------------------------------------------------------ registry
+
+Verifier = Callable[[str | None, Gold], bool]
+
+VERIFIERS: dict[str, Verifier] = {
+    "exact": exact_match,
+    "math": math_equal,
+    "mcq": mcq_match,
+}
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--serve-math"]:
+    _serve_math()
