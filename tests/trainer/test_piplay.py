@@ -1,0 +1,140 @@
+"""pi-Play: hop sampling, examiner parsing and format, QCP, difficulty table, hop-group
+advantages, lambda schedule and the teacher EMA."""
+
+import random
+
+import pytest
+import torch
+
+from trainer.algos.advantages import group_normalized
+from trainer.methods.parts import stratified_counts, stratified_draw
+from trainer.methods.piplay_parts import (
+    TeacherEMA,
+    build_qcp,
+    difficulty_table,
+    examiner_format,
+    examiner_prompt,
+    lambda_for_iteration,
+    parse_question_answer,
+    student_prompt,
+    teacher_prompt,
+)
+
+
+def _turns(*assistant):
+    out = []
+    for i, text in enumerate(assistant):
+        out.append({"role": "assistant", "text": text})
+        if i < len(assistant) - 1:
+            out.append({"role": "tool", "text": "<information>Doc 1 (Title: X) ...</information>"})
+    return out
+
+
+def test_hops_follow_the_4_3_2_1_ratio():
+    assert stratified_counts(10, [4, 3, 2, 1]) == [4, 3, 2, 1]
+    hops = stratified_draw(20, [4, 3, 2, 1], random.Random(1))
+    assert [hops.count(h) for h in (1, 2, 3, 4)] == [8, 6, 4, 2]
+
+
+def test_examiner_prompt_parse_and_format():
+    assert "exactly 2 search(es)" in examiner_prompt("Passage.", 3)
+    assert "needs no search" in examiner_prompt("Passage.", 1)
+    with pytest.raises(ValueError):
+        examiner_prompt("p", 0)
+    final = "<think>ok</think><question>Who founded X?</question><answer> Ann Lee </answer>"
+    assert parse_question_answer(final) == ("Who founded X?", "Ann Lee")
+    assert parse_question_answer("<question>Q</question>") == ("Q", None)
+    # 2 hops: think 1, tool min(1/1, 1) = 1, question+answer 1 -> 1.0
+    assert examiner_format(_turns("<think>a</think><search>X founder</search>", final), 2) == 1.0
+    # no think in the final turn: (0.5 + 1 + 1) / 3 = 0.8333
+    assert examiner_format(_turns("<think>a</think><search>q</search>", final[len("<think>ok</think>"):]),
+                           2) == pytest.approx(0.833333, abs=1e-6)
+    # 1 hop that searched anyway: tool 0 -> (1 + 0 + 1)/3
+    assert examiner_format(_turns("<think>a</think><search>q</search>", final), 1) == pytest.approx(2 / 3)
+    assert examiner_format([], 2) == 0.0
+
+
+def test_the_qcp_holds_passage_searches_results_and_answer_and_only_the_teacher_sees_it():
+    turns = _turns("<think>follow Ann</think><search>Ann Lee</search>", "<question>Q?</question><answer>A</answer>")
+    qcp = build_qcp("Ann Lee founded X.", turns, "Q?", "A")
+    assert qcp.index("Source passage") < qcp.index("Ann Lee</search>") < qcp.index("search results") \
+        < qcp.index("Answer: A")
+    assert "construction_path" in teacher_prompt("Q?", qcp) and qcp in teacher_prompt("Q?", qcp)
+    assert teacher_prompt("Q?", qcp).startswith(student_prompt("Q?"))
+    assert qcp not in student_prompt("Q?")
+
+
+def test_difficulty_table_for_five_attempts():
+    # (n - k) / (n - 1) for 0 < k < n, n = 5: k=1 -> 4/4, 2 -> 3/4, 3 -> 2/4, 4 -> 1/4; k = 0 or 5 -> 0
+    assert difficulty_table(5) == [0.0, 1.0, 0.75, 0.5, 0.25, 0.0]
+
+
+def test_hop_group_advantages_normalise_within_each_hop_count():
+    # examiner rewards r_d + 0.5 r_fmt for 5 questions: hops 1,1,1,2,2
+    rewards = [1.0 + 0.5, 0.5 + 0.5, 0.0 + 0.5, 0.75 + 0.5, 0.25 + 0.5]
+    adv = group_normalized(rewards, [1, 1, 1, 2, 2])
+    # hop 1: mean 1.0, sample std 0.5 -> (0.5, 0, -0.5) / 0.5 = (1, 0, -1)
+    # hop 2: mean 1.0, sample std sqrt(((.25)^2 * 2) / 1) = 0.35355 -> (+-0.25) / 0.35355 = +-0.7071
+    assert adv.tolist() == pytest.approx([1.0, 0.0, -1.0, 0.707105, -0.707105], abs=1e-4)
+
+
+def test_lambda_decays_per_iteration_and_the_last_value_repeats():
+    assert [lambda_for_iteration([0.03, 0.003, 0.002], i) for i in range(4)] == [0.03, 0.003, 0.002, 0.002]
+
+
+def _tiny_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(cfg)
+
+
+def test_teacher_ema_numbers():
+    lin = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        lin.weight.fill_(1.0)
+    teacher = TeacherEMA.from_model(lin, rate=0.05)
+    with torch.no_grad():
+        lin.weight.fill_(3.0)
+    teacher.update(lin)
+    # 0.95 * 1.0 + 0.05 * 3.0 = 1.1
+    assert teacher.state["weight"].item() == pytest.approx(1.1)
+    teacher.update(lin)
+    # 0.95 * 1.1 + 0.05 * 3.0 = 1.195
+    assert teacher.state["weight"].item() == pytest.approx(1.195)
+    assert lin.weight.item() == 3.0  # the student is untouched
+
+
+def test_teacher_logits_use_the_teacher_weights_without_touching_the_student():
+    model = _tiny_model()
+    teacher = TeacherEMA.from_model(model, rate=0.05)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    mask = torch.ones_like(ids)
+    before = model(input_ids=ids, attention_mask=mask).logits.detach()
+    torch.testing.assert_close(teacher.logits(model, ids, mask), before)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1)
+    after = model(input_ids=ids, attention_mask=mask).logits.detach()
+    assert not torch.allclose(after, before)
+    torch.testing.assert_close(teacher.logits(model, ids, mask), before)  # teacher lags: still old weights
+    teacher.update(model)
+    moved = teacher.logits(model, ids, mask)
+    assert not torch.allclose(moved, before) and not torch.allclose(moved, after)
+
+
+def test_with_lora_the_teacher_copies_only_the_adapter():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(_tiny_model(), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    teacher = TeacherEMA.from_model(model)
+    assert teacher.state and all("lora_" in name for name in teacher.state)
+    ids = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(teacher.logits(model, ids, torch.ones_like(ids)),
+                               model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.detach())
+    sd = teacher.state_dict()
+    other = TeacherEMA.from_model(model)
+    other.load_state_dict(sd)
+    assert all(torch.equal(other.state[n], teacher.state[n]) for n in teacher.state)

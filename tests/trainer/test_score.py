@@ -1,0 +1,211 @@
+"""SCORE: rubric sampling under the harness, strict score parsing, solver reward, depth rule,
+conclusions, and the meta-harness drivers."""
+
+import json
+import random
+
+import pytest
+
+from trainer.method_configs import ScoreSection
+from trainer.methods.harness import (
+    EndpointDriver,
+    HarnessError,
+    HarnessStats,
+    HumanDriver,
+    RuleDriver,
+    apply_human_edit,
+    default_harness,
+    normalize_harness,
+    summarize,
+)
+from trainer.methods.score_prompts import (
+    constrain_rubric,
+    depth_rule,
+    evaluation_messages,
+    extract_conclusion,
+    parse_rubric,
+    parse_scores,
+    report_is_valid,
+    rubric_messages,
+    solver_reward,
+)
+
+POOL = ["factuality", "insight", "coherence", "complexity", "comprehensiveness", "citation", "readability"]
+
+
+def _harness(k=4, must=("factuality",), wmin=0.1, wmax=0.5, tools=1):
+    return normalize_harness({
+        "dimension_constraints": {"k": k, "must_include": list(must), "weight_min": wmin, "weight_max": wmax},
+        "process_constraints": {"require_gap_analysis": False, "require_verification": True,
+                                "citation_cross_check": False, "min_number_of_tool_call": tools},
+        "notes": ""}, POOL)
+
+
+def test_a_followed_rubric_is_kept_as_written():
+    text = ('<dimensions><dim name="factuality"/><dim name="insight" weight="0.3"/>'
+            '<dim name="Coherence" weight="0.2"/><dim name="citation" weight="0.5"/></dimensions>')
+    rubric = constrain_rubric(parse_rubric(text), _harness(), POOL, random.Random(0))
+    assert rubric.followed and rubric.problems == []
+    assert rubric.dims == [("factuality", 0.5), ("insight", 0.3), ("coherence", 0.2), ("citation", 0.5)]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_any_output_becomes_a_rubric_within_the_harness_constraints(seed):
+    rng = random.Random(seed)
+    harness = _harness(k=rng.randint(2, 5), must=rng.sample(POOL, 1), wmin=0.2, wmax=0.4)
+    garbage = [
+        "", "no xml at all", '<dimensions><dim name="made_up" weight="9"/></dimensions>',
+        '<dimensions><dim name="insight" weight="7"/><dim name="insight" weight="0.3"/>'
+        '<dim name="readability"/><dim name="citation" weight="-1"/><dim name="coherence" weight="x"/>'
+        '<dim name="complexity" weight="0.3"/><dim name="comprehensiveness" weight="0.3"/></dimensions>',
+    ]
+    for text in garbage:
+        rubric = constrain_rubric(parse_rubric(text), harness, POOL, rng)
+        names = [d for d, _ in rubric.dims]
+        dc = harness["dimension_constraints"]
+        assert len(names) == dc["k"] and len(set(names)) == dc["k"]
+        assert names[0] == dc["must_include"][0] and set(names) <= set(POOL)
+        assert all(0.2 <= w <= 0.4 for d, w in rubric.dims[1:])
+        assert not rubric.followed and rubric.problems
+
+
+def test_out_of_range_weights_are_clamped_and_reported():
+    text = '<dimensions><dim name="insight" weight="0.9"/><dim name="citation" weight="0.01"/></dimensions>'
+    rubric = constrain_rubric(parse_rubric(text), _harness(k=3), POOL, random.Random(0))
+    assert rubric.dims == [("factuality", 0.5), ("insight", 0.5), ("citation", 0.1)]
+    assert len(rubric.problems) == 2
+
+
+def test_scores_are_read_strictly():
+    text = ('<verification>checked</verification><scores><score dim="factuality" value="8" reason="ok"/>'
+            '<score dim="insight" value="11"/><score dim="coherence" value="seven"/></scores>')
+    s = parse_scores(text, ["factuality", "insight", "coherence", "citation"], scale=10)
+    assert s.values == {"factuality": 0.8, "insight": 0.0, "coherence": 0.0, "citation": 0.0}
+    assert s.missing == ["insight", "coherence", "citation"] and not s.well_formed
+    broken = parse_scores("I think it is a 7/10 report.", ["factuality"], 10)
+    assert broken.values == {"factuality": 0.0} and broken.missing == ["factuality"]
+
+
+def test_solver_reward_and_depth_rule_match_the_formula():
+    rubric = [("factuality", 0.5), ("insight", 0.3), ("citation", 0.2)]
+    scores = {"factuality": 0.8, "insight": 0.5, "citation": 1.0}
+    # 1 + 0.5*0.8 + 0.3*0.5 + 0.2*1.0 = 1 + 0.4 + 0.15 + 0.2 = 1.75
+    assert solver_reward(True, rubric, scores) == pytest.approx(1.75)
+    assert solver_reward(False, rubric, scores) == 0.0
+    assert depth_rule(1.75, evaluator_searches=0, min_searches=1) == 0.0
+    assert depth_rule(1.75, evaluator_searches=2, min_searches=2) == 1.75
+    assert report_is_valid("A report.", truncated=False)
+    assert not report_is_valid("A report.", truncated=True) and not report_is_valid(None, False)
+
+
+def test_the_conclusion_is_the_labelled_part_or_the_last_paragraph():
+    report = "Intro text.\n\n## Conclusion\nTexas law allows force only at night."
+    assert extract_conclusion(report) == "Texas law allows force only at night."
+    assert extract_conclusion("A.\n\nConclusion: it depends on context.") == "it depends on context."
+    assert extract_conclusion("First part.\n\nLast paragraph here.") == "Last paragraph here."
+    assert extract_conclusion("") == ""
+
+
+def test_prompts_carry_the_harness():
+    h = _harness(k=3, must=("citation",), tools=2)
+    h["process_constraints"]["require_gap_analysis"] = True
+    system = rubric_messages(h, POOL, ["Q1?"])[0]["content"]
+    assert "citation is always required" in system and "exactly 2 more" in system and "[0.1, 0.5]" in system
+    msgs = evaluation_messages(h, [("citation", 0.5), ("insight", 0.2)], "Q1?", "Report.", 10)
+    assert "at least 2 time(s)" in msgs[0]["content"] and "gaps the report does not cover" in msgs[0]["content"]
+    assert "<report>Report.</report>" in msgs[1]["content"]
+
+
+# --- harness ---------------------------------------------------------------------------------
+
+def test_the_default_harness_comes_from_the_config_section():
+    h = default_harness(ScoreSection())
+    assert normalize_harness(h, POOL) == h
+    assert h["process_constraints"]["min_number_of_tool_call"] == ScoreSection().min_verification_searches
+
+
+def test_a_bad_harness_lists_every_problem():
+    with pytest.raises(HarnessError) as err:
+        normalize_harness({"dimension_constraints": {"k": 99, "must_include": ["nope"], "weight_min": 0.6,
+                                                     "weight_max": 0.2},
+                           "process_constraints": {"min_number_of_tool_call": -1, "require_verification": "yes"}},
+                          POOL)
+    text = str(err.value)
+    for part in ("not in the dimension pool", "k must be an integer", "weight_min 0.6 is larger",
+                 "min_number_of_tool_call must be", "require_verification must be true or false"):
+        assert part in text
+    with pytest.raises(HarnessError, match="not valid JSON"):
+        normalize_harness("{oops", POOL)
+
+
+def test_rule_driver_lowers_the_search_minimum_when_the_depth_rule_zeroes_most_scores():
+    h = _harness(tools=2)
+    update = RuleDriver(POOL, 10).next(h, HarnessStats(depth_zeroed_rate=0.8, evaluator_searches=0.5))
+    assert update.changed and update.harness["process_constraints"]["min_number_of_tool_call"] == 1
+    assert "depth rule" in update.reason
+    assert h["process_constraints"]["min_number_of_tool_call"] == 2  # the current harness is not mutated
+
+
+def test_rule_driver_raises_the_minimum_when_the_evaluator_searches_comfortably():
+    update = RuleDriver(POOL, 10).next(_harness(tools=1), HarnessStats(depth_zeroed_rate=0.0, evaluator_searches=3))
+    assert update.harness["process_constraints"]["min_number_of_tool_call"] == 2
+
+
+def test_rule_driver_makes_the_weakest_dimension_mandatory_when_scores_saturate():
+    stats = HarnessStats(valid_report_rate=1.0, evaluator_searches=1, depth_zeroed_rate=0.2,
+                         dimension_means={"factuality": 0.9, "insight": 0.3, "coherence": 0.95})
+    update = RuleDriver(POOL, 10).next(_harness(), stats)
+    assert update.harness["dimension_constraints"]["must_include"] == ["factuality", "insight"]
+
+
+def test_rule_driver_reacts_to_consistency_hacking_and_format_failures():
+    stats = HarnessStats(consistency=0.95, solver_reward=1.1, eval_format_failures=0.5, evaluator_searches=1,
+                         depth_zeroed_rate=0.2)
+    h = RuleDriver(POOL, 10).next(_harness(k=3), stats).harness
+    assert h["process_constraints"]["require_gap_analysis"] and h["dimension_constraints"]["k"] == 4
+    assert "broke the output format" in h["notes"]
+
+
+def test_rule_driver_changes_nothing_on_quiet_statistics():
+    stats = HarnessStats(depth_zeroed_rate=0.3, evaluator_searches=1.2, consistency=0.5, solver_reward=1.5)
+    update = RuleDriver(POOL, 10).next(_harness(), stats)
+    assert not update.changed and update.reason == "no rule fired"
+
+
+def test_summarize_averages_the_window():
+    stats = summarize([{"step": 4, "solver_reward": 1.0, "dimension_means": {"insight": 0.2}},
+                       {"step": 5, "solver_reward": 2.0, "dimension_means": {"insight": 0.4}}])
+    assert stats.solver_reward == 1.5 and stats.dimension_means == {"insight": pytest.approx(0.3)}
+    assert stats.steps == [4, 5] and stats.dimension_counts == {"insight": 2}
+
+
+def test_endpoint_driver_accepts_a_valid_reply_and_keeps_the_harness_otherwise():
+    wanted = _harness(k=5, must=("citation",), tools=3)
+    seen = []
+
+    def chat(messages):
+        seen.append(messages)
+        return "Here is the harness:\n```json\n" + json.dumps(wanted) + "\n```"
+
+    driver = EndpointDriver(chat, POOL, 10)
+    update = driver.next(_harness(), HarnessStats(solver_reward=1.2))
+    assert update.changed and update.harness == wanted and update.driver == "endpoint"
+    assert "solver_reward" in seen[0][1]["content"] and "Do not pick" in seen[0][0]["content"]
+    bad = EndpointDriver(lambda m: "I would raise k.", POOL, 10).next(_harness(), HarnessStats())
+    assert not bad.changed and "rejected" in bad.reason
+
+    def down(messages):
+        raise ConnectionError("refused")
+
+    assert "endpoint failed" in EndpointDriver(down, POOL, 10).next(_harness(), HarnessStats()).reason
+
+
+def test_human_edits_are_validated_and_the_human_driver_waits():
+    current = _harness()
+    assert not HumanDriver().next(current, HarnessStats()).changed
+    edit = _harness(k=2, must=("insight",), tools=0)
+    update = apply_human_edit(current, json.dumps(edit), POOL, 10)
+    assert update.changed and update.harness == edit
+    rejected = apply_human_edit(current, {"dimension_constraints": {"k": 0}}, POOL, 10)
+    assert not rejected.changed and rejected.harness == current and "rejected" in rejected.reason
+    assert "exceeds the evaluator's tool budget" in apply_human_edit(current, _harness(tools=11), POOL, 10).reason
