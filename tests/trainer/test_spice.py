@@ -1,0 +1,152 @@
+"""SPICE: strict task parsing, ratio-preserving Challenger subsampling, and the recipe wiring."""
+import random
+
+import pytest
+
+from trainer.methods.spice_tasks import (
+    FormatChoice,
+    SpiceTask,
+    TaskError,
+    format_prompt,
+    keep_preserving_ratio,
+    parse_format_choice,
+    parse_task,
+    reasoner_prompt,
+    task_prompt,
+)
+
+FORMATS = ["mcq", "free_form"]
+TYPES = ["integer", "float", "expression", "string", "boolean"]
+MCQ = FormatChoice("mcq", None)
+
+
+# ---- turn one: the format choice --------------------------------------------------------------
+
+def test_format_choice_reads_the_last_json_after_thinking():
+    text = ('Let me think: the document has numbers. {"draft": 1}\n'
+            '{"suitable_for_mcq": false, "suitable_for_free_form": true, "best_answer_type": "Integer", '
+            '"reason": "counts"}')
+    assert parse_format_choice(text, FORMATS, TYPES) == FormatChoice("free_form", "integer")
+
+
+def test_format_choice_mcq_ignores_answer_type():
+    text = '{"suitable_for_mcq": true, "suitable_for_free_form": false, "best_answer_type": null, "reason": "x"}'
+    assert parse_format_choice(text, FORMATS, TYPES) == MCQ
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("I choose MCQ.", "no parsable JSON"),
+    ('{"suitable_for_mcq": true, "suitable_for_free_form": true}', "exactly one"),
+    ('{"suitable_for_mcq": "yes", "suitable_for_free_form": false}', "true or false"),
+    ('{"suitable_for_mcq": false, "suitable_for_free_form": true, "best_answer_type": "Essay"}', "best_answer_type"),
+    ('{"suitable_for_mcq": true, "suitable_for_free_form": false', "no parsable JSON"),  # unclosed
+    ('{"format": "mcq"}', "lacks"),
+])
+def test_format_choice_is_strict(text, reason):
+    with pytest.raises(TaskError, match=reason):
+        parse_format_choice(text, FORMATS, TYPES)
+
+
+def test_format_choice_refuses_a_format_the_run_disallows():
+    text = '{"suitable_for_mcq": true, "suitable_for_free_form": false}'
+    with pytest.raises(TaskError, match="not allowed"):
+        parse_format_choice(text, ["free_form"], TYPES)
+
+
+# ---- turn two: the task -----------------------------------------------------------------------
+
+def test_mcq_task_parses_with_inline_options():
+    text = ('thinking...\n{"hardening_process": "h", "multiple_choice_question": "Which moon? A) Io B) Europa '
+            'C) Titan D) Triton", "multiple_choice_correct": "c)", "question_difficulty": "Hard"}')
+    assert parse_task(text, MCQ) == SpiceTask("mcq", "mcq", "Which moon? A) Io B) Europa C) Titan D) Triton", "C")
+
+
+@pytest.mark.parametrize("fields, reason", [
+    ('"multiple_choice_question": "", "multiple_choice_correct": "A"', "empty"),
+    ('"multiple_choice_question": "Q? A) 1 B) 2 C) 3 D) 4", "multiple_choice_correct": "E"', "A, B, C or D"),
+    ('"multiple_choice_question": "Q? A) 1 B) 2", "multiple_choice_correct": "A"', "options"),
+    ('"multiple_choice_question": "Q? A) 1 B) 2 C) 3 D) 4"', "lacks"),
+])
+def test_mcq_task_is_strict(fields, reason):
+    with pytest.raises(TaskError, match=reason):
+        parse_task("{" + fields + "}", MCQ)
+
+
+@pytest.mark.parametrize("kind, answer, gold", [
+    ("integer", "42", "42"), ("integer", '"1,200"', "1200"), ("integer", "7.0", "7"),
+    ("float", "3.14", "3.14"), ("expression", '"2*x + 5"', "2*x + 5"),
+    ("string", '"gradient descent"', "gradient descent"), ("boolean", "true", "true"), ("boolean", '"False"', "false"),
+])
+def test_free_form_answers_of_each_type(kind, answer, gold):
+    text = f'{{"question": "How many?", "answer": {answer}, "answer_type": "{kind.capitalize()}"}}'
+    task = parse_task(text, FormatChoice("free_form", kind))
+    assert (task.format, task.answer_type, task.question, task.answer) == ("free_form", kind, "How many?", gold)
+
+
+@pytest.mark.parametrize("kind, answer, reason", [
+    ("integer", '"about 40"', "integer answer expected"),
+    ("integer", "[42]", "plain value"),
+    ("integer", '{"value": 42}', "plain value"),
+    ("float", '"pi"', "float answer expected"),
+    ("boolean", '"yes"', "true or false"),
+    ("string", '"a very long answer string"', "more than 3 words"),
+    ("string", '""', "empty answer"),
+])
+def test_free_form_answers_are_checked_against_their_type(kind, answer, reason):
+    text = f'{{"question": "Q?", "answer": {answer}}}'
+    with pytest.raises(TaskError, match=reason):
+        parse_task(text, FormatChoice("free_form", kind))
+
+
+def test_free_form_refuses_a_list_of_questions_and_a_type_mismatch():
+    with pytest.raises(TaskError, match="one string"):
+        parse_task('{"question": ["Q1", "Q2"], "answer": 1}', FormatChoice("free_form", "integer"))
+    with pytest.raises(TaskError, match="differs"):
+        parse_task('{"question": "Q?", "answer": 1, "answer_type": "String"}', FormatChoice("free_form", "integer"))
+
+
+def test_garbage_from_a_random_model_is_an_invalid_task_not_a_crash():
+    rng = random.Random(0)
+    alphabet = '{}[]":,abc 01\\\n'
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
+        for choice in (MCQ, FormatChoice("free_form", "integer")):
+            try:
+                parse_task(text, choice)
+            except TaskError:
+                pass
+        try:
+            parse_format_choice(text, FORMATS, TYPES)
+        except TaskError:
+            pass
+
+
+def test_prompts_carry_their_inputs():
+    assert "DOC-TEXT" in format_prompt("DOC-TEXT", FORMATS, TYPES)
+    assert "Only multiple choice" in format_prompt("d", ["mcq"], TYPES)
+    assert "type: Integer" in task_prompt(FormatChoice("free_form", "integer"))
+    assert "multiple_choice_correct" in task_prompt(MCQ)
+    assert reasoner_prompt(SpiceTask("free_form", "integer", "How many?", "4")).endswith("within \\boxed{}.")
+    assert "letter of the correct option" in reasoner_prompt(SpiceTask("mcq", "mcq", "Q", "A"))
+
+
+# ---- keeping G of N Challenger attempts -------------------------------------------------------
+
+@pytest.mark.parametrize("n_valid, n, group, want_valid", [
+    (6, 16, 8, 3),   # 8 * 6/16 = 3
+    (1, 16, 8, 1),   # 8 * 1/16 = 0.5 -> at least one valid survives
+    (0, 16, 8, 0),
+    (15, 16, 8, 8),  # 8 * 15/16 = 7.5 -> 8 valid, 0 invalid
+    (10, 12, 8, 7),  # 8 * 10/12 = 6.67 -> 7 valid, 1 invalid
+    (12, 12, 8, 8),
+])
+def test_keep_preserving_ratio(n_valid, n, group, want_valid):
+    valid = [True] * n_valid + [False] * (n - n_valid)
+    random.Random(1).shuffle(valid)
+    kept = keep_preserving_ratio(valid, group, random.Random(2))
+    assert len(kept) == group and len(set(kept)) == group
+    assert sum(valid[i] for i in kept) == want_valid
+
+
+def test_keep_preserving_ratio_keeps_everything_when_attempts_are_few():
+    assert keep_preserving_ratio([True, False, True], 8, random.Random(0)) == [0, 1, 2]

@@ -1,0 +1,157 @@
+"""SSP: rule filter decisions, noise-passage mixing, replay buffer reset, review flags, answers."""
+import random
+
+import pytest
+
+from trainer.methods.replay import ReplayBuffer
+from trainer.methods.review import ReviewState
+from trainer.methods.ssp_tasks import (
+    corpus_answer,
+    format_materials,
+    load_answers,
+    mix_noise,
+    parse_rag_answer,
+    rule_filter,
+    span_answers,
+    title_answer,
+)
+from trainer.sink import Verdict
+from trainer.tools.retriever import Passage
+
+GOOD_Q = "Which castle in Devon was designed by the architect who laid out the Hestercombe garden?"
+
+
+def P(doc, chunk=None, text=None):
+    return Passage(document_id=doc, chunk_id=chunk or f"{doc}-0", title=f"T{doc}", text=text or f"text of {doc}")
+
+
+# ---- the rule filter (reference code's checks, in order) -------------------------------------
+
+@pytest.mark.parametrize("question, answer, queries, n_passages, reason", [
+    (GOOD_Q, "Castle Drogo", ["lutyens castle", "hestercombe garden"], 6, "ok"),
+    (None, "Castle Drogo", ["a", "b"], 6, "no_question"),
+    ("   ", "Castle Drogo", ["a", "b"], 6, "no_question"),
+    ("Who?", "Castle Drogo", ["a", "b"], 6, "too_short"),
+    ("word " * 250, "Castle Drogo", ["a", "b"], 6, "too_long"),
+    ("Which castle was designed by Lutyens?", "Castle Drogo", ["a", "b"], 6, "too_few_words"),
+    (GOOD_Q + " Is it castle drogo?", "Castle Drogo", ["a", "b"], 6, "contains_answer"),
+    (GOOD_Q, "Castle Drogo", ["a", "b"], 0, "no_materials"),
+    (GOOD_Q, "Castle Drogo", ["lutyens castle"], 3, "too_few_searches"),
+    (GOOD_Q, "Castle Drogo", ["lutyens castle", "  "], 3, "too_few_searches"),
+    (GOOD_Q, "Castle Drogo", ["lutyens castle", "lutyens castle"], 6, "duplicate_queries"),
+])
+def test_rule_filter_decisions(question, answer, queries, n_passages, reason):
+    result = rule_filter(question, answer, queries, n_passages)
+    assert result.reason == reason
+    assert result.ok == (reason == "ok")
+
+
+def test_rule_filter_bounds_are_inclusive_and_configurable():
+    ten_words = "one two three four five six seven eight nine ten"
+    assert rule_filter(ten_words, "zzz", ["a", "b"], 1).ok
+    assert rule_filter(ten_words, "zzz", ["a", "b"], 1, min_words=11).reason == "too_few_words"
+    assert rule_filter(ten_words, "zzz", ["a"], 1, min_searches=1).ok
+    assert rule_filter("x" * 1000 + " a b c d e f g h i", "zzz", ["a", "b"], 1).reason == "too_long"
+
+
+# ---- RAG noise mixing -------------------------------------------------------------------------
+
+def test_mix_noise_adds_k_passages_from_other_trajectories_only():
+    own = [P("a"), P("b"), P("a")]  # the Proposer retrieved chunk a twice
+    others = [[P("b"), P("c"), P("d")], [P("e"), P("f")], []]
+    materials, noise = mix_noise(own, others, 2, random.Random(0))
+    assert len(noise) == 2
+    assert {p.document_id for p in noise} <= {"c", "d", "e", "f"}  # never one of its own (b is its own)
+    assert sorted(p.document_id for p in materials) == sorted(["a", "b"] + [p.document_id for p in noise])
+
+
+def test_mix_noise_uses_what_there_is_and_shuffles():
+    own = [P(str(i)) for i in range(6)]
+    materials, noise = mix_noise(own, [[P("x")]], 4, random.Random(3))
+    assert [p.document_id for p in noise] == ["x"] and len(materials) == 7
+    orders = {tuple(p.document_id for p in mix_noise(own, [[P("x")]], 4, random.Random(s))[0]) for s in range(10)}
+    assert len(orders) > 1  # the noise is not always at the end
+
+
+def test_mix_noise_with_zero_noise_returns_own_passages():
+    materials, noise = mix_noise([P("a"), P("b")], [[P("c")]], 0, random.Random(0))
+    assert noise == [] and sorted(p.document_id for p in materials) == ["a", "b"]
+
+
+def test_materials_and_rag_answer_parsing():
+    assert format_materials([P("a"), P("b")]) == "Doc 1 (Title: Ta) text of a\nDoc 2 (Title: Tb) text of b"
+    assert parse_rag_answer("It is in Devon.\nAnswer: Castle Drogo\nextra") == "Castle Drogo"
+    assert parse_rag_answer("answer: x. Answer：Y") == "Y"
+    assert parse_rag_answer("no idea") is None
+    assert parse_rag_answer("Answer:   ") is None
+
+
+# ---- replay buffer with periodic reset --------------------------------------------------------
+
+def test_replay_buffer_refills_and_resets_every_n_steps():
+    buf = ReplayBuffer(reset_every=10)
+    for step in range(1, 10):
+        buf.add([{"key": f"{step}:0", "question": f"q{step}"}])
+        assert not buf.end_step(step)
+    assert len(buf) == 9
+    drawn = buf.sample(4, random.Random(0))
+    assert len({d["key"] for d in drawn}) == 4  # without replacement while it lasts
+    assert len(buf.sample(20, random.Random(0))) == 20  # then drawn again
+    buf.add([{"key": "10:0"}])
+    assert buf.end_step(10) and len(buf) == 0 and buf.sample(3, random.Random(0)) == []
+    buf.add([{"key": "11:0"}])
+    assert not buf.end_step(11) and len(buf) == 1
+
+
+def test_replay_buffer_dedupes_removes_flagged_and_round_trips():
+    buf = ReplayBuffer(reset_every=10, capacity=3)
+    buf.add([{"key": k} for k in "abcd"] + [{"key": "d"}])
+    assert [e["key"] for e in buf.entries] == ["b", "c", "d"]
+    assert buf.remove(["c", "zzz"]) == 1
+    again = ReplayBuffer(reset_every=10)
+    again.load_state_dict(buf.state_dict())
+    assert [e["key"] for e in again.entries] == ["b", "d"]
+
+
+# ---- review verdicts --------------------------------------------------------------------------
+
+def test_review_state_flags_by_key_and_question_and_survives_a_checkpoint():
+    review = ReviewState()
+    review.remember("3:1", "Who built Castle Drogo?")
+    newly = review.apply([Verdict("task", "3:1", "flag"), Verdict("rubric", "9", "flag"),
+                          Verdict("task", "3:2", "approve")])
+    assert newly == ["3:1"]
+    assert review.is_flagged("3:1") and review.is_flagged(question="who built  castle drogo")
+    assert not review.is_flagged("3:2", "Another question?")
+    restored = ReviewState()
+    restored.load_state_dict(review.state_dict())
+    assert restored.is_flagged("3:1") and restored.is_flagged(question="Who built Castle Drogo?")
+    restored.remember("3:1", "Who built Castle Drogo?")
+    restored.apply([Verdict("task", "3:1", "approve")])
+    assert not restored.is_flagged("3:1", "Who built Castle Drogo?")
+
+
+# ---- answers to start from --------------------------------------------------------------------
+
+def test_corpus_answers_are_titles_or_short_spans():
+    assert title_answer("Mercury (planet)", 5) == "Mercury"
+    assert title_answer("List of the largest cities of the world by population", 5) is None
+    spans = span_answers("The Eiffel Tower was built in 1889 by Gustave Eiffel in Paris.", 4)
+    assert "Eiffel Tower" in spans and "1889" in spans and "Gustave Eiffel" in spans and "Paris" in spans
+    assert "The" not in spans
+    rng = random.Random(0)
+    picks = {corpus_answer("Eiffel Tower", "Built in 1889 by Gustave Eiffel.", rng, 0.5, 4) for _ in range(40)}
+    assert "Eiffel Tower" in picks and picks & {"1889", "Gustave Eiffel"}
+    assert corpus_answer("", "nothing capitalised here", rng, 0.5, 4) is None
+
+
+def test_load_answers_txt_and_jsonl(tmp_path):
+    (tmp_path / "a.txt").write_text("Paris\n\nCastle Drogo\n")
+    assert load_answers(tmp_path / "a.txt") == ["Paris", "Castle Drogo"]
+    (tmp_path / "a.jsonl").write_text('{"answer": "Io"}\n{"answer": 1889}\n')
+    assert load_answers(tmp_path / "a.jsonl") == ["Io", "1889"]
+    (tmp_path / "bad.jsonl").write_text('{"answer": "Io"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        load_answers(tmp_path / "bad.jsonl")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_answers(tmp_path / "missing.txt")
