@@ -1,0 +1,356 @@
+"""The papers' reward formulas as pure functions (see specs/methods.md).
+
+SPICE   ``spice_challenger`` (gaussian variance reward) and the ablations
+        ``spice_absolute_zero``, ``spice_threshold``, ``spice_rzero_tent``; invalid task
+        (``correct is None``) -> -0.1. ``SPICE_CHALLENGER_REWARDS`` / ``spice_reward_fn``.
+SSP     ``ssp_proposer`` (1 - mean solver reward; filtered question -> 0),
+        ``ssp_solver`` (0/1, quartered above 10 answer tags).
+SCOPE   ``scope_f_diff``, ``scope_length_penalty``, ``scope_format_parts`` /
+        ``scope_format_reward`` (think / tool / structure-or-answer, averaged),
+        ``scope_search_reward``, ``scope_rubric_score``, ``scope_challenger_reward``,
+        ``scope_solver_reward``.
+SCORE   ``score_solver_reward`` = a(r) (1 + sum_j w_j s_j), ``score_consistency`` (mean
+        pairwise TF-IDF cosine of the reports' conclusions; TF-IDF written here with numpy).
+pi-Play ``piplay_difficulty`` = (n-k)/(n-1) for 0<k<n else 0, ``piplay_examiner_reward``.
+
+The EMA baseline of SCORE's evaluator lives with the advantages (trainer.algos).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import numpy as np
+
+from trainer.verify import extract_tag
+
+__all__ = [
+    "SPICE_CHALLENGER_REWARDS",
+    "piplay_difficulty",
+    "piplay_examiner_reward",
+    "scope_challenger_reward",
+    "scope_f_diff",
+    "scope_format_parts",
+    "scope_format_reward",
+    "scope_length_penalty",
+    "scope_rubric_score",
+    "scope_search_reward",
+    "scope_solver_reward",
+    "score_consistency",
+    "score_solver_reward",
+    "spice_absolute_zero",
+    "spice_challenger",
+    "spice_reward_fn",
+    "spice_rzero_tent",
+    "spice_threshold",
+    "ssp_proposer",
+    "ssp_solver",
+    "tfidf_vectors",
+]
+
+# ================================================================== SPICE
+
+SPICE_INVALID = -0.1
+
+
+def _pass_rate(correct: Sequence[bool]) -> tuple[int, int]:
+    n = len(correct)
+    if n == 0:
+        raise ValueError("a valid task needs at least one Reasoner answer to score it; got an empty list")
+    return sum(bool(c) for c in correct), n
+
+
+def spice_challenger(correct: Sequence[bool] | None, tau: float = 0.01, invalid: float = SPICE_INVALID) -> float:
+    """SPICE gaussian variance reward exp(-(p(1-p) - 0.25)^2 / (2 tau)); None -> invalid.
+
+    p is the Reasoner pass rate; the reward peaks at 1.0 for p = 0.5.
+    """
+    if correct is None:
+        return invalid
+    k, n = _pass_rate(correct)
+    p = k / n
+    return math.exp(-((p * (1 - p) - 0.25) ** 2) / (2 * tau))
+
+
+def spice_absolute_zero(correct: Sequence[bool] | None, invalid: float = SPICE_INVALID) -> float:
+    """Absolute-Zero ablation: 1 - p if 0 < p < 1 else 0."""
+    if correct is None:
+        return invalid
+    k, n = _pass_rate(correct)
+    return 1 - k / n if 0 < k < n else 0.0
+
+
+def spice_threshold(correct: Sequence[bool] | None, invalid: float = SPICE_INVALID) -> float:
+    """Threshold ablation: 1 if some but not all answers are correct, else 0."""
+    if correct is None:
+        return invalid
+    k, n = _pass_rate(correct)
+    return 1.0 if 0 < k < n else 0.0
+
+
+def spice_rzero_tent(correct: Sequence[bool] | None, invalid: float = SPICE_INVALID) -> float:
+    """R-Zero tent ablation: 1 - 2 |p - 0.5|."""
+    if correct is None:
+        return invalid
+    k, n = _pass_rate(correct)
+    return 1 - 2 * abs(k / n - 0.5)
+
+
+ChallengerReward = Callable[[Sequence[bool] | None], float]
+
+SPICE_CHALLENGER_REWARDS: dict[str, Callable[..., float]] = {
+    "gaussian": spice_challenger,
+    "absolute_zero": spice_absolute_zero,
+    "threshold": spice_threshold,
+    "r_zero": spice_rzero_tent,
+}
+
+
+def spice_reward_fn(name: str, invalid: float = SPICE_INVALID, tau: float = 0.01) -> ChallengerReward:
+    """The named Challenger reward with its parameters bound: ``fn(correct) -> float``."""
+    try:
+        fn = SPICE_CHALLENGER_REWARDS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown SPICE challenger reward {name!r}; choose one of {sorted(SPICE_CHALLENGER_REWARDS)}"
+        ) from None
+    return partial(fn, tau=tau, invalid=invalid) if fn is spice_challenger else partial(fn, invalid=invalid)
+
+
+# ================================================================== SSP
+
+
+def ssp_proposer(solver_rewards: Sequence[float] | None, invalid: float = 0.0) -> float:
+    """1 - mean(solver rewards); a question that failed the filters / RAG check (None) -> 0."""
+    if solver_rewards is None:
+        return invalid
+    if len(solver_rewards) == 0:
+        raise ValueError("ssp_proposer needs the solver rewards of at least one attempt (or None for a filtered question)")
+    return 1.0 - sum(solver_rewards) / len(solver_rewards)
+
+
+def ssp_solver(correct: bool, n_answer_tags: int, tag_limit: int = 10, divisor: float = 4.0) -> float:
+    """1 if the answer is judged correct else 0; more than ``tag_limit`` answer tags -> / 4."""
+    reward = 1.0 if correct else 0.0
+    return reward / divisor if n_answer_tags > tag_limit else reward
+
+
+# ================================================================== SCOPE
+
+
+def scope_f_diff(mean_score: float, tau: float = 0.5) -> float:
+    """Difficulty reward max(0, 1 - |g - tau| / min(tau, 1 - tau)); peaks at g = tau."""
+    if not 0.0 < tau < 1.0:
+        raise ValueError(f"the SCOPE difficulty target tau must lie strictly between 0 and 1, got {tau}")
+    return max(0.0, 1.0 - abs(mean_score - tau) / min(tau, 1.0 - tau))
+
+
+def scope_length_penalty(n_tokens: int, soft: int = 1024, hard: int = 2048, floor: float = 0.05) -> float:
+    """Cosine length multiplier: 1 up to ``soft`` tokens, ``floor`` from ``hard``, and
+    floor + (1 - floor)/2 * (1 + cos(pi (n - soft) / (hard - soft))) in between."""
+    if hard <= soft:
+        raise ValueError(f"length_hard ({hard}) must be greater than length_soft ({soft})")
+    if n_tokens <= soft:
+        return 1.0
+    if n_tokens >= hard:
+        return floor
+    return floor + (1.0 - floor) / 2.0 * (1.0 + math.cos(math.pi * (n_tokens - soft) / (hard - soft)))
+
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL | re.IGNORECASE)
+
+
+def _has_think(turn: str) -> bool:
+    return bool(_THINK.search(turn))
+
+
+def _valid_searches(turn: str) -> int:
+    """Well-formed <search>...</search> calls with non-empty content in one turn."""
+    return sum(1 for q in _SEARCH.findall(turn) if q.strip())
+
+
+def _think_fraction(turns: Sequence[str]) -> float:
+    return sum(_has_think(t) for t in turns) / len(turns) if turns else 0.0
+
+
+def _challenger_parts(turns: Sequence[str], expected_searches: int | None) -> dict[str, float]:
+    """SCOPE F.1: think fraction, search turns / expected (<= 1), final <task><question>."""
+    if expected_searches is None or expected_searches < 1:
+        raise ValueError(f"the Challenger's expected search count must be at least 1, got {expected_searches}")
+    search_turns = sum(1 for t in turns if _valid_searches(t) > 0)
+    task = extract_tag(turns[-1], "task") if turns else None
+    question = extract_tag(task, "question") if task is not None else None
+    return {
+        "think": _think_fraction(turns),
+        "tool": min(search_turns / expected_searches, 1.0),
+        "structure": 1.0 if question else 0.0,
+    }
+
+
+def _solver_parts(turns: Sequence[str], expected_searches: int | None = None) -> dict[str, float]:
+    """SCOPE F.2: think fraction, valid searches in non-final turns / (turns - 1) (<= 1),
+    final <answer>. A one-turn answer has no non-final turn: tool = 0 (ours)."""
+    searches = sum(_valid_searches(t) for t in turns[:-1])
+    answer = extract_tag(turns[-1], "answer") if turns else None
+    return {
+        "think": _think_fraction(turns),
+        "tool": min(searches / max(len(turns) - 1, 1), 1.0),
+        "answer": 1.0 if answer else 0.0,
+    }
+
+
+_FORMAT_PARTS = {"challenger": _challenger_parts, "solver": _solver_parts}
+
+
+def scope_format_parts(turns: Sequence[str], role: str, expected_searches: int | None = None) -> dict[str, float]:
+    """The three format components of one rollout, given its assistant turns' texts."""
+    try:
+        parts_fn = _FORMAT_PARTS[role]
+    except KeyError:
+        raise ValueError(f"unknown SCOPE role {role!r}; choose one of {sorted(_FORMAT_PARTS)}") from None
+    return parts_fn([t if isinstance(t, str) else "" for t in turns], expected_searches)
+
+
+def scope_format_reward(turns: Sequence[str], role: str, expected_searches: int | None = None) -> float:
+    """r_fmt = mean of the three format components (in [0, 1])."""
+    parts = scope_format_parts(turns, role, expected_searches)
+    return sum(parts.values()) / len(parts)
+
+
+def scope_search_reward(n_valid_searches: int, cap: int = 3) -> float:
+    """min(valid searches / 3, 1) over all turns (SCOPE F.2)."""
+    return min(n_valid_searches / cap, 1.0)
+
+
+def scope_rubric_score(passed: Sequence[bool]) -> float:
+    """g = fraction of rubrics passed (weights 1)."""
+    if len(passed) == 0:
+        raise ValueError("a rubric score needs at least one graded rubric")
+    return sum(bool(p) for p in passed) / len(passed)
+
+
+_GATE_FAILURE_WEIGHT = {"half_format": None, "format": 1.0}  # None = the format weight (0.5)
+
+
+def scope_challenger_reward(
+    r_fmt: float,
+    gate_passed: bool,
+    mean_score: float | None,
+    tau: float = 0.5,
+    format_weight: float = 0.5,
+    difficulty_weight: float = 1.0,
+    gate_failure: str = "half_format",
+) -> float:
+    """R_C = 0.5 r_fmt + 1.0 * gate * f_diff(mean g).
+
+    Gate failure: 0.5 r_fmt (``half_format``, ours) or r_fmt (``format``, the paper's
+    algorithm box). r_fmt = 0 gives 0 (paper F.1: such rollouts get zero total reward).
+    """
+    if r_fmt <= 0.0:
+        return 0.0
+    if not gate_passed:
+        if gate_failure not in _GATE_FAILURE_WEIGHT:
+            raise ValueError(f"unknown gate_failure {gate_failure!r}; choose one of {sorted(_GATE_FAILURE_WEIGHT)}")
+        weight = _GATE_FAILURE_WEIGHT[gate_failure]
+        return (format_weight if weight is None else weight) * r_fmt
+    if mean_score is None:
+        raise ValueError("a task that passed the gates needs the Solver's mean rubric score")
+    return format_weight * r_fmt + difficulty_weight * scope_f_diff(mean_score, tau)
+
+
+def scope_solver_reward(
+    rubric_score: float,
+    n_answer_tokens: int,
+    r_fmt: float,
+    n_searches: int,
+    rubric_weight: float = 1.0,
+    format_weight: float = 0.5,
+    search_weight: float = 0.1,
+    search_cap: int = 3,
+    soft: int = 1024,
+    hard: int = 2048,
+    floor: float = 0.05,
+) -> float:
+    """R_S = 1.0 L(|a|) g + 0.5 r_fmt + 0.1 min(searches / 3, 1)."""
+    length = scope_length_penalty(n_answer_tokens, soft, hard, floor)
+    return (
+        rubric_weight * length * rubric_score
+        + format_weight * r_fmt
+        + search_weight * scope_search_reward(n_searches, search_cap)
+    )
+
+
+# ================================================================== SCORE
+
+
+def score_solver_reward(well_formed: bool, weights: Sequence[float], scores: Sequence[float]) -> float:
+    """R_s = a(r) (1 + sum_j w_j s_j), a(r) = 1 for a well-formed report else 0."""
+    if len(weights) != len(scores):
+        raise ValueError(f"one score per rubric dimension: got {len(weights)} weights and {len(scores)} scores")
+    if not well_formed:
+        return 0.0
+    return 1.0 + sum(w * s for w, s in zip(weights, scores))
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _tokens(text: str) -> list[str]:
+    """Lowercased runs of word characters (letters, digits, underscore; any script)."""
+    return _WORD.findall(text.lower()) if isinstance(text, str) else []
+
+
+def tfidf_vectors(texts: Sequence[str]) -> np.ndarray:
+    """L2-normalized TF-IDF rows, one per text, over the texts' own vocabulary. [K, |V|]
+
+    tf = raw count of the term in the text; idf = ln((1 + K) / (1 + df)) + 1 (smoothed,
+    as if one extra document held every term once; a term in every text keeps idf 1, so
+    identical texts still have cosine 1). A text without tokens is a zero row.
+    """
+    counts = [Counter(_tokens(t)) for t in texts]
+    vocab = sorted(set().union(*counts)) if counts else []
+    if not vocab:
+        return np.zeros((len(texts), 0))
+    index = {term: j for j, term in enumerate(vocab)}
+    tf = np.zeros((len(texts), len(vocab)))
+    for i, c in enumerate(counts):
+        for term, n in c.items():
+            tf[i, index[term]] = n
+    df = (tf > 0).sum(axis=0)
+    idf = np.log((1 + len(texts)) / (1 + df)) + 1.0
+    x = tf * idf
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+def score_consistency(conclusions: Sequence[str]) -> float:
+    """Mean pairwise cosine similarity of the conclusions' TF-IDF vectors, in [0, 1].
+
+    A pair involving an empty conclusion scores 0 (no evidence of agreement).
+    """
+    if len(conclusions) < 2:
+        raise ValueError(f"consistency compares reports pairwise: need at least 2 conclusions, got {len(conclusions)}")
+    x = tfidf_vectors(conclusions)
+    sims = [float(x[i] @ x[j]) for i, j in itertools.combinations(range(len(conclusions)), 2)]
+    return min(1.0, max(0.0, sum(sims) / len(sims)))
+
+
+# ================================================================== pi-Play
+
+
+def piplay_difficulty(k: int, n: int) -> float:
+    """Examiner difficulty r_d = (n - k)/(n - 1) if 0 < k < n else 0 (k of n attempts correct)."""
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"piplay_difficulty needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    return (n - k) / (n - 1) if 0 < k < n else 0.0
+
+
+def piplay_examiner_reward(k: int, n: int, r_fmt: float, format_weight: float = 0.5) -> float:
+    """R = r_d + 0.5 r_fmt."""
+    return piplay_difficulty(k, n) + format_weight * r_fmt
