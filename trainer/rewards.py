@@ -51,6 +51,8 @@ __all__ = [
     "ssp_proposer",
     "ssp_solver",
     "tfidf_vectors",
+    "think_fraction",
+    "valid_searches",
 ]
 
 # ================================================================== SPICE
@@ -166,28 +168,34 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL | re.IGNORECASE)
 
 
-def _has_think(turn: str) -> bool:
+def has_think(turn: str) -> bool:
+    """The turn contains a <think>...</think> block."""
     return bool(_THINK.search(turn))
 
 
-def _valid_searches(turn: str) -> int:
+def valid_searches(turn: str) -> int:
     """Well-formed <search>...</search> calls with non-empty content in one turn."""
     return sum(1 for q in _SEARCH.findall(turn) if q.strip())
 
 
-def _think_fraction(turns: Sequence[str]) -> float:
-    return sum(_has_think(t) for t in turns) / len(turns) if turns else 0.0
+def think_fraction(turns: Sequence[str]) -> float:
+    """Fraction of assistant turns with a think block (0 for no turns)."""
+    return sum(has_think(t) for t in turns) / len(turns) if turns else 0.0
+
+
+# older private names, imported by trainer.methods.piplay_parts
+_think_fraction, _valid_searches = think_fraction, valid_searches
 
 
 def _challenger_parts(turns: Sequence[str], expected_searches: int | None) -> dict[str, float]:
     """SCOPE F.1: think fraction, search turns / expected (<= 1), final <task><question>."""
     if expected_searches is None or expected_searches < 1:
         raise ValueError(f"the Challenger's expected search count must be at least 1, got {expected_searches}")
-    search_turns = sum(1 for t in turns if _valid_searches(t) > 0)
+    search_turns = sum(1 for t in turns if valid_searches(t) > 0)
     task = extract_tag(turns[-1], "task") if turns else None
     question = extract_tag(task, "question") if task is not None else None
     return {
-        "think": _think_fraction(turns),
+        "think": think_fraction(turns),
         "tool": min(search_turns / expected_searches, 1.0),
         "structure": 1.0 if question else 0.0,
     }
@@ -196,10 +204,10 @@ def _challenger_parts(turns: Sequence[str], expected_searches: int | None) -> di
 def _solver_parts(turns: Sequence[str], expected_searches: int | None = None) -> dict[str, float]:
     """SCOPE F.2: think fraction, valid searches in non-final turns / (turns - 1) (<= 1),
     final <answer>. A one-turn answer has no non-final turn: tool = 0 (ours)."""
-    searches = sum(_valid_searches(t) for t in turns[:-1])
+    searches = sum(valid_searches(t) for t in turns[:-1])
     answer = extract_tag(turns[-1], "answer") if turns else None
     return {
-        "think": _think_fraction(turns),
+        "think": think_fraction(turns),
         "tool": min(searches / max(len(turns) - 1, 1), 1.0),
         "answer": 1.0 if answer else 0.0,
     }
