@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from trainer.algos.advantages import group_normalized
+from trainer.rewards import piplay_difficulty
 from trainer.methods.parts import stratified_counts, stratified_draw
 from trainer.methods.piplay_parts import (
     TeacherEMA,
     build_qcp,
-    difficulty_table,
     examiner_format,
     examiner_prompt,
     lambda_for_iteration,
@@ -66,7 +66,7 @@ def test_the_qcp_holds_passage_searches_results_and_answer_and_only_the_teacher_
 
 def test_difficulty_table_for_five_attempts():
     # (n - k) / (n - 1) for 0 < k < n, n = 5: k=1 -> 4/4, 2 -> 3/4, 3 -> 2/4, 4 -> 1/4; k = 0 or 5 -> 0
-    assert difficulty_table(5) == [0.0, 1.0, 0.75, 0.5, 0.25, 0.0]
+    assert [piplay_difficulty(k, 5) for k in range(6)] == [0.0, 1.0, 0.75, 0.5, 0.25, 0.0]
 
 
 def test_hop_group_advantages_normalise_within_each_hop_count():

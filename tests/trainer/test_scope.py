@@ -5,15 +5,7 @@ import random
 import pytest
 
 from trainer.methods.parts import stratified_counts, stratified_draw
-from trainer.methods.scope_prompts import (
-    TASK_TYPES,
-    challenger_format,
-    challenger_prompt,
-    parse_task,
-    search_reward,
-    solver_format,
-    solver_prompt,
-)
+from trainer.methods.scope_prompts import TASK_TYPES, challenger_prompt, parse_task, solver_prompt
 
 
 def _turns(*assistant):
@@ -56,35 +48,3 @@ def test_it_parses_the_task_question():
     assert parse_task("<task>Compare A and B.</task>") == "Compare A and B."
     assert parse_task("no task here") is None
     assert parse_task("<task><question></question></task>") is None
-
-
-def test_challenger_format_reward_matches_the_paper_parts():
-    turns = _turns("<think>a</think><search>Tuckman arena</search>",
-                   "no think, no search",
-                   "<think>done</think><task><question>Summarise ...</question></task>")
-    fmt = challenger_format(turns, expected_searches=2)
-    # think 2/3, tool min(1/2, 1) = 0.5, structure 1 -> (0.6667 + 0.5 + 1) / 3 = 0.7222
-    assert fmt.think == pytest.approx(2 / 3)
-    assert fmt.tool == 0.5
-    assert fmt.structure == 1.0
-    assert fmt.reward == pytest.approx(0.722222, abs=1e-6)
-    # more searches than expected are clamped to 1; a bare <task> is not well formed
-    fmt = challenger_format(_turns("<search>a</search>", "<search>b</search>", "<task>x</task>"), 1)
-    assert (fmt.tool, fmt.structure, fmt.think) == (1.0, 0.0, 0.0)
-
-
-def test_solver_format_and_search_reward_match_the_paper_parts():
-    turns = _turns("<think>a</think><search>q1</search>", "<think>b</think><search>q2</search>",
-                   "<think>c</think><answer>The answer.</answer>")
-    fmt = solver_format(turns)
-    assert (fmt.think, fmt.tool, fmt.answer, fmt.searches) == (1.0, 1.0, 1.0, 2)
-    assert fmt.reward == 1.0
-    # a single turn answering directly: think 1, tool 0 (no non-final turn, ours), answer 1 -> 2/3
-    single = solver_format(_turns("<think>x</think><answer>y</answer>"))
-    assert single.reward == pytest.approx(2 / 3)
-    # empty <search></search> does not count; missing answer -> 0
-    fmt = solver_format(_turns("<search> </search>", "text"))
-    assert (fmt.tool, fmt.answer, fmt.searches) == (0.0, 0.0, 0)
-    assert search_reward(0) == 0.0
-    assert search_reward(2) == pytest.approx(2 / 3)
-    assert search_reward(7) == 1.0

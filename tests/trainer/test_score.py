@@ -27,8 +27,8 @@ from trainer.methods.score_prompts import (
     parse_scores,
     report_is_valid,
     rubric_messages,
-    solver_reward,
 )
+from trainer.rewards import score_solver_reward
 
 POOL = ["factuality", "insight", "coherence", "complexity", "comprehensiveness", "citation", "readability"]
 
@@ -90,8 +90,9 @@ def test_solver_reward_and_depth_rule_match_the_formula():
     rubric = [("factuality", 0.5), ("insight", 0.3), ("citation", 0.2)]
     scores = {"factuality": 0.8, "insight": 0.5, "citation": 1.0}
     # 1 + 0.5*0.8 + 0.3*0.5 + 0.2*1.0 = 1 + 0.4 + 0.15 + 0.2 = 1.75
-    assert solver_reward(True, rubric, scores) == pytest.approx(1.75)
-    assert solver_reward(False, rubric, scores) == 0.0
+    weights, values = [w for _, w in rubric], [scores[d] for d, _ in rubric]
+    assert score_solver_reward(True, weights, values) == pytest.approx(1.75)
+    assert score_solver_reward(False, weights, values) == 0.0
     assert depth_rule(1.75, evaluator_searches=0, min_searches=1) == 0.0
     assert depth_rule(1.75, evaluator_searches=2, min_searches=2) == 1.75
     assert report_is_valid("A report.", truncated=False)

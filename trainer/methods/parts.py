@@ -3,18 +3,17 @@
 - ``stratified_counts`` / ``stratified_draw``: split N prompts over categories in a fixed
   ratio (SCOPE's 4:3:2 search turns, pi-Play's 4:3:2:1 hops) by largest remainder, then
   shuffle, so every batch holds the ratio as closely as its size allows.
-- ``tag_content`` / ``tag_contents``: the text inside an XML-ish tag (non-greedy, last or all).
-- ``think_fraction`` / ``valid_searches``: the pieces of the papers' format rewards.
+- ``tag_content``: the last non-empty ``<tag>`` body; ``assistant_texts``: a trajectory's model turns.
+
+The format-reward pieces (think fraction, valid searches) are ``trainer.rewards``'s.
 """
 from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Sequence
 
-_SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+from trainer.verify import extract_tag
 
 
 def stratified_counts(n: int, weights: Sequence[float]) -> list[int]:
@@ -43,34 +42,11 @@ def stratified_draw(n: int, weights: Sequence[float], rng: random.Random, start:
     return values
 
 
-def tag_contents(text: str, tag: str) -> list[str]:
-    """Every ``<tag>...</tag>`` body (stripped), in order; attributes on the open tag allowed."""
-    pattern = re.compile(rf"<{tag}(?:\s[^>]*)?>(.*?)</{tag}>", re.DOTALL)
-    return [m.strip() for m in pattern.findall(text or "")]
-
-
 def tag_content(text: str, tag: str) -> str | None:
-    """The last ``<tag>...</tag>`` body, or None when the tag is absent or empty."""
-    found = tag_contents(text, tag)
-    return found[-1] if found and found[-1] else None
+    """The last complete ``<tag>...</tag>`` body (``trainer.verify.extract_tag``), None when empty."""
+    return extract_tag(text, tag) or None
 
 
 def assistant_texts(turns: Sequence[dict]) -> list[str]:
     """The assistant turns of a trajectory's ``turns`` list."""
     return [t.get("text", "") for t in turns if t.get("role") == "assistant"]
-
-
-def think_fraction(texts: Sequence[str]) -> float:
-    """Fraction of assistant turns holding a ``<think>...</think>`` block (0 with no turns)."""
-    if not texts:
-        return 0.0
-    return sum(1 for t in texts if _THINK.search(t)) / len(texts)
-
-
-def valid_searches(text: str) -> int:
-    """Well-formed ``<search>`` calls with a non-empty query in one text."""
-    return sum(1 for q in _SEARCH.findall(text or "") if q.strip())
-
-
-def has_valid_search(text: str) -> bool:
-    return valid_searches(text) > 0

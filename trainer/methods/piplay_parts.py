@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.methods.parts import assistant_texts, tag_content, think_fraction, valid_searches
+from trainer.methods.parts import assistant_texts, tag_content
+from trainer.rewards import _think_fraction as think_fraction
+from trainer.rewards import _valid_searches as valid_searches
 
 EXAMINER_TEMPLATE = """You write one question that needs exactly {hops}-hop reasoning to answer, built from the \
 passage below and from what you find with a search engine.
@@ -100,11 +102,6 @@ def build_qcp(document: str, turns: Sequence[dict], question: str, answer: str) 
             parts.append(f"[{'examiner' if turn.get('role') == 'assistant' else 'search results'}]\n{text}")
     parts.append(f"Question: {question}\nAnswer: {answer}")
     return "\n\n".join(parts)
-
-
-def difficulty_table(n: int) -> list[float]:
-    """r_d for k = 0..n correct (documentation and tests): n=5 -> [0, 1, .75, .5, .25, 0]."""
-    return [(n - k) / (n - 1) if 0 < k < n else 0.0 for k in range(n + 1)]
 
 
 def lambda_for_iteration(lambdas: Sequence[float], iteration: int) -> float:

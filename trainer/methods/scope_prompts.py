@@ -1,15 +1,13 @@
-"""SCOPE's Challenger and Solver prompts, their parsers and format rewards (pure functions).
+"""SCOPE's Challenger and Solver prompts and the task parser (pure functions).
 
-The Judge prompts (gates, rubric writing, grading) live in ``trainer/judge.py``; this file holds
-what only SCOPE's two trained roles need. Wording is ours, structure is the paper's
-(scope.txt, Appendix H, Figures 9-10; format rewards Appendix F.1-F.2).
+The Judge prompts (gates, rubric writing, grading) live in ``trainer/judge.py`` and the reward
+formulas (format parts, f_diff, length penalty) in ``trainer/rewards.py``; this file holds what
+only SCOPE's two trained roles need. Wording is ours, structure is the paper's (scope.txt,
+Appendix H, Figures 9-10).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
-from trainer.methods.parts import assistant_texts, tag_content, think_fraction, valid_searches
+from trainer.methods.parts import tag_content
 
 TASK_TYPES: dict[str, tuple[str, str]] = {
     # name -> (display name, description), paper Appendix H "Task type descriptions"
@@ -79,73 +77,11 @@ def solver_prompt(question: str, max_searches: int) -> str:
 def parse_task(text: str) -> str | None:
     """The question of the final ``<task><question>...</question></task>``, else None.
 
-    A bare ``<task>...</task>`` (the paper's Figure 9 form) is accepted as the question too;
-    ``task_is_well_formed`` tells the two apart for the structure reward.
+    A bare ``<task>...</task>`` (the paper's Figure 9 form) is accepted as the question too; the
+    structure reward (``trainer.rewards.scope_format_parts``) only credits the full form.
     """
     task = tag_content(text, "task")
     if task is None:
         return None
     return tag_content(task, "question") or (task if "<" not in task else None)
 
-
-def task_is_well_formed(text: str) -> bool:
-    """Structure reward: the text holds ``<task>`` with a non-empty ``<question>`` inside."""
-    task = tag_content(text, "task")
-    return task is not None and tag_content(task, "question") is not None
-
-
-@dataclass
-class ChallengerFormat:
-    think: float
-    tool: float
-    structure: float
-
-    @property
-    def reward(self) -> float:
-        """r_fmt = (think + tool + structure) / 3 (paper F.1)."""
-        return (self.think + self.tool + self.structure) / 3.0
-
-
-def challenger_format(turns: Sequence[dict], expected_searches: int) -> ChallengerFormat:
-    """Paper F.1: think fraction; valid searches / expected (clamped to [0, 1]); final ``<task>``.
-
-    One search, three assistant turns with think in two of them, expected 2, final task ok:
-    think 2/3, tool min(1/2, 1) = 0.5, structure 1 -> r_fmt = (0.667 + 0.5 + 1) / 3 = 0.722.
-    """
-    texts = assistant_texts(turns)
-    searching = sum(1 for t in texts if valid_searches(t) > 0)
-    tool = min(searching / expected_searches, 1.0) if expected_searches > 0 else 1.0
-    final = texts[-1] if texts else ""
-    return ChallengerFormat(think_fraction(texts), max(0.0, tool), 1.0 if task_is_well_formed(final) else 0.0)
-
-
-@dataclass
-class SolverFormat:
-    think: float
-    tool: float
-    answer: float
-    searches: int  # every valid search in every assistant turn (for the search reward)
-
-    @property
-    def reward(self) -> float:
-        """F(a) = (think + tool + answer) / 3 (paper F.2)."""
-        return (self.think + self.tool + self.answer) / 3.0
-
-
-def solver_format(turns: Sequence[dict]) -> SolverFormat:
-    """Paper F.2. tool = min(valid searches in NON-final turns / (turns - 1), 1); answer = a
-    non-empty ``<answer>`` in the final turn. With a single turn there is no non-final turn:
-    tool = 0 (ours; the paper's ratio is undefined there).
-
-    Turns [think+search, think+search, think+answer]: think 1, tool min(2/2, 1) = 1, answer 1 -> 1.0.
-    """
-    texts = assistant_texts(turns)
-    nonfinal = texts[:-1]
-    tool = min(sum(1 for t in nonfinal if valid_searches(t) > 0) / len(nonfinal), 1.0) if nonfinal else 0.0
-    answer = 1.0 if texts and tag_content(texts[-1], "answer") is not None else 0.0
-    return SolverFormat(think_fraction(texts), tool, answer, sum(valid_searches(t) for t in texts))
-
-
-def search_reward(n_searches: int, saturation: int = 3) -> float:
-    """S(a) = min(valid searches / 3, 1) (paper F.2)."""
-    return min(n_searches / saturation, 1.0)

@@ -203,16 +203,6 @@ def report_is_valid(final: str | None, truncated: bool) -> bool:
     return bool(final and final.strip()) and not truncated
 
 
-def solver_reward(valid: bool, rubric: list[tuple[str, float]], scores: dict[str, float]) -> float:
-    """R_s = a(r) * (1 + sum_j w_j s_j), s_j in [0, 1].
-
-    Weights (0.5, 0.3, 0.2), scores (0.8, 0.5, 1.0): 1 + 0.4 + 0.15 + 0.2 = 1.75; invalid -> 0.
-    """
-    if not valid:
-        return 0.0
-    return 1.0 + sum(w * scores.get(d, 0.0) for d, w in rubric)
-
-
 def depth_rule(reward: float, evaluator_searches: int, min_searches: int) -> float:
     """A score whose evaluator searched fewer than the harness minimum is set to 0 (Algorithm 1)."""
     return 0.0 if evaluator_searches < min_searches else reward
