@@ -129,3 +129,29 @@ def test_it_rejects_bad_arguments():
         topk_tail_divergence(s, torch.zeros(1, 3, 5))
     with pytest.raises(ValueError, match="at least 1"):
         topk_tail_divergence(s, s, k=0)
+
+
+def test_it_distils_a_privileged_teacher_into_a_tiny_model(tiny_model_dir, smollm2_tokenizer):
+    # Student sees "Q", teacher sees "QCP + Q"; both score the same completion tokens.
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = smollm2_tokenizer
+    question = tok("Who built the tower?", add_special_tokens=False).input_ids
+    qcp = tok("<search>tower builder</search> Gustave Eiffel's company built it.", add_special_tokens=False).input_ids
+    completion = tok(" Gustave Eiffel", add_special_tokens=False).input_ids
+    c = len(completion)
+
+    def completion_logits(prefix):  # logits predicting each completion token [1, C, V]
+        ids = torch.tensor([prefix + completion])
+        return model(input_ids=ids).logits[:, len(prefix) - 1 : -1]
+
+    student = completion_logits(question)
+    with torch.no_grad():
+        same_context = completion_logits(question)
+        teacher = completion_logits(qcp + question)
+    assert topk_tail_divergence(student, same_context, k=50).abs().max().item() < 1e-5
+    loss = topk_tail_divergence(student, teacher, k=50, mask=torch.ones(1, c))
+    assert loss.shape == (1, c) and (loss > 0).all()
+    loss.mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
