@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Section(BaseModel):
@@ -63,7 +63,14 @@ class SpiceSection(Section):
         "dr_grpo", description="Advantages per role group: dr_grpo = reward minus group mean (paper).")
     formats: list[Literal["mcq", "free_form"]] = Field(
         ["mcq", "free_form"], min_length=1, description="Task formats the Challenger may choose.")
+    answer_types: list[Literal["integer", "float", "expression", "string", "boolean"]] = Field(
+        ["integer", "float", "expression", "string", "boolean"], min_length=1,
+        description="Free-form answer types the Challenger may choose (paper: integer, float, expression, string, boolean).")
+    max_string_answer_words: int = Field(
+        3, ge=1, description="A string answer longer than this many words makes the task invalid (paper: 1-3 words).")
     max_document_tokens: int = Field(6000, ge=64, description="Documents are truncated to this many tokens (paper ~6k).")
+    format_max_new_tokens: int = Field(
+        256, ge=16, description="Token budget of the Challenger's first turn, the format-choice JSON (ours).")
 
 
 class SspSection(Section):
@@ -74,16 +81,31 @@ class SspSection(Section):
         "train.kl_estimator": "k3", "train.clip_high": 0.285, "train.prompts_per_step": 256,
         "train.steps": 200, "rollout.temperature": 1.0, "rollout.max_new_tokens": 8192,
     }
-    mini_batch_size: int = Field(128, ge=1, description="PPO mini-batch: optimizer steps per batch = batch / this (paper 128).")
-    max_prompt_tokens: int = Field(4096, ge=64, description="Longest prompt (paper 4096).")
+    mini_batch_size: int = Field(
+        128, ge=1, description="PPO mini-batch in prompts: each role takes batch / this optimizer steps per step (paper 128).")
+    max_prompt_tokens: int = Field(4096, ge=64, description="Longest prompt, RAG materials included (paper 4096).")
     max_turns: int = Field(10, ge=1, description="Most tool turns per trajectory (paper 10).")
     top_k: int = Field(3, ge=1, description="Passages per search (paper 3).")
+    answer_source: Literal["corpus", "list"] = Field(
+        "corpus", description="Answers to start from: corpus = document titles and short named spans (ours), "
+                              "list = the file in answers_path.")
+    answers_path: str | None = Field(None, description="answer_source=list: a .txt (one answer per line) or .jsonl ({answer}).")
+    answer_title_fraction: float = Field(
+        0.5, ge=0, le=1, description="answer_source=corpus: share of answers that are document titles, the rest spans (ours).")
+    answer_max_words: int = Field(5, ge=1, description="answer_source=corpus: longest answer in words (ours).")
+    required_searches: list[int] = Field(
+        [2, 3, 4], min_length=1, description="Searches the Proposer is asked for, drawn uniformly per answer (ours).")
+    proposer_samples: int = Field(
+        1, ge=1, description="Proposer trajectories per answer (paper: 1 with REINFORCE; 5 for the GRPO ablation).")
     proposer_advantage: Literal["reinforce", "grpo"] = Field(
-        "reinforce", description="Proposer: REINFORCE, raw reward as advantage, one sample (paper).")
-    solver_attempts: int = Field(5, ge=1, description="Solver attempts per question for the proposer reward (paper n=5).")
+        "reinforce", description="Proposer: REINFORCE, raw reward as advantage (paper); grpo needs proposer_samples > 1.")
     invalid_reward: float = Field(
         0.0, description="Proposer reward for a question failing the filters or RAG check (paper 0; -0.1 collapsed).")
+    rag_check: bool = Field(True, description="Keep a question only if the solver answers it from the proposer's passages.")
     rag_noise_passages: int = Field(4, ge=0, description="Noise passages added in the RAG check (paper 4).")
+    rag_max_new_tokens: int = Field(256, ge=8, description="Token budget of the RAG check answer (ours; it asks for <= 50 words).")
+    batch_fill: Literal["replay", "none"] = Field(
+        "replay", description="Slots whose question failed: refill from the replay buffer (paper) or leave empty.")
     replay_reset_every: int = Field(10, ge=1, description="Clear the replay buffer of validated questions every N steps.")
     min_searches: int = Field(2, ge=0, description="Rule filter: the proposer made at least this many searches.")
     question_min_chars: int = Field(10, ge=0, description="Rule filter: shortest question in characters.")
@@ -95,6 +117,21 @@ class SspSection(Section):
         "frozen_base", description="Answer judge (ours: frozen base by default; an OpenAI-compatible endpoint; or exact match).")
     judge_endpoint: str | None = Field(None, description="Base URL of an OpenAI-compatible judge (judge=endpoint).")
     judge_model: str | None = Field(None, description="Model name sent to the judge endpoint.")
+
+    @model_validator(mode="after")
+    def _needs(self) -> "SspSection":
+        problems = []
+        if self.answer_source == "list" and not self.answers_path:
+            problems.append("answer_source=list needs answers_path (a .txt or .jsonl file of answers)")
+        if self.judge == "endpoint" and not (self.judge_endpoint and self.judge_model):
+            problems.append("judge=endpoint needs judge_endpoint (base URL) and judge_model")
+        if self.proposer_advantage == "grpo" and self.proposer_samples < 2:
+            problems.append("proposer_advantage=grpo needs proposer_samples >= 2 (one sample has no group)")
+        if any(n < 1 for n in self.required_searches):
+            problems.append("required_searches must all be >= 1")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class ScopeSection(Section):
