@@ -1,8 +1,14 @@
-from django.urls import path
+"""Run pages under /runs/."""
+from django.urls import path, re_path
 
 from apps.runs import views
 
 app_name = "runs"
 urlpatterns = [
     path("", views.index, name="index"),
+    path("new/", views.new, name="new"),
+    path("<int:run_id>/", views.detail, name="detail"),
+    path("<int:run_id>/controls/", views.controls, name="controls"),
+    path("<int:run_id>/samples/", views.samples, name="samples"),
+    re_path(r"^(?P<run_id>\d+)/(?P<action>pause|resume|cancel)/$", views.control, name="control"),
 ]

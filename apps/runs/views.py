@@ -1,11 +1,106 @@
-from django.shortcuts import render
+"""Run pages: the list, the launch form, the run page, and its pause / resume / cancel buttons."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.accounts.roles import can, can_control_run, role_required
+from apps.episodes.models import Attempt, Task
+from apps.runs import metrics as run_metrics
+from apps.runs.forms import LaunchForm
+from apps.runs.models import IllegalTransition, Metric, Run
+from apps.runs.services import lifecycle
+from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
+from trainer.config import METHOD_NAMES
+
+LATEST_SAMPLES = 12
+
+
+def with_last_reward(qs):
+    """Annotate ``last_reward``: the newest reward metric of each run (any role)."""
+    newest = (Metric.objects.filter(run=OuterRef("pk"), name__in=run_metrics.REWARD_NAMES)
+              .order_by("-step", "role").values("value")[:1])
+    return qs.annotate(last_reward=Subquery(newest))
 
 
 def index(request):
-    return render(request, "empty.html", {
-        "title": "Runs",
-        "empty_headline": "No runs yet.",
-        "empty_hint": "Launch a self-play run: pick a method, a model and a corpus, then watch it learn live.",
-        "action_url": "/runs/new/",
-        "action_label": "Launch a run",
+    lifecycle.reap_stale_runs()
+    runs = with_last_reward(Run.objects.select_related("owner", "corpus"))[:200]
+    return render(request, "runs/index.html", {"runs": runs, "can_launch": can(request.user, "launch_run")})
+
+
+@role_required("launch_run")
+def new(request):
+    method = request.GET.get("method") or request.POST.get("method") or "spice"
+    if method not in METHOD_NAMES:
+        messages.error(request, f"Unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}.")
+        return redirect("runs:new")
+    form = LaunchForm(method, request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            run = launch(method, form.cleaned_data["model"], form.cleaned_data["corpus"] or None,
+                         config=form.overrides(), user=request.user, web=True,
+                         queue=form.cleaned_data["queue"] or None)
+        except LaunchError as exc:
+            form.add_problems(exc.problems)
+        except QueueUnavailable as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Run {run.pk} queued on {run.queue}.")
+            return redirect("runs:detail", run_id=run.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "runs/new.html", {"form": form, "method": method, "methods": METHOD_NAMES}, status=status)
+
+
+def detail(request, run_id: int):
+    lifecycle.reap_stale_runs()
+    run = get_object_or_404(Run.objects.select_related("owner", "corpus"), pk=run_id)
+    return render(request, "runs/detail.html", {
+        "run": run,
+        "can_control": can_control_run(request.user, run),
+        "events": run.events.all()[:50],
+        "tasks": Task.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
+        "attempts": Attempt.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
+        "latest": run_metrics.latest_values(run),
+        "reward_name": run_metrics.reward_name(run) or run_metrics.REWARD_NAMES[0],
+        "checkpoints": run.checkpoints.all()[:5],
+    })
+
+
+@require_POST
+def control(request, run_id: int, action: str):
+    """pause / resume / cancel; answers htmx with the refreshed status+controls block."""
+    run = get_object_or_404(Run, pk=run_id)
+    if not can_control_run(request.user, run):
+        raise PermissionDenied("Only the run's owner (researcher role) or an admin can control this run.")
+    error = ""
+    try:
+        lifecycle.ACTIONS[action](run, request.user)
+    except (IllegalTransition, QueueUnavailable) as exc:
+        error = str(exc)
+    run.refresh_from_db()
+    if request.headers.get("HX-Request"):
+        # 200 even for a refused action: htmx swaps only 2xx answers, and the block shows the reason
+        return render(request, "runs/_controls.html", {"run": run, "can_control": True, "error": error})
+    if error:
+        messages.error(request, error)
+    return redirect("runs:detail", run_id=run.pk)
+
+
+def controls(request, run_id: int):
+    """The status badge + buttons block (the page refreshes it after a status message)."""
+    run = get_object_or_404(Run, pk=run_id)
+    return render(request, "runs/_controls.html", {"run": run, "can_control": can_control_run(request.user, run)})
+
+
+def samples(request, run_id: int):
+    """The latest tasks and attempts block (htmx refresh after reconnecting)."""
+    run = get_object_or_404(Run, pk=run_id)
+    return render(request, "runs/_samples.html", {
+        "run": run,
+        "tasks": Task.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
+        "attempts": Attempt.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
     })

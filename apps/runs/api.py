@@ -1,0 +1,139 @@
+"""REST endpoints of runs (mounted under /api/v1/ by apps/runs/api_urls.py).
+
+- ``GET runs/`` (``?status=&method=&mine=1&limit=``), ``POST runs/`` (``method``, ``model``,
+  ``corpus``, ``config`` dict of overrides, optional ``set`` list of key=value, ``queue``)
+- ``GET runs/<id>/``; ``POST runs/<id>/pause|resume|cancel/``
+- ``GET runs/<id>/metrics/?name=&role=&since_step=&points=`` (``name`` may repeat or be
+  comma-separated; long series come back downsampled to ``points``)
+"""
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from apps.accounts.roles import HasRole, can, can_control_run
+from apps.api.errors import error_response
+from apps.runs import metrics as run_metrics
+from apps.runs.models import IllegalTransition, Run
+from apps.runs.services import lifecycle
+from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
+from apps.runs.views import with_last_reward
+
+
+def run_dict(run: Run, full: bool = True) -> dict:
+    out = {
+        "id": run.pk, "url": f"/runs/{run.pk}/", "method": run.method, "model": run.model_name,
+        "corpus": run.corpus.name if run.corpus_id else (run.corpus_name or None),
+        "status": run.status, "requested": run.requested or None, "resumable": run.resumable,
+        "owner": run.owner.username if run.owner_id else None, "queue": run.queue,
+        "current_step": run.current_step, "total_steps": run.total_steps,
+        "last_reward": getattr(run, "last_reward", None),
+        "created_at": run.created_at, "started_at": run.started_at, "finished_at": run.finished_at,
+        "heartbeat_at": run.heartbeat_at, "error": run.error or None,
+    }
+    if full:
+        out.update({"worker": run.worker_name or None, "job_id": run.job_id or None, "run_dir": run.run_dir,
+                    "checkpoint_path": run.checkpoint_path or None, "config": run.config, "overrides": run.overrides,
+                    "checkpoints": [{"step": c.step, "path": c.path, "created": c.created}
+                                    for c in run.checkpoints.all()[:20]]})
+    return out
+
+
+@extend_schema(summary="List runs, or launch one", responses={200: dict, 201: dict})
+@api_view(["GET", "POST"])
+@permission_classes([IsAuthenticated])
+def runs(request):
+    if request.method == "POST":
+        return _launch(request)
+    lifecycle.reap_stale_runs()
+    qs = with_last_reward(Run.objects.select_related("owner", "corpus"))
+    for field in ("status", "method"):
+        if request.query_params.get(field):
+            qs = qs.filter(**{field: request.query_params[field]})
+    if request.query_params.get("mine") in ("1", "true"):
+        qs = qs.filter(owner=request.user)
+    limit = _int_param(request, "limit", 100, 1, 1000)
+    return Response({"results": [run_dict(r, full=False) for r in qs[:limit]]})
+
+
+def _launch(request):
+    if not can(request.user, "launch_run"):
+        return error_response(HasRole("launch_run").message, status.HTTP_403_FORBIDDEN)
+    body = request.data if isinstance(request.data, dict) else {}
+    overrides = body.get("set") or []
+    if not isinstance(overrides, list) or not all(isinstance(s, str) for s in overrides):
+        return error_response("set: must be a list of key.path=value strings", fields={"set": "must be a list"})
+    try:
+        run = launch(str(body.get("method") or ""), body.get("model"), body.get("corpus"), config=body.get("config"),
+                     overrides=overrides, user=request.user, web=True, queue=body.get("queue"))
+    except LaunchError as exc:
+        return error_response(f"invalid launch: {exc}", fields=exc.as_dict())
+    except QueueUnavailable as exc:
+        return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
+    return Response(run_dict(run), status=status.HTTP_201_CREATED)
+
+
+@extend_schema(summary="One run", responses={200: dict})
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def run_detail(request, run_id: int):
+    lifecycle.reap_stale_runs()
+    run = get_object_or_404(with_last_reward(Run.objects.select_related("owner", "corpus")), pk=run_id)
+    return Response(run_dict(run))
+
+
+@extend_schema(summary="Pause, resume or cancel a run", request=None, responses={200: dict})
+@api_view(["POST"])
+@permission_classes([IsAuthenticated])
+def run_action(request, run_id: int, action: str):
+    run = get_object_or_404(Run, pk=run_id)
+    if not can_control_run(request.user, run):
+        return error_response("Only the run's owner (researcher role) or an admin can control this run.",
+                              status.HTTP_403_FORBIDDEN)
+    try:
+        lifecycle.ACTIONS[action](run, request.user)
+    except IllegalTransition as exc:
+        return error_response(str(exc), status.HTTP_409_CONFLICT)
+    except QueueUnavailable as exc:
+        return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
+    run.refresh_from_db()
+    return Response(run_dict(run))
+
+
+@extend_schema(summary="Metric series of a run, downsampled server-side", responses={200: dict})
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def run_metrics_view(request, run_id: int):
+    run = get_object_or_404(Run, pk=run_id)
+    names = [n for raw in request.query_params.getlist("name") for n in raw.split(",") if n.strip()]
+    role = request.query_params.get("role")
+    since = request.query_params.get("since_step")
+    if since not in (None, "") and not _is_int(since):
+        return error_response(f"since_step must be an integer step, got {since!r}")
+    points = _int_param(request, "points", run_metrics.DEFAULT_POINTS, 2, run_metrics.MAX_POINTS)
+    found = run_metrics.series(run, names or None, role, int(since) if since not in (None, "") else None, points)
+    return Response({"run": run.pk, "status": run.status, "current_step": run.current_step,
+                     "since_step": int(since) if since not in (None, "") else None, "points": points,
+                     "series": found})
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _int_param(request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    if not _is_int(raw):
+        raise ValidationError({name: f"must be an integer between {low} and {high}, got {raw!r}"})
+    return max(low, min(high, int(raw)))

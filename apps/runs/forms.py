@@ -1,0 +1,131 @@
+"""The launch form, built from the trainer's own config description (``trainer.config.method_fields``).
+
+One form field per config leaf: the method's paper defaults prefilled, the field's docs as
+help text, bounds and choices from the config class. Field names are the key paths with
+``__`` for dots (``cfg__train__lr``) so the trainer's ConfigError paths map back to the field
+that shows the error (``add_problems``). Only values the user changed become overrides.
+"""
+from __future__ import annotations
+
+import yaml
+from django import forms
+
+from apps.runs.services.launch import available_models
+from trainer.config import method_fields
+
+PREFIX = "cfg__"
+HIDDEN_PATHS = {"model.name_or_path", "corpus.path"}  # the top fields / the web's own corpus
+SECTION_ORDER = ["train", "rollout", "model", "checkpoint", "data", "", "corpus"]
+
+
+def field_name(path: str) -> str:
+    return PREFIX + path.replace(".", "__")
+
+
+def field_path(name: str) -> str:
+    return name[len(PREFIX):].replace("__", ".")
+
+
+class LaunchForm(forms.Form):
+    model = forms.CharField(max_length=500, help_text="A bundled model, a folder of the models directory, or a "
+                                                      "path inside it.")
+    corpus = forms.ChoiceField(required=False, help_text="The corpus the run reads documents from and searches.")
+    queue = forms.ChoiceField(choices=[("", "auto (cpu when train.device is cpu)"), ("gpu", "gpu"), ("cpu", "cpu")],
+                              required=False, help_text="Which workers take the run.")
+
+    def __init__(self, method: str, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from apps.corpora.models import Corpus
+
+        self.method = method
+        self.rows = [r for r in method_fields(method) if r["path"] not in HIDDEN_PATHS]
+        self.fields["model"].initial = "smollm2-135m-instruct"
+        self.models = available_models()
+        names = list(Corpus.objects.order_by("name").values_list("name", flat=True))
+        self.fields["corpus"].choices = [("", "— none —")] + [(n, n) for n in names]
+        if method != "grpo" and names:
+            self.fields["corpus"].initial = names[0]
+        for row in self.rows:
+            self.fields[field_name(row["path"])] = _form_field(row)
+
+    def sections(self) -> list[tuple[str, list]]:
+        """(section title, bound fields) with the method's own section first."""
+        groups: dict[str, list] = {}
+        for row in self.rows:
+            head = row["path"].split(".")[0] if "." in row["path"] else ""
+            groups.setdefault(head, []).append(self[field_name(row["path"])])
+        order = [self.method] + SECTION_ORDER
+        keys = sorted(groups, key=lambda k: order.index(k) if k in order else len(order))
+        return [(k or "general", groups[k]) for k in keys]
+
+    def overrides(self) -> dict:
+        """Dotted path -> value for every field the user changed from its default."""
+        out = {}
+        for row in self.rows:
+            value = self.cleaned_data.get(field_name(row["path"]))
+            value = _typed(row, value)
+            if value != row["default"]:
+                out[row["path"]] = value
+        return out
+
+    def add_problems(self, problems: list[tuple[str, str]]) -> None:
+        """Show each (key path, message) next to its field; unknown paths go to the top of the form."""
+        for path, message in problems:
+            name = {"model.name_or_path": "model", "corpus": "corpus", "queue": "queue"}.get(path, field_name(path))
+            if name in self.fields:
+                self.add_error(name, message)
+            else:
+                self.add_error(None, f"{path}: {message}" if path else message)
+
+
+def _form_field(row: dict) -> forms.Field:
+    common = {"label": row["path"], "help_text": row["help"], "initial": _initial(row), "required": False}
+    kind = row["type"]
+    if kind == "bool":
+        return forms.BooleanField(**common)
+    if kind == "choice":
+        return forms.ChoiceField(choices=[(str(c), str(c)) for c in row["choices"]], **common)
+    if kind == "int":
+        return forms.IntegerField(min_value=row["min"], max_value=row["max"], **common)
+    if kind == "float":
+        return forms.FloatField(**common, widget=forms.TextInput(attrs={"inputmode": "decimal"}))
+    if kind == "list":
+        return forms.CharField(**common, widget=forms.TextInput(attrs={"placeholder": "comma separated"}))
+    return forms.CharField(**common, widget=forms.Textarea(attrs={"rows": 2}) if len(str(row["default"] or "")) > 60
+                           else forms.TextInput())
+
+
+def _initial(row: dict):
+    default = row["default"]
+    if row["type"] == "list" and isinstance(default, list):
+        return ", ".join(map(str, default))
+    if row["type"] == "choice":
+        return str(default)
+    return default
+
+
+def _typed(row: dict, value):
+    """Form value -> the config value type (choices keep their int/str type, empty -> default/None)."""
+    kind = row["type"]
+    if kind == "choice":
+        for choice in row["choices"]:
+            if str(choice) == value:
+                return choice
+        return value
+    if kind == "list":
+        text = (value or "").strip()
+        if row["choices"] and text in map(str, row["choices"]):
+            return text
+        if text.startswith("["):
+            try:
+                return yaml.safe_load(text)
+            except yaml.YAMLError:
+                return text
+        return [part.strip() for part in text.split(",") if part.strip()]
+    if kind == "bool":
+        return bool(value)
+    if value in (None, ""):
+        if kind in ("int", "float") or row["default"] is None:
+            return row["default"]  # an emptied number keeps its default; an optional text stays unset
+        return ""
+    return value

@@ -1,0 +1,202 @@
+"""RQ jobs of runs: ``execute_run`` (queues gpu / cpu) and the periodic reaper (queue default).
+
+``execute_run(run_id)``:
+1. claims the run atomically (queued -> running; any other status: nothing to do);
+2. builds the trainer config (run folder ``settings.RUNS_DIR/<id>``), a ``DjangoSink``, and
+   the corpus's pgvector retriever and document source;
+3. calls ``trainer.run(...)``, resuming from the newest checkpoint in the run folder if any,
+   while a background thread keeps ``heartbeat_at`` fresh;
+4. records how it ended: finished, paused / cancelled (asked for, honoured at a step
+   boundary), or failed (``error`` = the exception's message; the traceback goes to
+   ``<run_dir>/run.log``). A run the reaper already marked failed is left as it is.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import traceback
+from pathlib import Path
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from apps.runs.models import IllegalTransition, Run, Status
+from apps.runs.services import lifecycle
+from apps.runs.sink import DjangoSink
+
+log = logging.getLogger("selfplay.runs")
+
+
+def execute_run(run_id: int) -> str:
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        return f"run {run_id} no longer exists"
+    if not run.mark_running(_worker_name()):
+        return f"run {run_id} is {Run.objects.get(pk=run_id).status}; nothing to do"
+    os.environ.setdefault("SELFPLAY_DATA_DIR", str(settings.DATA_DIR))
+    sink = DjangoSink(run)
+    try:
+        run_dir = Path(run.run_dir or Path(settings.RUNS_DIR) / str(run.pk))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with _RunLog(run_dir / "run.log") as runlog, Heartbeat(run.pk):
+            try:
+                result = _train(run, run_dir, sink, runlog.stream)
+                sink.close()
+            except Exception:
+                runlog.stream.write(traceback.format_exc())
+                raise
+    except Exception as exc:  # the run's own failure: record it, never crash the worker
+        log.exception("run %s failed", run.pk)
+        _close_quietly(sink)
+        return _failed(run, exc)
+    return _ended(run, result)
+
+
+def _train(run: Run, run_dir: Path, sink: DjangoSink, stream):
+    from trainer import run as train
+    from trainer.checkpoint import latest_checkpoint
+    from trainer.config import load_config
+    from trainer.sink import ConsoleSink, MultiSink
+
+    cfg = load_config(_config_for_worker(run))
+    retriever, documents = _corpus_tools(run)
+    resume = latest_checkpoint(run_dir) is not None
+    if resume:
+        run.notable(f"resuming from {latest_checkpoint(run_dir).name}")
+    both = MultiSink(sink, ConsoleSink(cfg.train.steps, stream=stream))
+    return train(cfg, sink=both, retriever=retriever, documents=documents, run_dir=run_dir, resume=resume)
+
+
+def _config_for_worker(run: Run) -> dict:
+    """The stored config; a model named by folder resolves against this server's models dir."""
+    cfg = dict(run.config)
+    name = (cfg.get("model") or {}).get("name_or_path", "")
+    local = Path(settings.MODELS_DIR) / name
+    if name and "/" not in name and (local / "config.json").is_file():
+        cfg["model"] = {**cfg["model"], "name_or_path": str(local)}
+    return cfg
+
+
+def _corpus_tools(run: Run):
+    """(retriever, document source) over the run's corpus, or (None, None) without one."""
+    if run.corpus_id is None:
+        if run.corpus_name:
+            raise RuntimeError(f"the run's corpus {run.corpus_name!r} was deleted; launch a new run on another corpus")
+        return None, None
+    from apps.corpora.retriever import PgDocumentSource, PgvectorRetriever
+
+    return PgvectorRetriever(run.corpus), PgDocumentSource(run.corpus)
+
+
+def _ended(run: Run, result) -> str:
+    run.refresh_from_db()
+    if run.status != Status.RUNNING:
+        return f"run {run.pk} is {run.status} (changed while it ran)"
+    try:
+        if run.requested == "cancel" and result.stopped:
+            run.mark_cancelled(f"cancelled at step {result.steps}")
+        elif run.requested == "pause" and result.stopped:
+            run.mark_paused()
+        else:
+            run.mark_finished(f"finished {result.steps} steps")
+    except IllegalTransition as exc:
+        return str(exc)
+    return f"run {run.pk} {run.status} at step {result.steps}"
+
+
+def _failed(run: Run, exc: Exception) -> str:
+    message = str(exc).strip() or type(exc).__name__
+    run.refresh_from_db()
+    if run.status == Status.RUNNING:
+        try:
+            run.mark_failed(message, resumable=bool(run.checkpoint_path))
+        except IllegalTransition:
+            pass
+    return f"run {run.pk} failed: {message}"
+
+
+def _close_quietly(sink: DjangoSink) -> None:
+    try:
+        sink.close()
+    except Exception as exc:
+        log.warning("could not flush the last reports of run %s: %s", sink.run_id, exc)
+
+
+def _worker_name() -> str:
+    try:
+        from rq import get_current_job
+
+        job = get_current_job()
+        if job is not None and job.worker_name:
+            return job.worker_name
+    except Exception:
+        pass
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Heartbeat(threading.Thread):
+    """Touches ``heartbeat_at`` every few seconds while the trainer computes, on its own DB connection."""
+
+    def __init__(self, run_id: int, interval: float | None = None):
+        super().__init__(name=f"heartbeat-run-{run_id}", daemon=True)
+        self.run_id = run_id
+        self.interval = interval or max(1.0, min(5.0, settings.RUN_HEARTBEAT_SECONDS / 4))
+        self._stop_event = threading.Event()
+        self.beats = 0
+
+    def run(self):
+        try:
+            while not self._stop_event.wait(self.interval):
+                try:
+                    Run.objects.filter(pk=self.run_id, status=Status.RUNNING).update(heartbeat_at=timezone.now())
+                    self.beats += 1
+                except Exception as exc:  # the database is away for a moment: try again next beat
+                    log.warning("heartbeat of run %s failed: %s", self.run_id, exc)
+                    close_old_connections()
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop_event.set()
+        self.join(timeout=10)
+
+
+class _RunLog:
+    """``<run_dir>/run.log``: progress lines, the selfplay/trainer loggers and any traceback."""
+
+    LOGGERS = ("selfplay", "trainer")
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.stream = open(self.path, "a", encoding="utf-8", buffering=1)
+        self.handler = logging.StreamHandler(self.stream)
+        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for name in self.LOGGERS:
+            logging.getLogger(name).addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeHandler(self.handler)
+        self.stream.close()
+
+
+def reap_runs_job() -> list[int]:
+    """Periodic: reap silent runs, then schedule the next pass while any run is active."""
+    import django_rq
+
+    reaped = lifecycle.reap_stale_runs()
+    conn = django_rq.get_connection("default")
+    conn.delete(lifecycle.REAPER_KEY)
+    if lifecycle.active_runs_exist():
+        lifecycle.ensure_reaper_scheduled()
+    return reaped

@@ -1,0 +1,88 @@
+"""manage.py launch METHOD --corpus NAME --model NAME_OR_PATH [--config FILE.yaml] [--set key=value ...] [--wait]
+
+Validates like the web (same trainer config classes), queues the run and prints its id. With
+--wait it blocks until the run ends and exits non-zero unless it finished. The command line is
+the server operator's: the web's model-directory rule does not apply here.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import yaml
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.runs.models import ENDED, Run, Status
+from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
+from trainer.config import METHOD_NAMES
+
+
+class Command(BaseCommand):
+    help = "Launch a training run (queued for a worker); prints the run id."
+
+    def add_arguments(self, parser):
+        parser.add_argument("method", choices=METHOD_NAMES, help="Training method.")
+        parser.add_argument("--model", default=None, help="Bundled model name, folder under the models dir, or path "
+                                                          "(default: the config's model.name_or_path).")
+        parser.add_argument("--corpus", default=None, help="Corpus name (needed by every method but grpo).")
+        parser.add_argument("--config", default=None, help="YAML file of config keys (overrides the defaults).")
+        parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                            help="Override one key, e.g. --set train.steps=4 (repeatable; applied after --config).")
+        parser.add_argument("--queue", choices=["gpu", "cpu"], default=None,
+                            help="Queue (default: cpu when train.device is cpu, else gpu).")
+        parser.add_argument("--user", default=None, help="Owner's username (default: none).")
+        parser.add_argument("--wait", action="store_true", help="Block until the run ends; exit 1 unless it finished.")
+        parser.add_argument("--poll", type=float, default=2.0, help="Seconds between status checks with --wait.")
+
+    def handle(self, *args, method, model, corpus, config, overrides, queue, user, wait, poll, **options):
+        data = _read_yaml(config) if config else {}
+        owner = _user(user) if user else None
+        try:
+            run = launch(method, model, corpus, config=data, overrides=overrides, user=owner, web=False, queue=queue)
+        except LaunchError as exc:
+            raise CommandError("invalid launch:\n" + "\n".join(f"  {p or 'config'}: {m}" for p, m in exc.problems))
+        except QueueUnavailable as exc:
+            raise CommandError(str(exc))
+        self.stdout.write(str(run.pk))
+        self.stdout.flush()
+        if wait:
+            self._wait(run, poll)
+
+    def _wait(self, run: Run, poll: float) -> None:
+        from apps.runs.services.lifecycle import reap_stale_runs
+
+        step = -1
+        while True:
+            run.refresh_from_db()
+            if run.current_step != step:
+                step = run.current_step
+                self.stderr.write(f"run {run.pk}: {run.status} step {step}/{run.total_steps}")
+            if run.status in ENDED:
+                break
+            reap_stale_runs()
+            time.sleep(poll)
+        if run.status != Status.FINISHED:
+            self.stderr.write(f"run {run.pk} {run.status}: {run.error or 'see its events'}")
+            sys.exit(1)
+        self.stderr.write(f"run {run.pk} finished at step {run.current_step}")
+
+
+def _read_yaml(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as exc:
+        raise CommandError(f"cannot read --config {path}: {exc.strerror}")
+    except yaml.YAMLError as exc:
+        raise CommandError(f"--config {path} is not valid YAML: {exc}")
+    if not isinstance(data, dict):
+        raise CommandError(f"--config {path} must hold a mapping of config keys")
+    return data
+
+
+def _user(name: str):
+    try:
+        return get_user_model().objects.get(username=name)
+    except get_user_model().DoesNotExist:
+        raise CommandError(f"no user named {name!r}")

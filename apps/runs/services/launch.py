@@ -1,0 +1,215 @@
+"""Launching a run: validate with the trainer's own config classes, create the Run, queue its job.
+
+One path for the form, the API and ``manage.py launch``::
+
+    run = launch(method="grpo", model="smollm2-135m-instruct", corpus=None,
+                 config={"train": {"steps": 4}}, overrides=["train.lr=2e-6"], user=request.user)
+
+``config`` is a dict of overrides, nested (``{"train": {"lr": 1e-6}}``) or dotted
+(``{"train.lr": 1e-6}``); ``overrides`` are ``key.path=value`` strings (the CLI's ``--set``).
+Every problem is reported at once as ``LaunchError.problems`` = [(key path, message)], the
+paths being the trainer's (``train.lr``) or the launch fields (``method``, ``corpus``, ``queue``).
+
+Web and API launches (``web=True``) are guarded: the model must be a bundled name, a folder
+of the models directory (``settings.MODELS_DIR``) or a path inside it; ``data.path`` must be
+``bundled:...`` or a file inside the data directory; ``model.trust_remote_code: true`` needs
+the ``allow_remote_code`` permission.
+
+Queue: a run goes to the ``cpu`` queue when its config says ``train.device: cpu``, else to
+``gpu``; an explicit ``queue`` ("cpu" | "gpu") wins. Workers choose what they serve
+(``rqworker gpu`` on GPU hosts, ``rqworker cpu`` anywhere).
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from apps.accounts.roles import can
+from apps.runs.models import Run, RunEvent
+from trainer.config import METHOD_NAMES, ConfigError, load_config
+
+QUEUES = ("gpu", "cpu")
+METHODS_WITHOUT_CORPUS = {"grpo"}  # every self-play method reads documents / searches a corpus
+
+
+class LaunchError(ValueError):
+    """Everything wrong with a launch request: ``problems`` = [(key path, message)]."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = list(problems)
+        super().__init__("; ".join(f"{p}: {m}" if p else m for p, m in self.problems))
+
+    def as_dict(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for path, msg in self.problems:
+            key = path or "config"
+            out[key] = f"{out[key]}; {msg}" if key in out else msg
+        return out
+
+
+class QueueUnavailable(RuntimeError):
+    """Redis could not take the job; the run is marked failed with this message."""
+
+
+def expand_dotted(config: dict | None) -> dict:
+    """{"train.lr": 1e-6, "model": {"lora.r": 8}} -> {"train": {"lr": 1e-6}, "model": {"lora": {"r": 8}}}."""
+    out: dict[str, Any] = {}
+    for key, value in (config or {}).items():
+        if isinstance(value, dict):
+            value = expand_dotted(value)
+        *parents, leaf = str(key).split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise LaunchError([(key, f"{part} is both a value and a section")])
+        if isinstance(value, dict) and isinstance(node.get(leaf), dict):
+            node[leaf] = _merge(node[leaf], value)
+        else:
+            node[leaf] = value
+    return out
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def validate(method: str, model: str | None, corpus, config: dict | None = None, overrides: list[str] | None = None,
+             user=None, web: bool = True, queue: str | None = None):
+    """(trainer Config, Corpus or None, queue name) or LaunchError listing every problem."""
+    problems: list[tuple[str, str]] = []
+    if method not in METHOD_NAMES:
+        raise LaunchError([("method", f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")])
+    if not isinstance(config or {}, dict):
+        raise LaunchError([("config", "must be a mapping of config keys, e.g. {\"train\": {\"steps\": 10}}")])
+    data = expand_dotted(config)
+    given = data.pop("method", method)
+    if given != method:
+        problems.append(("method", f"config says method {given!r} but {method!r} was chosen; remove one"))
+    model_given = (data.get("model") or {}).get("name_or_path") if isinstance(data.get("model"), dict) else None
+    if model and model_given and model_given != model:
+        problems.append(("model.name_or_path", f"model given twice ({model!r} and {model_given!r}); give it once"))
+    if model:
+        data = _merge(data, {"model": {"name_or_path": model}})
+    elif not model_given:
+        problems.append(("model.name_or_path", "choose a model: smollm2-135m-instruct, a folder under the "
+                                               "models directory, or a path inside it"))
+    cfg = None
+    try:
+        cfg = load_config({"method": method, **data}, overrides or [])
+    except ConfigError as exc:
+        problems += [(p, m) for p, m in exc.problems]
+    corpus_obj = _corpus(method, corpus, problems)
+    if cfg is not None:
+        problems += _guard(cfg, user, web)
+    if queue not in (None, "", *QUEUES):
+        problems.append(("queue", f"unknown queue {queue!r}; use gpu or cpu"))
+    if problems:
+        raise LaunchError(problems)
+    return cfg, corpus_obj, queue or ("cpu" if cfg.train.device == "cpu" else "gpu")
+
+
+def _corpus(method: str, corpus, problems: list):
+    from apps.corpora.models import Corpus
+
+    if corpus in (None, ""):
+        if method not in METHODS_WITHOUT_CORPUS:
+            problems.append(("corpus", f"method {method} trains on a corpus; choose one (see /corpora/)"))
+        return None
+    if isinstance(corpus, Corpus):
+        return corpus
+    text = str(corpus).strip()
+    found = Corpus.objects.filter(name=text).first()
+    if found is None and text.isdigit():
+        found = Corpus.objects.filter(pk=int(text)).first()
+    if found is None:
+        names = ", ".join(Corpus.objects.values_list("name", flat=True)[:10]) or "none yet: create one at /corpora/"
+        problems.append(("corpus", f"no corpus named {text!r}; known corpora: {names}"))
+    return found
+
+
+def _guard(cfg, user, web: bool) -> list[tuple[str, str]]:
+    """The web's rules: allowed model directories, data files inside the data dir, remote code."""
+    problems = []
+    if cfg.model.trust_remote_code and web and not can(user, "allow_remote_code"):
+        problems.append(("model.trust_remote_code", "running model code from a checkpoint needs the "
+                                                    "allow_remote_code permission (admin role); set it to false"))
+    error = check_model(cfg.model.name_or_path, web)
+    if error:
+        problems.append(("model.name_or_path", error))
+    if web and cfg.data.path and not cfg.data.path.startswith("bundled:") and not _inside(cfg.data.path, data_dirs()):
+        problems.append(("data.path", f"{cfg.data.path} is outside the data directory {settings.DATA_DIR}; "
+                                      "put the JSONL there or use bundled:gsm8k"))
+    if web and cfg.corpus.path:
+        problems.append(("corpus.path", "the web injects the chosen corpus; leave corpus.path empty"))
+    return problems
+
+
+def models_dirs() -> list[Path]:
+    return [Path(settings.MODELS_DIR)]
+
+
+def data_dirs() -> list[Path]:
+    return [Path(d) for d in getattr(settings, "RUN_DATA_DIRS", [settings.DATA_DIR])]
+
+
+def check_model(name: str, web: bool = True) -> str | None:
+    """None when ``name`` resolves to a model (inside the allowed directories for the web), else why not."""
+    from trainer.models import BUNDLED, ModelNotFound, resolve_model
+
+    name = (name or "").strip()
+    if name in BUNDLED:
+        return None  # imported from its package on first use, by the worker
+    if "/" not in name and (Path(settings.MODELS_DIR) / name / "config.json").is_file():
+        return None
+    try:
+        resolve_model(name, allowed_dirs=models_dirs() if web else None)
+    except ModelNotFound as exc:
+        return str(exc)
+    return None
+
+
+def _inside(path: str, dirs: list[Path]) -> bool:
+    real = Path(path).expanduser().resolve()
+    return any(real == d.resolve() or d.resolve() in real.parents for d in dirs)
+
+
+def available_models() -> list[str]:
+    """Names for the launch form: the bundled ones and the folders of the models directory."""
+    from trainer.models import BUNDLED
+
+    folder = Path(settings.MODELS_DIR)
+    local = sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file()) if folder.is_dir() else []
+    return list(dict.fromkeys([*BUNDLED, *local]))
+
+
+def launch(method: str, model: str | None, corpus=None, config: dict | None = None,
+           overrides: list[str] | None = None, user=None, web: bool = True, queue: str | None = None) -> Run:
+    """Validate, create the Run (queued) and put its job on the queue. Raises LaunchError / QueueUnavailable."""
+    from apps.runs.services.lifecycle import enqueue
+
+    cfg, corpus_obj, queue_name = validate(method, model, corpus, config, overrides, user, web, queue)
+    with transaction.atomic():
+        run = Run.objects.create(
+            method=method, model_name=cfg.model.name_or_path, corpus=corpus_obj,
+            corpus_name=corpus_obj.name if corpus_obj else "", config=cfg.to_dict(),
+            overrides={"config": expand_dotted(config), "set": list(overrides or [])},
+            owner=user if getattr(user, "is_authenticated", False) else None,
+            total_steps=cfg.train.steps, queue=queue_name)
+        run.run_dir = str(Path(settings.RUNS_DIR) / str(run.pk))
+        run.save(update_fields=["run_dir"])
+        who = getattr(user, "username", "") or "the command line"
+        RunEvent.objects.create(run=run, kind=RunEvent.Kind.STATUS, step=0, message=f"queued on {queue_name} by {who}",
+                                data={"to": "queued"})
+    enqueue(run)
+    return run

@@ -1,0 +1,152 @@
+"""Controlling runs: queue, pause, resume, cancel, and reap runs whose worker went silent.
+
+The states and allowed moves live on ``Run`` (apps/runs/models.py)::
+
+    queued --claim--> running --(trainer returns)--> finished
+                         |--exception------------> failed (error = the exception's message)
+                         |--pause request -------> paused    (at the next step boundary)
+                         |--cancel request ------> cancelled (at the next step boundary)
+                         '--no heartbeat --------> failed, resumable ("worker stopped responding")
+    paused | failed(resumable) --resume--> queued (a NEW job; continues from the last checkpoint)
+    queued | paused --cancel--> cancelled (at once)
+
+Pause and cancel of a running run only set ``Run.requested``; the worker's DjangoSink reads
+it in ``control()`` at the next step boundary and the job records the final state.
+
+Heartbeat: the job touches ``heartbeat_at`` at every flush of its sink and from a background
+thread every few seconds. ``reap_stale_runs()`` marks running runs silent for longer than
+``settings.RUN_HEARTBEAT_SECONDS`` as failed and resumable. It runs from ``manage.py
+reap_runs``, from a self-rescheduling job on the ``default`` queue (needs a worker started
+with ``--with-scheduler``, as ``make demo`` does), and whenever the runs list or the runs API
+is read.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.runs.models import ACTIVE, IllegalTransition, Run, Status
+
+log = logging.getLogger("selfplay.runs")
+
+REAPER_KEY = "selfplay:reaper-scheduled"
+JOB_TIMEOUT = 30 * 24 * 3600
+
+
+def enqueue(run: Run) -> str:
+    """Put the run's job on its queue; marks the run failed (resumable) when Redis refuses."""
+    import django_rq
+
+    from apps.runs.jobs import execute_run
+    from apps.runs.services.launch import QueueUnavailable
+
+    job_id = f"run-{run.pk}-{uuid.uuid4().hex[:8]}"
+    try:
+        django_rq.get_queue(run.queue).enqueue(execute_run, run.pk, job_id=job_id, job_timeout=JOB_TIMEOUT,
+                                               result_ttl=7 * 24 * 3600, failure_ttl=30 * 24 * 3600)
+    except Exception as exc:  # redis.ConnectionError and friends
+        message = (f"could not queue the job on {run.queue!r}: Redis is not reachable ({exc}); "
+                   "start it (manage.py services start) and resume the run")
+        run.mark_failed(message, resumable=True, expect=Status.QUEUED)
+        raise QueueUnavailable(message) from None
+    Run.objects.filter(pk=run.pk).update(job_id=job_id)
+    run.job_id = job_id
+    ensure_reaper_scheduled()
+    return job_id
+
+
+def pause(run: Run, user=None) -> Run:
+    run.request_pause(user)
+    return run
+
+
+def cancel(run: Run, user=None) -> Run:
+    was_queued = run.status == Status.QUEUED
+    run.request_cancel(user)
+    if was_queued and run.job_id:
+        _cancel_job(run.job_id)  # best effort: the job's claim fails anyway once the run is cancelled
+    return run
+
+
+def resume(run: Run, user=None) -> Run:
+    """Paused (or failed with a dead worker) -> queued, in a NEW job that continues from the last checkpoint."""
+    if run.status == Status.FAILED and not run.resumable:
+        raise IllegalTransition(f"Cannot resume run {run.pk}: it failed with an error in the run itself "
+                                f"({run.error[:200]}); fix the config and launch a new run")
+    if not run.can_resume:
+        raise IllegalTransition(f"Cannot resume run {run.pk}: it is {run.status}; only a paused run (or a failed "
+                                "run whose worker died) can be resumed")
+    who = getattr(user, "username", None) or "the system"
+    where = f"checkpoint at step {_last_checkpoint_step(run)}" if run.checkpoint_path else "the start (no checkpoint yet)"
+    run.transition(Status.QUEUED, f"resumed by {who}; continues from {where}", expect=run.status,
+                   requested="", resumable=False, finished_at=None)
+    enqueue(run)
+    return run
+
+
+ACTIONS = {"pause": pause, "resume": resume, "cancel": cancel}
+
+
+def _last_checkpoint_step(run: Run) -> int | None:
+    last = run.checkpoints.order_by("-step").first()
+    return last.step if last else None
+
+
+def _cancel_job(job_id: str) -> None:
+    import django_rq
+    from rq.job import Job
+
+    try:
+        Job.fetch(job_id, connection=django_rq.get_connection("default")).cancel()
+    except Exception as exc:  # gone already, or Redis away
+        log.info("could not cancel job %s: %s", job_id, exc)
+
+
+# ---- the reaper ----------------------------------------------------------------------------
+def reap_stale_runs(now=None) -> list[int]:
+    """Mark running runs without a heartbeat for RUN_HEARTBEAT_SECONDS as failed and resumable."""
+    now = now or timezone.now()
+    limit = settings.RUN_HEARTBEAT_SECONDS
+    cutoff = now - timedelta(seconds=limit)
+    stale = Run.objects.filter(status=Status.RUNNING).filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff))
+    reaped = []
+    for run in stale:
+        silent = int((now - (run.heartbeat_at or run.started_at)).total_seconds())
+        try:
+            run.mark_failed(f"worker stopped responding (no heartbeat from {run.worker_name or 'the worker'} "
+                            f"for {silent}s); resume to continue from the last checkpoint", resumable=True)
+        except IllegalTransition:
+            continue  # it changed state meanwhile
+        reaped.append(run.pk)
+    if reaped:
+        log.warning("reaped runs without heartbeat: %s", reaped)
+    return reaped
+
+
+def reaper_interval() -> int:
+    return max(2, settings.RUN_HEARTBEAT_SECONDS // 2)
+
+
+def ensure_reaper_scheduled() -> bool:
+    """Schedule the periodic reaper job unless one is pending (needs an RQ worker --with-scheduler)."""
+    import django_rq
+
+    try:
+        conn = django_rq.get_connection("default")
+        if not conn.set(REAPER_KEY, "1", nx=True, ex=reaper_interval() * 3):
+            return False
+        django_rq.get_queue("default").enqueue_in(timedelta(seconds=reaper_interval()), "apps.runs.jobs.reap_runs_job")
+        return True
+    except Exception as exc:
+        log.warning("could not schedule the run reaper: %s", exc)
+        return False
+
+
+def active_runs_exist() -> bool:
+    return Run.objects.filter(status__in=ACTIVE).exists()

@@ -1,0 +1,65 @@
+"""Fixtures of the run tests: a tiny random-init model inside a temporary models directory,
+a small JSONL prompt set inside the data directory, temporary run folders, a grpo config that
+trains in about a second per step on the CPU, and a real RQ worker in burst mode.
+
+The tiny model and the prompt set come from the trainer's fixtures (tests/trainer/conftest.py);
+they are copied under the directories the web allows.
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.trainer.conftest import smollm2_tokenizer, tiny_model_dir, tiny_prompts_path  # noqa: F401  (fixtures)
+
+
+@pytest.fixture(scope="session")
+def web_dirs(tmp_path_factory, tiny_model_dir, tiny_prompts_path):  # noqa: F811
+    root = tmp_path_factory.mktemp("selfplay-data")
+    shutil.copytree(tiny_model_dir, root / "models" / "tiny")
+    (root / "prompts").mkdir()
+    shutil.copy(tiny_prompts_path, root / "prompts" / "arith.jsonl")
+    return root
+
+
+@pytest.fixture
+def run_env(settings, web_dirs, tmp_path):
+    """Settings pointing at the temporary models / data / runs directories."""
+    settings.MODELS_DIR = web_dirs / "models"
+    settings.RUN_DATA_DIRS = [web_dirs]
+    settings.RUNS_DIR = tmp_path / "runs"
+    return web_dirs
+
+
+@pytest.fixture
+def tiny_grpo(run_env):
+    """(model, config overrides) of a tiny grpo run on the CPU: 4 steps, checkpoint every 2."""
+    config = {
+        "seed": 0,
+        "data": {"path": str(run_env / "prompts" / "arith.jsonl")},
+        "reward": "exact",
+        "rollout": {"max_new_tokens": 6, "group_size": 2},
+        "train": {"steps": 4, "lr": 1e-3, "prompts_per_step": 2, "micro_batch_size": 4, "device": "cpu"},
+        "checkpoint": {"every": 2, "keep_last": 2},
+        "grpo": {"log_samples": 4},
+    }
+    return "tiny", config
+
+
+@pytest.fixture
+def roles(db):
+    """The role groups, recreated for transactional tests (a flush after one such test removes them)."""
+    from importlib import import_module
+
+    from django.apps import apps
+
+    import_module("apps.accounts.migrations.0001_roles").create_roles(apps, None)
+
+
+def burst(*queues: str) -> None:
+    """Drain the queues with a real RQ worker in this process (SimpleWorker: no fork next to torch)."""
+    import django_rq
+    from rq import SimpleWorker
+
+    django_rq.get_worker(*queues, worker_class=SimpleWorker).work(burst=True)
