@@ -172,8 +172,14 @@ class ScopeSection(Section):
     length_soft: int = Field(1024, ge=1, description="Length penalty starts (tokens, paper 1024).")
     length_hard: int = Field(2048, ge=1, description="Length penalty reaches its floor (tokens, paper 2048).")
     length_floor: float = Field(0.05, ge=0, le=1, description="Length penalty floor (paper 0.05).")
-    max_turns: int = Field(4, ge=1, description="Most tool turns per trajectory (ours).")
+    max_turns: int = Field(4, ge=1, description="Most tool turns per Solver trajectory (ours).")
     top_k: int = Field(3, ge=1, description="Passages per search (paper 3).")
+    max_tool_tokens: int = Field(500, ge=16, description="Tool response budget in tokens (paper 500).")
+    max_document_tokens: int = Field(1024, ge=32, description="Source documents are cut to this many tokens (ours).")
+    candidate_rounds: int = Field(
+        2, ge=1, description="Solver stage: Challenger batches tried per step to fill the filtered task pool (ours; "
+        "the paper fills a pool of solver_tasks before training).")
+    judge_max_new_tokens: int = Field(512, ge=8, description="Judge tokens per gate, rubric list or grade (ours).")
 
 
 class ScoreSection(Section):
@@ -201,10 +207,25 @@ class ScoreSection(Section):
     min_verification_searches: int = Field(1, ge=0, description="Initial harness minimum evaluator searches.")
     baseline_decay: float = Field(0.7, ge=0, le=1, description="Evaluator EMA baseline: b <- decay*b + (1-decay)*R.")
     evaluator_temperature: float = Field(0.8, ge=0, description="Evaluator sampling temperature (paper 0.8).")
+    evaluator_max_new_tokens: int = Field(2048, ge=8, description="Evaluator tokens per turn (paper 2048).")
+    evaluator_max_turns: int = Field(
+        4, ge=1, description="Most evaluator turns (searches + final scores) per report (ours).")
+    must_include_weight: float | None = Field(
+        None, ge=0, description="Weight of the mandatory dimension(s); None = weight_max (ours: the paper gives none).")
+    max_tool_tokens: int = Field(500, ge=16, description="Tool response budget in tokens.")
     entropy_floor: float | None = Field(
         None, description="Stop early when the solver's mean entropy falls below this (None = never).")
+    entropy_collapse_ratio: float | None = Field(
+        0.25, ge=0, le=1, description="Stop early when solver entropy falls below this fraction of its first-step "
+        "value for entropy_patience steps in a row (ours; the paper stops on entropy collapse). None = never.")
+    entropy_patience: int = Field(2, ge=1, description="Consecutive collapsed steps before stopping (ours).")
     queries_path: str | None = Field(
         None, description="JSONL of research queries ({'query'}); None = generate queries from the corpus (ours).")
+    query_fallback: Literal["title", "skip"] = Field(
+        "title", description="A document whose generated query does not parse: a templated query from its title "
+        "(title) or no query (skip) (ours).")
+    max_document_tokens: int = Field(512, ge=32, description="Documents shown to the query writer (tokens, ours).")
+    harness_model: str | None = Field(None, description="Model name sent to the meta-harness endpoint.")
 
 
 class PiplaySection(Section):
@@ -229,6 +250,8 @@ class PiplaySection(Section):
         "reverse_kl", description="L_SD divergence (ours: reverse KL student||teacher by default).")
     max_turns: int = Field(5, ge=1, description="Most tool turns per trajectory (paper 5).")
     top_k: int = Field(3, ge=1, description="Passages per search.")
+    max_tool_tokens: int = Field(500, ge=16, description="Tool response budget in tokens.")
+    max_document_tokens: int = Field(256, ge=32, description="Source passages are cut to this many tokens (Dr.Zero 256).")
 
 
 SECTIONS: dict[str, type[Section]] = {

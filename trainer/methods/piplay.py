@@ -1,0 +1,251 @@
+"""pi-Play: an Examiner builds multi-hop questions; a Student learns with GRPO and self-distillation
+from a teacher that sees how each question was built.
+
+Per iteration (``piplay.iterations``, paper 3):
+
+1. Examiner stage (``examiner_steps``): for each of ``train.prompts_per_step`` corpus passages
+   draw a hop count 1-4 (4:3:2:1, stratified per batch), let the policy in the examiner role
+   search n-1 times and write ``<question>`` + ``<answer>``. Each valid question gets n=5
+   Student attempts (with search); k correct (exact match) gives r_d = (n-k)/(n-1) for 0<k<n,
+   else 0; reward R = r_d + 0.5 r_fmt. Advantages are normalised within each hop group (one
+   question per prompt), then one update.
+2. Student stage (``student_steps``): the examiner writes fresh questions; its whole trajectory
+   (passage, reasoning, searches, results, question, answer) is the question construction path
+   (QCP). The Student answers each question G=5 times; loss = GRPO (clip 0.2) on exact match
+   plus lambda x L_SD, where L_SD is the top-K (50) + tail divergence between the Student and a
+   teacher on the Student's own tokens (tool output masked). The teacher is an EMA (0.05) of the
+   Student that reads the question PLUS the QCP; it only scores the Student's tokens with one
+   forward pass (``TeacherEMA``; with LoRA it is an EMA of the adapter only). lambda decays per
+   iteration (0.03, 0.003, 0.002). The teacher moves after every Student step.
+
+Departures from the paper (each a config field where it is a choice):
+- one set of weights plays examiner and student (the paper trains them as separate models);
+- the Student stage draws its questions on the fly each step from the current examiner instead
+  of generating the whole data set up front (same distribution, no stale pool);
+- the examiner's format reward is ours (think / searches / tags, see ``examiner_format``): the
+  paper points to Dr.Zero's without restating it; the divergence direction is
+  ``piplay.divergence`` (reverse KL by default, ours); an unparsable question gets r_d = 0.
+
+Run it::
+
+    python -m trainer run examples/piplay_cpu.yaml --out var/runs/piplay
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from trainer.algos import get_advantage, group_normalized
+from trainer.algos.distill import topk_tail_divergence
+from trainer.methods.parts import stratified_draw, truncate_tokens
+from trainer.methods.piplay_parts import (
+    TeacherEMA,
+    build_qcp,
+    examiner_format,
+    examiner_prompt,
+    lambda_for_iteration,
+    parse_question_answer,
+    student_prompt,
+    teacher_prompt,
+)
+from trainer.prompts import chat
+from trainer.rewards import piplay_examiner_reward
+from trainer.rollout import multi_turn_rollout
+from trainer.tools import SearchTool
+from trainer.update import Sample
+from trainer.verify import exact_match
+
+EXAMINER, STUDENT = "examiner", "student"
+
+
+@dataclass
+class Question:
+    key: str
+    document_id: str
+    passage: str  # the (truncated) source passage the examiner saw
+    hops: int
+    trajectory: object  # the examiner's Trajectory (its turns are the QCP)
+    question: str | None
+    answer: str | None
+    r_fmt: float
+    attempts: list = field(default_factory=list)  # Student trajectories
+    correct: list = field(default_factory=list)  # bool per attempt
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.question and self.answer)
+
+    @property
+    def qcp(self) -> str:
+        return build_qcp(self.passage, self.trajectory.turns, self.question or "", self.answer or "")
+
+
+def stage_of(step: int, sec) -> tuple[int, str]:
+    """(0-based iteration, "examiner" | "student") of a 1-based step."""
+    iteration, offset = divmod(step - 1, sec.examiner_steps + sec.student_steps)
+    return iteration, (EXAMINER if offset < sec.examiner_steps else STUDENT)
+
+
+def examiner_rewards(questions: list[Question], n: int, format_weight: float) -> list[float]:
+    """R = r_d + 0.5 r_fmt; an invalid question has no attempts and r_d = 0."""
+    return [piplay_examiner_reward(sum(q.correct), n, q.r_fmt, format_weight) if q.valid
+            else format_weight * q.r_fmt for q in questions]
+
+
+def examiner_advantages(rewards: list[float], hops: list[int]) -> list[float]:
+    """Hop-group normalisation: (R - mean_hop) / (std_hop + eps), one question per prompt."""
+    return group_normalized(rewards, hops).tolist()
+
+
+def make_distill_loss(policy, teacher: TeacherEMA, k: int, kind: str, lam: float):
+    """The update's ``extra_loss``: lambda x top-K + tail divergence to the QCP-reading teacher.
+
+    For every sample of a micro-batch the teacher runs once over teacher_prompt + completion and
+    returns logits only at the positions that predict the Student's trained tokens, in the
+    same row-major order as the Student's logits [N, V].
+    """
+
+    def extra(mb, logits: torch.Tensor):
+        rows = []
+        for s, row_mask in zip(mb.samples, mb.mask):
+            trained = torch.nonzero(row_mask[: len(s.completion_ids)]).flatten()  # [n_i]
+            ids = torch.tensor([s.teacher_prompt_ids + s.completion_ids], device=logits.device)  # [1, T]
+            keep = len(s.teacher_prompt_ids) - 1 + trained  # [n_i] positions predicting them
+            with policy.autocast():
+                t_logits = teacher.logits(policy.model, ids, torch.ones_like(ids), logits_to_keep=keep)  # [1, n_i, V]
+            rows.append(t_logits[0].float())
+        t_all = torch.cat(rows)  # [N, V]
+        div = topk_tail_divergence(logits[None].float(), t_all[None], k=k, kind=kind)[0]  # [N]
+        return lam * div, {"distill": float(div.detach().mean()) if div.numel() else 0.0}
+
+    return extra
+
+
+class PiPlay:
+    """The recipe's state between steps: tool, teacher, and the helpers each stage uses."""
+
+    def __init__(self, ctx):
+        if ctx.retriever is None:
+            raise ValueError("pi-Play needs a search tool: set corpus.path (JSONL with title and text) "
+                             "or launch it on a corpus")
+        if ctx.documents is None:
+            raise ValueError("pi-Play needs corpus documents for the examiner: set corpus.path")
+        self.ctx, self.cfg, self.sec = ctx, ctx.config, ctx.config.piplay
+        self.tok = ctx.policy.tokenizer
+        self.tool = SearchTool(ctx.retriever, k=self.sec.top_k, max_tokens=self.sec.max_tool_tokens,
+                               tokenizer=self.tok)
+        self.teacher = TeacherEMA.from_model(ctx.policy.model, rate=1.0 - self.sec.teacher_ema)
+        if "teacher" in ctx.state:
+            self.teacher.load_state_dict(ctx.state["teacher"])
+        self.grpo = get_advantage("grpo")
+
+    def rng(self) -> random.Random:
+        return random.Random(int(self.ctx.rng.integers(2**31)))
+
+    def rollout(self, prompts: list[str], max_turns: int, temperature: float | None = None):
+        ids = [chat(self.tok, None, p) for p in prompts]
+        params = self.ctx.sampling_params(**({} if temperature is None else {"temperature": temperature}))
+        return multi_turn_rollout(self.ctx.generator, self.tok, ids, params, self.tool, max_turns=max_turns)
+
+    def examine(self, step: int) -> list[Question]:
+        """One examiner question per passage, hops stratified 4:3:2:1 over the batch."""
+        n = self.cfg.train.prompts_per_step
+        rng = self.rng()
+        docs = self.ctx.documents.sample(n, rng)
+        hops = stratified_draw(len(docs), self.sec.hop_weights, rng)
+        texts = [truncate_tokens(self.tok, f"(Title: {d.title})\n{d.text}", self.sec.max_document_tokens)
+                 for d in docs]
+        trajs = self.rollout([examiner_prompt(t, h) for t, h in zip(texts, hops)], self.sec.max_turns)
+        out = []
+        for i, (d, h, tr, text) in enumerate(zip(docs, hops, trajs, texts)):
+            q, a = parse_question_answer(tr.turns[-1]["text"] if tr.turns else "")
+            out.append(Question(f"{step}:e{i}", str(d.id), text, h, tr, q, a, examiner_format(tr.turns, h)))
+        return out
+
+    def answer(self, questions: list[Question], n: int) -> None:
+        """n Student attempts per valid question (in one batched multi-turn rollout)."""
+        valid = [q for q in questions if q.valid]
+        if not valid:
+            return
+        trajs = self.rollout([student_prompt(q.question) for q in valid for _ in range(n)], self.sec.max_turns)
+        for j, q in enumerate(valid):
+            q.attempts = trajs[j * n:(j + 1) * n]
+            q.correct = [bool(exact_match(t.final or "", q.answer)) for t in q.attempts]
+
+    # -- the two stages ------------------------------------------------------------------------
+    def examiner_step(self, step: int) -> None:
+        t0 = time.perf_counter()
+        questions = self.examine(step)
+        self.answer(questions, self.sec.student_attempts)
+        rewards = examiner_rewards(questions, self.sec.student_attempts, self.sec.format_weight)
+        adv = examiner_advantages(rewards, [q.hops for q in questions])
+        samples = [Sample.from_trajectory(q.trajectory, a, role=EXAMINER, temperature=q.trajectory.temperature)
+                   for q, a in zip(questions, adv)]
+        gen_seconds = time.perf_counter() - t0
+        metrics = self.ctx.update(samples).get(EXAMINER, {})
+        valid = [q for q in questions if q.valid]
+        self.ctx.log(step, EXAMINER, {
+            **metrics, "reward_mean": sum(rewards) / len(rewards), "valid_rate": len(valid) / len(questions),
+            "format_reward": sum(q.r_fmt for q in questions) / len(questions),
+            "student_pass_rate": (sum(sum(q.correct) for q in valid) / max(len(valid) * self.sec.student_attempts, 1)),
+            "searches": sum(q.trajectory.n_searches for q in questions) / len(questions),
+            "gen_seconds": gen_seconds, **{f"hops_{h}": sum(q.hops == h for q in questions)
+                                           for h in range(1, len(self.sec.hop_weights) + 1)}})
+        self.ctx.samples(step, self.records(step, questions, rewards, EXAMINER))
+
+    def student_step(self, step: int, iteration: int) -> None:
+        t0 = time.perf_counter()
+        questions = [q for q in self.examine(step) if q.valid]
+        G = self.cfg.rollout.group_size
+        self.answer(questions, G)
+        lam = lambda_for_iteration(self.sec.distill_lambdas, iteration)
+        samples = []
+        for q in questions:
+            rewards = torch.tensor([[float(c) for c in q.correct]])  # [1, G]
+            adv = self.grpo(rewards)[0].tolist()
+            teacher_ids = chat(self.tok, None, teacher_prompt(q.question, q.qcp))
+            samples += [Sample.from_trajectory(t, a, role=STUDENT, temperature=t.temperature,
+                                               teacher_prompt_ids=teacher_ids) for t, a in zip(q.attempts, adv)]
+        gen_seconds = time.perf_counter() - t0
+        extra = make_distill_loss(self.ctx.policy, self.teacher, self.sec.distill_top_k, self.sec.divergence, lam)
+        metrics = self.ctx.update(samples, extra_loss=extra).get(STUDENT, {}) if samples else {}
+        self.teacher.update(self.ctx.policy.model)
+        self.ctx.state["teacher"] = self.teacher.state_dict()
+        attempts = [t for q in questions for t in q.attempts]
+        self.ctx.log(step, STUDENT, {
+            **metrics, "lambda": lam, "questions": len(questions),
+            "exact_match": sum(sum(q.correct) for q in questions) / max(len(attempts), 1),
+            "searches": sum(t.n_searches for t in attempts) / max(len(attempts), 1),
+            "response_length": sum(t.n_model_tokens for t in attempts) / max(len(attempts), 1),
+            "gen_seconds": gen_seconds})
+        self.ctx.samples(step, self.records(step, questions, None, STUDENT))
+
+    def records(self, step: int, questions: list[Question], rewards: list[float] | None, stage: str) -> list[dict]:
+        """Sink records: every examiner question (task, QCP in data) and its Student attempts."""
+        out = []
+        for i, q in enumerate(questions):
+            n = len(q.attempts)
+            out.append({
+                "kind": "task", "key": q.key, "role": EXAMINER, "step": step, "question": q.question or "",
+                "answer": q.answer or "", "valid": q.valid, "pass_rate": sum(q.correct) / n if n else None,
+                "document_id": q.document_id, "format": f"{q.hops}-hop",
+                "data": {"hops": q.hops, "qcp": q.qcp, "r_fmt": q.r_fmt, "stage": stage,
+                         "reward": rewards[i] if rewards else None, "examiner": q.trajectory.to_attempt()}})
+            for j, (t, ok) in enumerate(zip(q.attempts, q.correct)):
+                out.append({"kind": "attempt", "key": f"{q.key}:s{j}", "task_key": q.key, "role": STUDENT,
+                            "step": step, "reward": float(ok), **t.to_attempt(),
+                            "data": {"final": t.final, "searches": t.n_searches, "stage": stage}})
+        return out
+
+
+def run_piplay(ctx) -> None:
+    play = PiPlay(ctx)
+    for step in ctx.steps():
+        iteration, stage = stage_of(step, play.sec)
+        if stage == EXAMINER:
+            play.examiner_step(step)
+        else:
+            play.student_step(step, iteration)
