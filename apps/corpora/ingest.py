@@ -70,6 +70,8 @@ class _Prepared:
 
 def _prepare(corpus: Corpus, embedder: Embedder, batch: list[ParsedDoc], stats: Stats) -> tuple[list[_Prepared], np.ndarray, int]:
     """Dedup, chunk and embed one batch; returns prepared docs, their vectors [C, dim], duplicates."""
+    for doc in batch:  # Postgres text cannot hold NUL characters
+        doc.text, doc.title = doc.text.replace("\x00", ""), doc.title.replace("\x00", "")
     hashes = [content_hash(d.text) for d in batch]
     seen = _existing_hashes(corpus, hashes)
     prepared, inputs, duplicates = [], [], 0

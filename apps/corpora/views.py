@@ -1,11 +1,95 @@
-from django.shortcuts import render
+"""Corpora pages: the list, a corpus (documents, ingestion progress, search), create, upload."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from apps.accounts.roles import can, role_required
+from apps.corpora.embedder import EmbedderError
+from apps.corpora.forms import CorpusForm, SearchForm, UploadForm
+from apps.corpora.models import Corpus
+from apps.corpora.parsing import IngestError
+from apps.corpora.search import SearchError, search
+from apps.corpora.uploads import accept_file, create_corpus
 
 
 def index(request):
-    return render(request, "empty.html", {
-        "title": "Corpora",
-        "empty_headline": "No corpora yet.",
-        "empty_hint": "Load the bundled Wikipedia corpus with `manage.py load_wikipedia`, or upload .txt, .md, .html, .jsonl or .pdf files.",
-        "action_url": "",
-        "action_label": "",
-    })
+    form = CorpusForm(request.POST or None) if can(request.user, "upload_corpus") else None
+    return render(request, "corpora/index.html", {"corpora": Corpus.objects.all(), "form": form})
+
+
+@require_POST
+@role_required("upload_corpus")
+def create(request):
+    form = CorpusForm(request.POST)
+    if form.is_valid():
+        try:
+            corpus = create_corpus(form.cleaned_data["name"], form.cleaned_data["description"])
+        except (IngestError, EmbedderError) as exc:
+            form.add_error(None, str(exc).removeprefix("name: "))
+        else:
+            messages.success(request, f"Corpus {corpus.name} created: upload files to fill it.")
+            return redirect("corpora:detail", pk=corpus.pk)
+    return render(request, "corpora/index.html", {"corpora": Corpus.objects.all(), "form": form}, status=400)
+
+
+def _detail_context(request, corpus, upload_form=None):
+    docs = Paginator(corpus.documents.only("id", "title", "source", "created_at").order_by("id"), 25)
+    return {
+        "corpus": corpus,
+        "page": docs.get_page(request.GET.get("page")),
+        "upload_form": upload_form or (UploadForm() if can(request.user, "upload_corpus") else None),
+        "search_form": SearchForm(initial={"mode": "hybrid", "k": 5}),
+    }
+
+
+def detail(request, pk: int):
+    corpus = get_object_or_404(Corpus, pk=pk)
+    return render(request, "corpora/detail.html", _detail_context(request, corpus))
+
+
+@require_POST
+@role_required("upload_corpus")
+def upload(request, pk: int):
+    corpus = get_object_or_404(Corpus, pk=pk)
+    form = UploadForm(request.POST, request.FILES)
+    if form.is_valid():
+        try:
+            accept_file(corpus, form.cleaned_data["file"].name, form.data_bytes)
+        except (IngestError, EmbedderError) as exc:
+            form.add_error("file", str(exc))
+        else:
+            messages.success(request, f"{form.cleaned_data['file'].name} accepted: ingesting in the background.")
+            return redirect("corpora:detail", pk=corpus.pk)
+    return render(request, "corpora/detail.html", _detail_context(request, corpus, form), status=400)
+
+
+@require_GET
+def progress(request, pk: int):
+    """The progress bar partial; htmx polls it while an ingestion is queued or running."""
+    corpus = get_object_or_404(Corpus, pk=pk)
+    return render(request, "corpora/_progress.html", {"corpus": corpus})
+
+
+@require_GET
+def search_partial(request, pk: int):
+    corpus = get_object_or_404(Corpus, pk=pk)
+    form = SearchForm(request.GET)
+    hits, error = [], ""
+    if form.is_valid():
+        try:
+            hits = search(corpus, form.cleaned_data["q"], form.cleaned_data["k"] or 5, form.cleaned_data["mode"] or "hybrid")
+        except (SearchError, EmbedderError) as exc:
+            error = str(exc)
+    else:
+        error = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+    return render(request, "corpora/_results.html", {"hits": hits, "error": error, "corpus": corpus},
+                  status=400 if error else 200)
+
+
+def document(request, pk: int, doc_id: int):
+    corpus = get_object_or_404(Corpus, pk=pk)
+    doc = get_object_or_404(corpus.documents, pk=doc_id)
+    return render(request, "corpora/document.html", {"corpus": corpus, "doc": doc, "chunks": doc.chunks.defer("embedding")})

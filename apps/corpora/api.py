@@ -1,0 +1,97 @@
+"""REST views of corpora (contract.md): list/create, detail with progress, add documents, search.
+
+Every failure is JSON `{"error": ...}` with a 4xx status (apps/api/errors.py); bad files are
+checked before a job is enqueued, so the upload itself answers 400 with the reason.
+"""
+from __future__ import annotations
+
+from django.core.exceptions import RequestDataTooBig
+from django.shortcuts import get_object_or_404
+from rest_framework import status
+from rest_framework.decorators import api_view, parser_classes, permission_classes
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from apps.accounts.roles import can, denied_message
+from apps.api.errors import error_response
+from apps.corpora.embedder import EmbedderError
+from apps.corpora.models import Corpus
+from apps.corpora.parsing import IngestError
+from apps.corpora.search import SearchError, search
+from apps.corpora.serializers import corpus_json
+from apps.corpora.uploads import accept_file, add_document, create_corpus, read_upload
+
+
+def _forbidden(perm: str) -> Response:
+    return error_response(denied_message(perm), status.HTTP_403_FORBIDDEN)
+
+
+def _data(request) -> dict | Response:
+    try:
+        return request.data
+    except RequestDataTooBig:
+        return error_response("The request body is too large: upload big documents as a file (multipart `file`).",
+                              status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+
+
+@api_view(["GET", "POST"])
+@permission_classes([IsAuthenticated])
+def corpora(request):
+    """GET: every corpus with counts and progress. POST (admin): `name`, `description` [, `embedder`,
+    `chunk_tokens`, `chunk_overlap`] -> 201 with the corpus."""
+    if request.method == "GET":
+        return Response({"results": [corpus_json(c) for c in Corpus.objects.all()]})
+    if not can(request.user, "upload_corpus"):
+        return _forbidden("upload_corpus")
+    data = _data(request)
+    if isinstance(data, Response):
+        return data
+    try:
+        corpus = create_corpus(data.get("name", ""), data.get("description", ""), data.get("embedder") or None,
+                               data.get("chunk_tokens", 200), data.get("chunk_overlap", 40))
+    except (IngestError, EmbedderError) as exc:
+        return error_response(str(exc))
+    return Response(corpus_json(corpus), status=status.HTTP_201_CREATED)
+
+
+@api_view(["GET"])
+def corpus_detail(request, pk: int):
+    return Response(corpus_json(get_object_or_404(Corpus, pk=pk)))
+
+
+@api_view(["POST"])
+@parser_classes([MultiPartParser, FormParser, JSONParser])
+def documents(request, pk: int):
+    """Multipart `file` -> 202 with the ingestion job and progress; JSON `title`,`text` -> 201, ingested now."""
+    if not can(request.user, "upload_corpus"):
+        return _forbidden("upload_corpus")
+    corpus = get_object_or_404(Corpus, pk=pk)
+    data = _data(request)
+    if isinstance(data, Response):
+        return data
+    try:
+        uploaded = request.FILES.get("file")
+        if uploaded is not None:
+            result = accept_file(corpus, uploaded.name, read_upload(uploaded))
+            result.pop("stored")
+            return Response(result, status=status.HTTP_202_ACCEPTED)
+        if "text" not in data and "title" not in data:
+            return error_response("Send a multipart `file`, or JSON with `title` and `text`.")
+        stats = add_document(corpus, data.get("title"), data.get("text"))
+    except (IngestError, EmbedderError) as exc:
+        return error_response(str(exc))
+    corpus.refresh_from_db()
+    return Response({**stats, "corpus": corpus_json(corpus)}, status=status.HTTP_201_CREATED)
+
+
+@api_view(["GET"])
+def corpus_search(request, pk: int):
+    """`?q=&k=5&mode=hybrid|dense|lexical` -> {"results": [{document_id, chunk_id, title, text, score}]}."""
+    corpus = get_object_or_404(Corpus, pk=pk)
+    params = request.query_params
+    try:
+        hits = search(corpus, params.get("q", ""), params.get("k", 5), params.get("mode", "hybrid"))
+    except (SearchError, EmbedderError) as exc:
+        return error_response(str(exc))
+    return Response({"results": [h.to_dict() for h in hits]})

