@@ -85,8 +85,12 @@ class TrainConfig(Section):
     micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward; gradients accumulate over the step.")
     clip_low: float = Field(0.2, ge=0, description="PPO clip: ratio lower bound 1 - clip_low.")
     clip_high: float = Field(0.2, ge=0, description="PPO clip: ratio upper bound 1 + clip_high.")
-    loss_agg: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"] = Field(
-        "token_mean", description="How token losses are averaged over the batch.")
+    loss_agg: Literal["token_mean", "seq_sum"] = Field(
+        "token_mean", description="Loss averaging: token_mean over all trained tokens of the step, or seq_sum "
+        "(Dr.GRPO: per-sequence token sum / max_new_tokens, averaged over sequences).")
+    skip_zero_advantage: bool = Field(
+        True, description="Skip the forward/backward of samples with advantage 0 when kl_coef and entropy_coef are 0 "
+        "(their gradient is exactly zero; they still count in the loss denominator).")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight (0 = entropy is only measured).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")

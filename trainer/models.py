@@ -83,6 +83,17 @@ def import_gguf(gguf: Path, dest: Path) -> Path:
     return dest
 
 
+def bundled_tokenizer(name: str = "smollm2-135m-instruct"):
+    """The tokenizer of a bundled model without importing its weights (fast: tests use it)."""
+    from transformers import AutoTokenizer
+
+    imported = models_dir() / name
+    if (imported / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(imported)
+    gguf = bundled_gguf(name)
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
 def _clear_quantization(model) -> None:
     """A GGUF-loaded model carries a quantizer marker that blocks training and saving as floats."""
     for attr in ("hf_quantizer", "quantization_method"):

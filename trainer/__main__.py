@@ -1,0 +1,63 @@
+"""Command line: ``python -m trainer run CONFIG.yaml [--set key=value ...] [--out DIR] [--resume]``.
+
+Runs one method standalone; metrics, samples and checkpoints go to the run folder (--out,
+default $SELFPLAY_DATA_DIR/runs/<method>-<time>) and a progress line per step to stderr.
+Bad configs and impossible resumes exit with status 2 and a message saying what to fix.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_p = sub.add_parser("run", help="run a method from a YAML config")
+    run_p.add_argument("config", help="YAML config file (see examples/)")
+    run_p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key, e.g. --set train.lr=2e-6 (repeatable)")
+    run_p.add_argument("--out", default=None, help="run folder (default $SELFPLAY_DATA_DIR/runs/<method>-<time>)")
+    run_p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    fields_p = sub.add_parser("fields", help="print a method's config fields as JSON lines (for forms)")
+    fields_p.add_argument("method")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    from trainer.config import ConfigError, load_config, method_fields
+
+    if args.command == "fields":
+        try:
+            for row in method_fields(args.method):
+                print(json.dumps(row))
+        except ConfigError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        return 0
+    if args.resume and not args.out:
+        print("--resume needs --out DIR: the folder of the run to continue", file=sys.stderr)
+        return 2
+    from trainer.checkpoint import ResumeError
+    from trainer.data import DataError
+    from trainer.models import ModelNotFound
+    from trainer.runner import run
+    from trainer.sink import ConsoleSink
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+        result = run(cfg, sink=ConsoleSink(cfg.train.steps), run_dir=args.out, resume=args.resume)
+    except (ConfigError, ResumeError, ModelNotFound, DataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary = {"steps": result.steps, "run_dir": result.run_dir, "final_checkpoint": result.final_checkpoint,
+               "median_step_seconds": sorted(result.step_seconds)[len(result.step_seconds) // 2]
+               if result.step_seconds else None, "stopped": result.stopped}
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

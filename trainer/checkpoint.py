@@ -1,0 +1,181 @@
+"""Checkpoints: an explicit, atomic snapshot of everything a run needs to continue exactly.
+
+A checkpoint is a folder ``<run_dir>/checkpoints/step-000012/`` holding
+
+- ``model/``      the weights via safetensors: a full Hugging Face model folder (loadable with
+                  ``from_pretrained``, tokenizer included) or, with LoRA, the adapter only;
+- ``engine.pt``   optimizer and LR-schedule state;
+- ``state.pt``    step, RNG states (python, numpy, torch, cuda), the recipe's own state (data
+                  cursor, replay buffers, baselines ...);
+- ``config.yaml`` the run's config; ``meta.json`` step, method, model, LoRA rank, time.
+
+It is written into a temporary folder and renamed into place, so a crash never leaves a
+half-written checkpoint; only the newest ``keep_last`` are kept. ``load_checkpoint`` refuses,
+with the reason, to resume a run whose method, model or LoRA rank changed, or whose files
+are missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trainer.config import Config, load_config, save_config
+
+STEP_DIR = re.compile(r"^step-(\d{6,})$")
+# Keys that must match for a resume to continue the same run.
+IDENTITY = ("method", "model.name_or_path", "model.lora.r", "model.lora.target_modules", "seed")
+
+
+class ResumeError(RuntimeError):
+    """A resume that cannot continue; the message says why and what to do."""
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": (np_state[0], np_state[1].tolist(), *np_state[2:]),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(_tuplify(state["python"]))
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), *rest))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _tuplify(x):
+    return tuple(_tuplify(i) for i in x) if isinstance(x, (list, tuple)) else x
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    folder = checkpoints_dir(run_dir)
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if p.is_dir() and STEP_DIR.match(p.name) and (p / "meta.json").is_file()]
+    return sorted(found, key=lambda p: int(STEP_DIR.match(p.name).group(1)))
+
+
+def save_weights(policy, folder: Path) -> None:
+    """Adapter (LoRA) or full model + tokenizer, as safetensors."""
+    folder.mkdir(parents=True, exist_ok=True)
+    policy.model.save_pretrained(folder, safe_serialization=True)
+    if not policy.is_lora:
+        policy.tokenizer.save_pretrained(folder)
+
+
+def load_weights(policy, folder: Path) -> None:
+    """Load weights written by ``save_weights`` into an already built policy (same shapes)."""
+    from safetensors.torch import load_file
+
+    if policy.is_lora:
+        from peft import set_peft_model_state_dict
+
+        file = folder / "adapter_model.safetensors"
+        _require(file)
+        set_peft_model_state_dict(policy.model, load_file(file, device=str(policy.device)))
+        return
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ResumeError(f"no weights (*.safetensors) in {folder}; the checkpoint is incomplete, delete it")
+    state = {}
+    for f in files:
+        state.update(load_file(f, device=str(policy.device)))
+    missing, unexpected = policy.model.load_state_dict(state, strict=False)
+    tied = {k for k in missing if _is_tied(policy.model, k)}
+    if set(missing) - tied or unexpected:
+        raise ResumeError(f"checkpoint weights do not fit the model: missing {sorted(set(missing) - tied)[:5]}, "
+                          f"unexpected {sorted(unexpected)[:5]}")
+
+
+def _is_tied(model, key: str) -> bool:
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    return key in tied and getattr(model.config, "tie_word_embeddings", False)
+
+
+def _require(path: Path) -> None:
+    if not path.exists():
+        raise ResumeError(f"{path} is missing: the checkpoint is incomplete; delete {path.parent} to resume from the one before")
+
+
+def save_checkpoint(run_dir: str | Path, step: int, cfg: Config, policy, engine, recipe_state: dict | None = None,
+                    keep_last: int | None = None) -> Path:
+    """Write checkpoint ``step`` atomically and prune old ones; returns its folder."""
+    folder = checkpoints_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"step-{step:06d}"
+    tmp = folder / f".tmp-step-{step:06d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_weights(policy, tmp / "model")
+    torch.save(engine.state_dict(), tmp / "engine.pt")
+    torch.save({"step": step, "rng": rng_state(), "recipe": recipe_state or {}}, tmp / "state.pt")
+    save_config(cfg, tmp / "config.yaml")
+    meta = {"step": step, "method": cfg.method, "model": cfg.model.name_or_path, "lora_r": cfg.model.lora.r,
+            "time": time.time()}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _prune(folder, keep_last if keep_last is not None else cfg.checkpoint.keep_last)
+    return final
+
+
+def _prune(folder: Path, keep_last: int) -> None:
+    done = list_checkpoints(folder.parent)
+    for old in done[: max(0, len(done) - keep_last)]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _get(cfg: Config, dotted: str):
+    value = cfg
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def check_compatible(saved: Config, current: Config) -> None:
+    """Raise ResumeError when the identity of the run changed."""
+    diffs = [(k, _get(saved, k), _get(current, k)) for k in IDENTITY if _get(saved, k) != _get(current, k)]
+    if diffs:
+        lines = "; ".join(f"{k}: checkpoint has {a!r}, config has {b!r}" for k, a, b in diffs)
+        raise ResumeError(f"cannot resume: the config changed what the run is ({lines}). "
+                          "Use the original values, or start a new run in another --out folder.")
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    done = list_checkpoints(run_dir)
+    return done[-1] if done else None
+
+
+def load_checkpoint(path: str | Path, cfg: Config, policy, engine) -> dict:
+    """Restore weights, engine and RNG from ``path``; returns {"step", "recipe"}."""
+    path = Path(path)
+    for name in ("meta.json", "config.yaml", "engine.pt", "state.pt", "model"):
+        _require(path / name)
+    check_compatible(load_config(path / "config.yaml"), cfg)
+    load_weights(policy, path / "model")
+    engine.load_state_dict(torch.load(path / "engine.pt", map_location=policy.device, weights_only=True))
+    state = torch.load(path / "state.pt", weights_only=True)
+    set_rng_state(state["rng"])
+    return {"step": int(state["step"]), "recipe": state.get("recipe", {})}

@@ -1,0 +1,128 @@
+"""``RecipeContext``: everything a recipe needs, and the step loop that times, logs,
+checkpoints and listens to the sink.
+
+A recipe is ``def run_<method>(ctx) -> None``::
+
+    for step in ctx.steps():          # resumes after the last checkpoint; stops on request
+        ...generate, reward...
+        metrics = ctx.update(samples)  # {role: {...}}
+        ctx.log(step, "solver", {...}) # flushed at the end of the step with step_seconds
+        ctx.state["cursor"] = ...      # saved in every checkpoint, restored on resume
+
+``ctx.state`` is the recipe's own resumable state (plain python values and tensors);
+``ctx.rng`` is a seeded numpy Generator whose state is checkpointed too.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer.checkpoint import save_checkpoint
+from trainer.sink import NullSink, Verdict
+from trainer.update import policy_update
+
+
+@dataclass
+class RecipeContext:
+    config: Any  # trainer.config.Config
+    policy: Any  # trainer.models.Policy
+    generator: Any  # trainer.rollout Generator
+    engine: Any  # trainer.engine.Engine
+    sink: Any = field(default_factory=NullSink)
+    retriever: Any = None  # trainer.tools.Retriever
+    documents: Any = None  # trainer.tools DocumentSource
+    run_dir: Path | None = None
+    rng: np.random.Generator | None = None
+    state: dict = field(default_factory=dict)
+    start_step: int = 0  # last completed step (from a checkpoint)
+    step_seconds: list[float] = field(default_factory=list)
+    final_checkpoint: str | None = None
+    stopped: bool = False
+    verdicts: list[Verdict] = field(default_factory=list)
+    harness: dict | None = None
+    _pending: dict = field(default_factory=dict)
+    _last_step: int = 0
+
+    def __post_init__(self):
+        if self.rng is None:
+            self.rng = np.random.default_rng(self.config.seed)
+        self._last_step = self.start_step
+
+    # -- the loop ---------------------------------------------------------------------------
+    def steps(self):
+        """Yield step numbers start_step+1 .. train.steps; after each: flush metrics, checkpoint
+        when due, poll the sink (stop/pause end the loop after a checkpoint)."""
+        every = self.config.checkpoint.every
+        total = self.config.train.steps
+        for step in range(self.start_step + 1, total + 1):
+            t0 = time.perf_counter()
+            yield step
+            seconds = time.perf_counter() - t0
+            self.step_seconds.append(seconds)
+            self._last_step = step
+            self._flush(step, seconds)
+            control = self.sink.control()
+            self.verdicts.extend(control.verdicts)
+            if control.harness is not None:
+                self.harness = control.harness
+            if control.stop or control.pause:
+                self.stopped = True
+                self.checkpoint(step)
+                return
+            if step == total or (every and step % every == 0):
+                self.checkpoint(step)
+
+    def _flush(self, step: int, seconds: float) -> None:
+        for role, values in self._pending.items():
+            self.sink.metrics(step, role, {**values, "step_seconds": seconds})
+        self._pending = {}
+
+    # -- reporting --------------------------------------------------------------------------
+    def log(self, step: int, role: str, metrics: dict[str, float]) -> None:
+        """Metrics of one role for this step (sent at the end of the step, with step_seconds)."""
+        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.floating, np.integer))}
+        self._pending.setdefault(role, {}).update(clean)
+
+    def samples(self, step: int, records: list[dict]) -> None:
+        if records:
+            self.sink.samples(step, records)
+
+    def take_verdicts(self) -> list[Verdict]:
+        """Human review verdicts received so far (each handed out once)."""
+        out, self.verdicts = self.verdicts, []
+        return out
+
+    # -- training ---------------------------------------------------------------------------
+    def update(self, samples, extra_loss=None) -> dict[str, dict[str, float]]:
+        return policy_update(self.policy, self.engine, samples, self.config, extra_loss=extra_loss)
+
+    def sampling_params(self, **overrides):
+        from trainer.rollout import SamplingParams
+
+        r = self.config.rollout
+        base = dict(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+                    min_new_tokens=r.min_new_tokens)
+        return SamplingParams(**{**base, **overrides})
+
+    def checkpoint(self, step: int, extra_state: dict | None = None) -> str | None:
+        """Save a checkpoint of this step (recipe state = ctx.state + extra_state)."""
+        if self.run_dir is None:
+            return None
+        state = {**self.state, **(extra_state or {}), "_numpy_rng": self.rng.bit_generator.state}
+        path = save_checkpoint(self.run_dir, step, self.config, self.policy, self.engine, state)
+        self.final_checkpoint = str(path)
+        self.sink.checkpoint(step, str(path))
+        return str(path)
+
+    def restore(self, recipe_state: dict, step: int) -> None:
+        """Apply a loaded checkpoint's recipe state (called by trainer.run on resume)."""
+        state = dict(recipe_state)
+        rng_state = state.pop("_numpy_rng", None)
+        if rng_state is not None:
+            self.rng.bit_generator.state = rng_state
+        self.state = state
+        self.start_step = self._last_step = step

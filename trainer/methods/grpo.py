@@ -1,0 +1,118 @@
+"""GRPO on a prompt set: the baseline every self-play paper compares against.
+
+Per step: take ``train.prompts_per_step`` prompts (``data.path``: JSONL with prompt and answer,
+or ``bundled:gsm8k``), sample ``rollout.group_size`` answers each, score them with the
+verifier named by ``reward`` (exact | math | mcq), turn rewards into group-relative
+advantages (``grpo.advantage``), and take one PPO-clip step with the shared update pass.
+
+Departures from the DeepSeekMath paper: one optimizer step per batch (no PPO epochs), so the
+rollout's log-probs are the "old" ones; token-mean loss over the step; KL only when
+``train.kl_coef > 0``. Run it::
+
+    python -m trainer run examples/grpo_gsm8k.yaml --out var/runs/gsm8k
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from trainer.algos import get_advantage
+from trainer.data import load_prompt_set
+from trainer.prompts import chat
+from trainer.update import Sample
+from trainer.verify import VERIFIERS, extract_boxed, extract_tag
+
+ROLE = "solver"
+
+
+def answer_of(text: str) -> str:
+    """What the verifier compares: the last boxed answer, else the last <answer> tag, else the
+    whole text (math-verify and the MCQ parser then find the final answer in it)."""
+    found = extract_boxed(text) or extract_tag(text, "answer")
+    return found if found is not None else text
+
+
+def next_batch(ctx, data: list[dict], n: int) -> list[dict]:
+    """The next n records; a fresh seeded shuffle per epoch. Position lives in ctx.state."""
+    epoch, cursor = ctx.state.get("epoch", 0), ctx.state.get("cursor", 0)
+    shuffle = ctx.config.grpo.shuffle
+    batch = []
+    while len(batch) < n:
+        order = np.random.default_rng([ctx.config.seed, epoch]).permutation(len(data)) if shuffle \
+            else np.arange(len(data))
+        take = order[cursor : cursor + n - len(batch)]
+        batch += [data[i] for i in take]
+        cursor += len(take)
+        if cursor >= len(data):
+            epoch, cursor = epoch + 1, 0
+    ctx.state.update(epoch=epoch, cursor=cursor)
+    return batch
+
+
+def reward_stats(rewards: torch.Tensor) -> dict[str, float]:
+    """rewards [N_groups, G] -> mean, std, fraction of groups whose rewards are all equal."""
+    flat = rewards.flatten()
+    zero_var = (rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean()
+    return {"reward_mean": float(flat.mean()), "reward_std": float(flat.std()) if flat.numel() > 1 else 0.0,
+            "zero_variance_groups": float(zero_var)}
+
+
+def run_grpo(ctx) -> None:
+    cfg, sec = ctx.config, ctx.config.grpo
+    data = load_prompt_set(cfg.data.path, sec.prompt_key, sec.answer_key, cfg.data.limit)
+    verify = VERIFIERS[cfg.reward]
+    advantage = get_advantage(sec.advantage)
+    tokenizer = ctx.policy.tokenizer
+    G, n = cfg.rollout.group_size, cfg.train.prompts_per_step
+    params = ctx.sampling_params()
+
+    for step in ctx.steps():
+        batch = next_batch(ctx, data, n)
+        prompts = [chat(tokenizer, sec.system_prompt, row["prompt"]) for row in batch]
+
+        t0 = time.perf_counter()
+        completions = ctx.generator.generate([p for p in prompts for _ in range(G)], params)
+        gen_seconds = time.perf_counter() - t0
+
+        rewards = torch.tensor([float(verify(answer_of(c.text), batch[i // G]["answer"]))
+                                for i, c in enumerate(completions)]).view(n, G)  # [n, G]
+        adv = advantage(rewards).flatten()  # [n * G]
+        samples = [Sample(prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
+                          loss_mask=[1] * len(c.completion_ids), old_logprobs=c.logprobs,
+                          advantage=float(a), role=ROLE, temperature=c.temperature)
+                   for c, a in zip(completions, adv.tolist())]
+
+        t1 = time.perf_counter()
+        metrics = ctx.update(samples)[ROLE]
+        gen_tokens = sum(len(c.completion_ids) for c in completions)
+        ctx.log(step, ROLE, {
+            **metrics, **reward_stats(rewards),
+            "response_length": gen_tokens / len(completions),
+            "truncated_frac": sum(c.finish_reason == "length" for c in completions) / len(completions),
+            "gen_tokens_per_s": gen_tokens / max(gen_seconds, 1e-9),
+            "gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
+        })
+        ctx.samples(step, _records(step, batch, completions, rewards, sec.log_samples, G))
+
+
+def _records(step, batch, completions, rewards, limit, G) -> list[dict]:
+    """Sink records: the first ``limit`` attempts and the tasks they answer."""
+    out, tasks = [], set()
+    for i, c in enumerate(completions[:limit]):
+        j = i // G
+        task_key = f"{step}:t{j}"
+        if task_key not in tasks:
+            tasks.add(task_key)
+            group = rewards[j]
+            out.append({"kind": "task", "key": task_key, "role": "dataset", "step": step,
+                        "question": batch[j]["prompt"], "answer": batch[j]["answer"], "valid": True,
+                        "pass_rate": float(group.mean()), "document_id": None, "format": None, "data": {}})
+        out.append({"kind": "attempt", "key": f"{step}:{i}", "task_key": task_key, "role": ROLE, "step": step,
+                    "text": c.text, "reward": float(rewards.flatten()[i]),
+                    "turns": [{"role": "assistant", "text": c.text}], "passages": [],
+                    "token_ids": c.prompt_ids + c.completion_ids,
+                    "loss_mask": [0] * len(c.prompt_ids) + [1] * len(c.completion_ids),
+                    "data": {"finish_reason": c.finish_reason}})
+    return out

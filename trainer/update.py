@@ -1,0 +1,294 @@
+"""The shared policy-update pass: rollout samples in, one optimizer step out, metrics per role.
+
+``policy_update(policy, engine, samples, cfg)`` takes ``Sample``s (prompt ids, completion ids
+with a loss mask, the rollout's log-probs, an advantage, a role), splits them into
+micro-batches, and for each one computes the new log-probs, the PPO-clip loss
+(``trainer.algos.policy_loss``), optionally the KL to the frozen base and an entropy bonus,
+and calls ``engine.backward``; then one ``engine.step()``.
+
+Where the time goes, and what this file does about it:
+- Old log-probs are the rollout's (no extra forward pass before the update).
+- Samples of one prompt (a GRPO group) share the prompt prefix: the prompt runs through the
+  model ONCE per micro-batch, its key/value cache is expanded over the group and the
+  completions attend to it; gradients from every completion flow back into the single
+  prompt pass. Exact (same numbers as the padded batch), and for G=8 it removes 7/8 of the
+  prompt compute in forward and backward.
+- Right padding and no attention mask: under causal attention trailing pads cannot influence
+  real tokens, so the fast causal kernel runs.
+- The output head runs only on the trained tokens (loss_mask = 1): hidden states are
+  gathered first, so no [B, L, V] logits exist for prompt, tool output or padding; log-probs
+  are the gathered logit minus logsumexp, in float32.
+- Samples whose advantage is 0 give an exactly-zero gradient when there is no KL/entropy
+  term: with ``train.skip_zero_advantage`` they are not run (they still count in the loss
+  denominator, so the result is unchanged).
+- Loss normalisation is global: token_mean divides by the trained tokens of the whole step,
+  so gradient accumulation gives the same update as one big batch.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from transformers import DynamicCache
+
+from trainer.algos import aggregate, entropy, get_kl, policy_loss, token_logprobs
+
+
+@dataclass
+class Sample:
+    prompt_ids: list[int]
+    completion_ids: list[int]  # everything after the prompt, model tokens and tool output
+    loss_mask: list[int]  # 1 = trained (model-generated), 0 = tool output
+    old_logprobs: list[float]  # rollout log-probs at the sampling temperature, 0.0 where masked
+    advantage: float
+    role: str = "policy"
+    temperature: float | None = None  # of old_logprobs; None = rollout.temperature
+    teacher_prompt_ids: list[int] | None = None  # pi-Play: the teacher's privileged prompt
+    extras: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_trajectory(cls, traj, advantage: float, role: str = "policy", **kwargs) -> "Sample":
+        return cls(prompt_ids=list(traj.prompt_ids), completion_ids=list(traj.completion_ids),
+                   loss_mask=list(traj.loss_mask), old_logprobs=list(traj.logprobs),
+                   advantage=float(advantage), role=role, **kwargs)
+
+    @property
+    def n_trained(self) -> int:
+        return int(sum(self.loss_mask))
+
+
+@dataclass
+class MicroBatch:
+    """Padded tensors of a few samples. ``sel`` marks the trained tokens, row-major."""
+
+    samples: list[Sample]
+    completion: torch.Tensor  # [B, C] right-padded completion ids
+    mask: torch.Tensor  # [B, C] bool, trained tokens
+    old_logp: torch.Tensor  # [B, C]
+    adv: torch.Tensor  # [B]
+    temp: torch.Tensor  # [N] temperature of each trained token
+    shared_prompt: bool  # all samples have the same prompt (run it once)
+
+
+# extra_loss(mb, logits [N, V] at temperature 1 on the trained tokens) -> (per-token loss [N], metrics)
+ExtraLoss = Callable[[MicroBatch, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+
+
+def _pad(rows: list[list], value, dtype, device) -> torch.Tensor:
+    width = max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), max(width, 1)), value, dtype=dtype)
+    for i, r in enumerate(rows):
+        if r:
+            out[i, : len(r)] = torch.tensor(r, dtype=dtype)
+    return out.to(device)
+
+
+def make_micro_batch(samples: list[Sample], default_temp: float, device, shared: bool) -> MicroBatch:
+    mask = _pad([s.loss_mask for s in samples], 0, torch.bool, device)  # [B, C]
+    temps = [s.temperature or default_temp or 1.0 for s in samples]
+    temp = torch.tensor(temps, dtype=torch.float32, device=device)[:, None].expand_as(mask)[mask]  # [N]
+    return MicroBatch(
+        samples=samples,
+        completion=_pad([s.completion_ids for s in samples], 0, torch.long, device),  # [B, C]
+        mask=mask,
+        old_logp=_pad([s.old_logprobs for s in samples], 0.0, torch.float32, device),  # [B, C]
+        adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),  # [B]
+        temp=temp, shared_prompt=shared)
+
+
+def plan_micro_batches(samples: list[Sample], size: int, share_prefix: bool) -> list[tuple[list[Sample], bool]]:
+    """Group by role, then by prompt (groups of >1 share the prefix), longest first."""
+    plans = []
+    by_role: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_role[s.role].append(s)
+    for role_samples in by_role.values():
+        singles = []
+        if share_prefix:
+            by_prompt: dict[tuple, list[Sample]] = defaultdict(list)
+            for s in role_samples:
+                by_prompt[tuple(s.prompt_ids)].append(s)
+            for group in by_prompt.values():
+                if len(group) == 1:
+                    singles += group
+                    continue
+                group = sorted(group, key=lambda s: -len(s.completion_ids))
+                plans += [(group[i : i + size], True) for i in range(0, len(group), size)]
+        else:
+            singles = role_samples
+        singles = sorted(singles, key=lambda s: -(len(s.prompt_ids) + len(s.completion_ids)))
+        plans += [(singles[i : i + size], False) for i in range(0, len(singles), size)]
+    return plans
+
+
+def _splittable(lm) -> bool:
+    """True when logits are exactly lm_head(decoder(x)) (no softcapping / logit scale)."""
+    cfg = lm.config
+    odd = any(getattr(cfg, a, None) not in (None, 1.0) for a in ("final_logit_softcapping", "logit_scale"))
+    return hasattr(lm, "get_decoder") and lm.get_output_embeddings() is not None and not odd
+
+
+def trained_hidden_or_logits(lm, mb: MicroBatch, device) -> tuple[torch.Tensor, bool]:
+    """Hidden states [N, H] predicting each trained token (or logits [N, V] for odd models).
+
+    Returns (tensor, is_logits).
+    """
+    B, C = mb.completion.shape
+    if not _splittable(lm):
+        ids, starts = _full_sequences(mb, device)
+        logits = lm(input_ids=ids).logits  # [B, L, V]
+        return _gather_predictions(logits, starts, C)[mb.mask], True  # [N, V]
+    decoder = lm.get_decoder()
+    can_cache = not (getattr(decoder, "gradient_checkpointing", False) and decoder.training)
+    if mb.shared_prompt and can_cache:
+        prompt = torch.tensor([mb.samples[0].prompt_ids], dtype=torch.long, device=device)  # [1, P]
+        cache = DynamicCache(config=decoder.config)
+        kw = _cache_kwarg(decoder)
+        h_prompt = decoder(input_ids=prompt, use_cache=True, **{kw: cache}).last_hidden_state  # [1, P, H]
+        cache.batch_repeat_interleave(B)  # [B, heads, P, D] per layer, still in the autograd graph
+        h_comp = decoder(input_ids=mb.completion, use_cache=True, **{kw: cache}).last_hidden_state  # [B, C, H]
+        first = h_prompt[:, -1:].expand(B, 1, -1)  # [B, 1, H] predicts completion token 0
+        h = torch.cat([first, h_comp[:, :-1]], dim=1)  # [B, C, H]
+        return h[mb.mask], False  # [N, H]
+    ids, starts = _full_sequences(mb, device)
+    h_all = decoder(input_ids=ids).last_hidden_state  # [B, L, H]
+    return _gather_predictions(h_all, starts, C)[mb.mask], False  # [N, H]
+
+
+def _cache_kwarg(decoder) -> str:
+    """transformers >= 5.2x names the cache argument ``cache``; older ones ``past_key_values``."""
+    params = inspect.signature(decoder.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _full_sequences(mb: MicroBatch, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded prompt+completion ids [B, L] and each completion's start index [B]."""
+    rows = [s.prompt_ids + s.completion_ids for s in mb.samples]
+    starts = torch.tensor([len(s.prompt_ids) for s in mb.samples], device=device)
+    return _pad(rows, 0, torch.long, device), starts
+
+
+def _gather_predictions(x: torch.Tensor, starts: torch.Tensor, C: int) -> torch.Tensor:
+    """Positions start-1 .. start+C-2 of each row (they predict the completion). [B, L, D] -> [B, C, D]"""
+    idx = (starts[:, None] - 1 + torch.arange(C, device=x.device)[None, :]).clamp(max=x.shape[1] - 1)  # [B, C]
+    return x.gather(1, idx[:, :, None].expand(-1, -1, x.shape[-1]))  # [B, C, D]
+
+
+def trained_logits(lm, mb: MicroBatch, device) -> torch.Tensor:
+    """Logits [N, V] of the trained tokens, unscaled."""
+    x, is_logits = trained_hidden_or_logits(lm, mb, device)
+    return x if is_logits else lm.get_output_embeddings()(x)  # [N, V]
+
+
+def _scatter(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[N] values on the trained tokens -> [B, C] (zeros elsewhere)."""
+    out = torch.zeros(mask.shape, dtype=values.dtype, device=values.device)
+    out[mask] = values
+    return out
+
+
+class _RoleStats:
+    def __init__(self):
+        self.sums = defaultdict(float)
+
+    def add(self, key, value, weight=1.0):
+        self.sums[key] += float(value) * weight
+
+
+def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraLoss | None = None,
+                  step: bool = True) -> dict[str, dict[str, float]]:
+    """Micro-batched forward/backward over ``samples`` and one optimizer step.
+
+    Returns {role: metrics}: loss, pg_loss, kl, entropy, clip_frac (token means over the role),
+    tokens (trained tokens), samples, skipped, grad_norm, lr.
+    """
+    t = cfg.train
+    device = policy.device
+    samples = [s for s in samples if len(s.completion_ids) > 0]
+    total_tokens = sum(s.n_trained for s in samples)
+    max_len = cfg.rollout.max_new_tokens
+    denom = float(max(total_tokens, 1)) if t.loss_agg == "token_mean" else float(max(len(samples), 1) * max_len)
+    kl_fn = get_kl(t.kl_estimator) if t.kl_coef > 0 else None
+    if kl_fn is not None and not policy.has_frozen:
+        raise RuntimeError("train.kl_coef > 0 needs the frozen base: load the policy with frozen=True")
+    skip_zero = t.skip_zero_advantage and t.kl_coef == 0 and t.entropy_coef == 0 and extra_loss is None
+    run = [s for s in samples if not (skip_zero and s.advantage == 0.0) and s.n_trained > 0]
+    stats: dict[str, _RoleStats] = defaultdict(_RoleStats)
+    ran = {id(s) for s in run}
+    for s in samples:
+        st = stats[s.role]
+        st.add("samples", 1)
+        st.add("tokens", s.n_trained)
+        st.add("skipped", 0 if id(s) in ran else 1)
+
+    lm = policy.base_model()
+    was_training = policy.model.training
+    policy.model.train()
+    try:
+        for group, shared in plan_micro_batches(run, t.micro_batch_size, t.share_prompt_prefix):
+            mb = make_micro_batch(group, cfg.rollout.temperature, device, shared)
+            loss, parts = _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss)
+            engine.backward(loss)
+            st = stats[group[0].role]
+            for key, value in parts.items():
+                st.add(key, value)
+    finally:
+        policy.model.train(was_training)
+    grad_norm = engine.step() if step else float("nan")
+    return {role: _finish(st.sums, grad_norm, engine.lr) for role, st in stats.items()}
+
+
+def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
+    """Loss of one micro-batch (already divided by the step's global denominator) and metric sums."""
+    t = cfg.train
+    with policy.autocast():
+        logits = trained_logits(lm, mb, policy.device)  # [N, V]
+    scaled = logits.float() / mb.temp[:, None]  # [N, V]
+    ids = mb.completion[mb.mask]  # [N]
+    logp = _scatter(token_logprobs(scaled, ids), mb.mask)  # [B, C]
+    pg, clip = policy_loss(logp, mb.old_logp, mb.adv, mb.mask, t.clip_low, t.clip_high,
+                           agg=t.loss_agg, max_len=max_len, denom=denom)
+    n = int(mb.mask.sum())
+    loss = pg
+    parts = {"pg_sum": float(pg.detach()) * denom, "clip_sum": clip["clip_frac"] * n, "run_tokens": n}
+    with contextlib.nullcontext() if t.entropy_coef > 0 else torch.no_grad():
+        ent = entropy(scaled)  # [N]
+    parts["entropy_sum"] = float(ent.detach().sum())
+    if t.entropy_coef > 0:
+        loss = loss - t.entropy_coef * aggregate(_scatter(ent, mb.mask), mb.mask, t.loss_agg, max_len, denom)
+    if kl_fn is not None:
+        with torch.no_grad(), policy.frozen() as base, policy.autocast():
+            ref_model = base.get_base_model() if policy.is_lora else base
+            ref_logits = trained_logits(ref_model, mb, policy.device).float() / mb.temp[:, None]  # [N, V]
+            ref_logp = _scatter(token_logprobs(ref_logits, ids), mb.mask)  # [B, C]
+        kl = kl_fn(logp, ref_logp)  # [B, C]
+        kl_loss = aggregate(kl, mb.mask, t.loss_agg, max_len, denom)
+        loss = loss + t.kl_coef * kl_loss
+        parts["kl_sum"] = float((kl.detach() * mb.mask).sum())
+    if extra_loss is not None:
+        per_token, extra_metrics = extra_loss(mb, logits)  # [N]
+        loss = loss + aggregate(_scatter(per_token, mb.mask), mb.mask, t.loss_agg, max_len, denom)
+        for key, value in extra_metrics.items():
+            parts[f"{key}_sum"] = float(value) * n
+    parts["loss_sum"] = float(loss.detach()) * denom
+    return loss, parts
+
+
+def _finish(sums: dict, grad_norm: float, lr: float) -> dict[str, float]:
+    """Sums -> means: losses per trained token of the role, rates per run token."""
+    out = {"samples": sums["samples"], "tokens": sums["tokens"], "skipped": sums["skipped"],
+           "grad_norm": grad_norm, "lr": lr}
+    tokens = max(sums["tokens"], 1.0)
+    run_tokens = sums.get("run_tokens", 0.0)
+    out["loss"] = sums.get("loss_sum", 0.0) / tokens
+    out["pg_loss"] = sums.get("pg_sum", 0.0) / tokens
+    for key, value in sums.items():
+        if key.endswith("_sum") and key not in ("loss_sum", "pg_sum") and run_tokens:
+            out[key[: -len("_sum")]] = value / run_tokens
+    out["clip_frac"] = out.pop("clip", 0.0)
+    return out
