@@ -1,0 +1,339 @@
+"""SCORE: one model writes research reports (solver) and judges them (evaluator); a meta-harness
+outside the gradient shapes how the evaluator may judge.
+
+Per step (score.txt, Algorithm 1):
+
+1. ``train.prompts_per_step`` queries: from ``score.queries_path`` (JSONL ``{"query"}``), or
+   written by the policy from corpus documents (ours; a document whose query does not parse
+   gets a templated query from its title, ``score.query_fallback``).
+2. The evaluator samples ONE rubric for the batch: the mandatory dimension(s) plus k-1 from the
+   pool with weights in [w_min, w_max], under the current harness. Its output is forced into
+   the harness constraints (``constrain_rubric``); ``rubric_followed`` counts how often the
+   model's own choice already complied.
+3. The solver writes K (``rollout.group_size``, paper 8) reports per query with multi-turn
+   search (up to ``max_tool_calls`` turns), seeing the rubric.
+4. The evaluator verifies each report with search and scores it 0-10 per dimension (strict
+   parsing: a missing or broken score is 0 and counted). R_s = a(r) (1 + sum_j w_j s_j) with
+   s_j = score / 10; the depth rule sets R_s to 0 when the evaluator searched fewer times than
+   the harness's min_number_of_tool_call.
+5. Solver update: GRPO (std-normalised) over each query's K reports, KL 0.05 (k3).
+6. Evaluator update: consistency C_i = mean pairwise TF-IDF cosine of the K reports'
+   conclusions, R = mean_i C_i, A = R - b with the EMA baseline b <- 0.7 b + 0.3 R (b0 = 0);
+   REINFORCE on the rubric tokens (a second optimizer step, as the paper alternates).
+7. Every M=5 steps the meta-harness driver (``score.meta_harness``: rules | endpoint | human)
+   rewrites the harness from the last M steps' statistics; a harness a person edited on the run
+   page (``sink.control().harness``) replaces it at that refresh whatever the driver. Every
+   harness version goes to the sink as an ``event`` record with the harness JSON in ``data``.
+8. Early stop on solver entropy collapse: below ``entropy_collapse_ratio`` x the first step's
+   entropy (or below ``entropy_floor``) for ``entropy_patience`` steps -> an event record and
+   the run ends after a checkpoint.
+
+Departures (ours, visible fields): the paper's evaluator judges all K reports in one trajectory;
+we judge one report per trajectory (per-report depth rule, shorter contexts); the mandatory
+dimension's weight is ``must_include_weight`` (default weight_max); a(r) = a closed, non-empty
+``<answer>``; the report's conclusion is its "Conclusion" paragraph, else its last paragraph.
+
+Run it::
+
+    python -m trainer run examples/score_cpu.yaml --out var/runs/score
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import torch
+
+from trainer.algos import EMABaseline, get_advantage
+from trainer.methods import harness as mh
+from trainer.methods.parts import tag_content, truncate_tokens
+from trainer.methods.score_prompts import (
+    QUERY_FROM_DOCUMENT,
+    SOLVER_SYSTEM,
+    constrain_rubric,
+    depth_rule,
+    evaluation_messages,
+    extract_conclusion,
+    parse_rubric,
+    parse_scores,
+    report_is_valid,
+    rubric_messages,
+)
+from trainer.prompts import chat
+from trainer.rewards import score_consistency, score_solver_reward
+from trainer.rollout import multi_turn_rollout, single_turn
+from trainer.tools import SearchTool
+from trainer.update import Sample
+
+SOLVER, EVALUATOR = "solver", "evaluator"
+
+
+def load_queries(path: str) -> list[str]:
+    """Queries from a JSONL file (``{"query": ...}`` per line) or a plain text file (one per line)."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("{"):
+                try:
+                    value = json.loads(line).get("query")
+                except (json.JSONDecodeError, AttributeError):
+                    raise ValueError(f"{path}:{n} is not a JSON object; write one {{\"query\": ...}} per line") from None
+                if not isinstance(value, str) or not value.strip():
+                    raise ValueError(f"{path}:{n} has no non-empty \"query\" field")
+                rows.append(value.strip())
+            else:
+                rows.append(line)
+    if not rows:
+        raise ValueError(f"{path} holds no queries")
+    return rows
+
+
+def title_query(title: str) -> str:
+    return f"Write a well-sourced research report on {title}: its background, the key facts and why it matters."
+
+
+def report_rewards(valid: list[bool], rubric: list[tuple[str, float]], scores: list[dict[str, float]],
+                   searches: list[int], min_searches: int) -> list[float]:
+    """R_s of each report with the depth rule applied."""
+    weights = [w for _, w in rubric]
+    return [depth_rule(score_solver_reward(v, weights, [s[d] for d, _ in rubric]), n, min_searches)
+            for v, s, n in zip(valid, scores, searches)]
+
+
+def consistency(reports: list[str]) -> float:
+    """C_i over one query's K reports (their conclusions); 0 with fewer than 2 reports."""
+    return score_consistency([extract_conclusion(r) for r in reports]) if len(reports) >= 2 else 0.0
+
+
+def entropy_collapsed(entropy: float, first: float | None, sec) -> bool:
+    if sec.entropy_floor is not None and entropy < sec.entropy_floor:
+        return True
+    return sec.entropy_collapse_ratio is not None and first is not None and entropy < sec.entropy_collapse_ratio * first
+
+
+class Score:
+    def __init__(self, ctx):
+        if ctx.retriever is None:
+            raise ValueError("SCORE needs a search tool: set corpus.path (JSONL with title and text) or launch it "
+                             "on a corpus")
+        self.ctx, self.cfg, self.sec = ctx, ctx.config, ctx.config.score
+        sec = self.sec
+        if not sec.queries_path and ctx.documents is None:
+            raise ValueError("SCORE needs training queries: set score.queries_path or give a corpus to write them from")
+        self.tok = ctx.policy.tokenizer
+        self.pool = [d.lower() for d in sec.dimension_pool]
+        self.tool = SearchTool(ctx.retriever, k=sec.top_k, max_tokens=sec.max_tool_tokens, tokenizer=self.tok)
+        self.queries = load_queries(sec.queries_path) if sec.queries_path else None
+        self.baseline = EMABaseline(sec.baseline_decay)
+        self.baseline.load_state_dict(ctx.state.get("baseline", self.baseline.state_dict()))
+        self.grpo = get_advantage("grpo")
+        self.driver = self.make_driver()
+        st = ctx.state
+        st.setdefault("window", [])
+        if "harness" not in st:
+            st["harness"] = mh.normalize_harness(mh.default_harness(sec), self.pool, sec.max_tool_calls)
+            st["harness_version"] = 0
+
+    def make_driver(self):
+        sec = self.sec
+        if sec.meta_harness == "rules":
+            return mh.RuleDriver(self.pool, sec.max_tool_calls)
+        if sec.meta_harness == "human":
+            return mh.HumanDriver()
+        if not sec.harness_endpoint:
+            raise ValueError("score.meta_harness=endpoint needs score.harness_endpoint (an OpenAI-compatible base URL)")
+        from trainer.judge import EndpointClient
+
+        client = EndpointClient(sec.harness_endpoint, model=sec.harness_model)
+        return mh.EndpointDriver(client.chat, self.pool, sec.max_tool_calls)
+
+    @property
+    def harness(self) -> dict:
+        return self.ctx.state["harness"]
+
+    def rng(self) -> random.Random:
+        return random.Random(int(self.ctx.rng.integers(2**31)))
+
+    def ids(self, system: str | None, user: str) -> list[int]:
+        return chat(self.tok, system, user)
+
+    # -- 1. queries -----------------------------------------------------------------------------
+    def next_queries(self, n: int) -> tuple[list[tuple[str, str | None]], dict]:
+        """n (query, document id) pairs and counters."""
+        if self.queries is not None:
+            cursor = self.ctx.state.get("query_cursor", 0)
+            out = [(self.queries[(cursor + i) % len(self.queries)], None) for i in range(n)]
+            self.ctx.state["query_cursor"] = (cursor + n) % len(self.queries)
+            return out, {"queries_from_file": n}
+        docs = self.ctx.documents.sample(n, self.rng())
+        prompts = [self.ids(None, QUERY_FROM_DOCUMENT.format(
+            title=d.title, text=truncate_tokens(self.tok, d.text, self.sec.max_document_tokens))) for d in docs]
+        params = self.ctx.sampling_params(max_new_tokens=min(self.cfg.rollout.max_new_tokens, 128))
+        out, written = [], 0
+        for d, c in zip(docs, self.ctx.generator.generate(prompts, params)):
+            q = tag_content(c.text, "query")
+            if q:
+                written += 1
+                out.append((q, str(d.id)))
+            elif self.sec.query_fallback == "title":
+                out.append((title_query(d.title), str(d.id)))
+        return out, {"queries_written": written, "queries_fallback": len(out) - written}
+
+    # -- 2. rubric --------------------------------------------------------------------------------
+    def sample_rubric(self, queries: list[str]):
+        msgs = rubric_messages(self.harness, self.pool, queries[:8])
+        prompt = self.ids(msgs[0]["content"], msgs[1]["content"])
+        params = self.ctx.sampling_params(temperature=self.sec.evaluator_temperature,
+                                          max_new_tokens=self.sec.evaluator_max_new_tokens)
+        traj = single_turn(self.ctx.generator, [prompt], params)[0]
+        rubric = constrain_rubric(parse_rubric(traj.text), self.harness, self.pool, self.rng(),
+                                  self.sec.must_include_weight)
+        return traj, rubric
+
+    # -- 3./4. reports and their evaluation ---------------------------------------------------------
+    def write_reports(self, queries: list[str], rubric) -> list:
+        G = self.cfg.rollout.group_size
+        judged_on = "Your report will be judged on: " + ", ".join(f"{d} (weight {w:.2f})" for d, w in rubric.dims)
+        prompts = [self.ids(SOLVER_SYSTEM, f"{q}\n\n{judged_on}") for q in queries for _ in range(G)]
+        return multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
+                                  max_turns=self.sec.max_tool_calls)
+
+    def evaluate(self, queries: list[str], reports: list, rubric) -> list:
+        G = self.cfg.rollout.group_size
+        prompts = []
+        for i, r in enumerate(reports):
+            msgs = evaluation_messages(self.harness, rubric.dims, queries[i // G], r.final or r.text,
+                                       self.sec.score_scale)
+            prompts.append(self.ids(msgs[0]["content"], msgs[1]["content"]))
+        params = self.ctx.sampling_params(temperature=self.sec.evaluator_temperature,
+                                          max_new_tokens=self.sec.evaluator_max_new_tokens)
+        return multi_turn_rollout(self.ctx.generator, self.tok, prompts, params, self.tool,
+                                  max_turns=self.sec.evaluator_max_turns, final_tag="scores")
+
+    # -- one step -------------------------------------------------------------------------------
+    def step(self, step: int) -> bool:
+        """Run one step; True when training should stop (entropy collapse)."""
+        t0 = time.perf_counter()
+        G = self.cfg.rollout.group_size
+        pairs, query_stats = self.next_queries(self.cfg.train.prompts_per_step)
+        if not pairs:
+            self.event(step, "no training query this step (every generated query failed to parse)", {})
+            return False
+        queries = [q for q, _ in pairs]
+        rubric_traj, rubric = self.sample_rubric(queries)
+        reports = self.write_reports(queries, rubric)
+        evals = self.evaluate(queries, reports, rubric)
+        dims = [d for d, _ in rubric.dims]
+        scores = [parse_scores(e.turns[-1]["text"] if e.turns else "", dims, self.sec.score_scale) for e in evals]
+        valid = [report_is_valid(r.final, r.truncated) for r in reports]
+        min_search = self.harness["process_constraints"]["min_number_of_tool_call"]
+        rewards = report_rewards(valid, rubric.dims, [s.values for s in scores], [e.n_searches for e in evals],
+                                 min_search)
+        zeroed = [v and e.n_searches < min_search for e, v in zip(evals, valid)]  # a valid report lost its score
+        adv = self.grpo(torch.tensor(rewards).view(len(queries), G)).flatten().tolist()  # [n * G]
+        gen_seconds = time.perf_counter() - t0
+
+        solver = self.ctx.update([Sample.from_trajectory(r, a, role=SOLVER, temperature=r.temperature)
+                                  for r, a in zip(reports, adv)]).get(SOLVER, {})
+        cons = [consistency([r.final or "" for r in reports[i * G:(i + 1) * G]]) for i in range(len(queries))]
+        r_eval = sum(cons) / len(cons)
+        a_eval = self.baseline.advantage(r_eval)
+        evaluator = self.ctx.update([Sample.from_trajectory(rubric_traj, a_eval, role=EVALUATOR,
+                                                            temperature=rubric_traj.temperature)]).get(EVALUATOR, {})
+        self.ctx.state["baseline"] = self.baseline.state_dict()
+
+        n = len(reports)
+        record = {"step": step, "solver_reward": sum(rewards) / n, "consistency": r_eval,
+                  "valid_report_rate": sum(valid) / n, "evaluator_searches": sum(e.n_searches for e in evals) / n,
+                  "depth_zeroed_rate": sum(zeroed) / n,
+                  "eval_format_failures": sum(not s.well_formed for s in scores) / n,
+                  "dimension_means": {d: sum(s.values[d] for s in scores) / n for d in dims}}
+        self.ctx.state["window"] = (self.ctx.state["window"] + [record])[-self.sec.harness_every:]
+        self.ctx.log(step, SOLVER, {**solver, **{k: v for k, v in record.items() if isinstance(v, float)},
+                                    **query_stats, "reward_std": float(torch.tensor(rewards).std()) if n > 1 else 0.0,
+                                    "response_length": sum(r.n_model_tokens for r in reports) / n,
+                                    "searches": sum(r.n_searches for r in reports) / n, "gen_seconds": gen_seconds,
+                                    "harness_version": self.ctx.state["harness_version"]})
+        self.ctx.log(step, EVALUATOR, {**evaluator, "consistency": r_eval, "advantage": a_eval,
+                                       "baseline": self.baseline.value, "rubric_followed": float(rubric.followed)})
+        self.ctx.samples(step, self.records(step, pairs, rubric, reports, evals, scores, rewards, zeroed, cons))
+        self.refresh_harness(step)
+        return self.check_entropy(step, solver.get("entropy"))
+
+    def refresh_harness(self, step: int) -> None:
+        """Every M steps: a person's edit if one arrived, else the driver's proposal."""
+        if step % self.sec.harness_every:
+            return
+        stats = mh.summarize(self.ctx.state["window"])
+        if self.ctx.harness is not None:
+            update = mh.apply_human_edit(self.harness, self.ctx.harness, self.pool, self.sec.max_tool_calls)
+            self.ctx.harness = None
+        else:
+            update = self.driver.next(self.harness, stats)
+        if update.changed:
+            self.ctx.state["harness"] = update.harness
+            self.ctx.state["harness_version"] += 1
+        self.event(step, f"harness v{self.ctx.state['harness_version']} ({update.driver}): {update.reason}",
+                   {"harness": self.harness, "version": self.ctx.state["harness_version"], "driver": update.driver,
+                    "changed": update.changed, "stats": stats.to_dict()})
+
+    def check_entropy(self, step: int, entropy: float | None) -> bool:
+        if entropy is None:
+            return False
+        st = self.ctx.state
+        st.setdefault("first_entropy", entropy)
+        st["collapsed_steps"] = st.get("collapsed_steps", 0) + 1 if entropy_collapsed(
+            entropy, st["first_entropy"], self.sec) else 0
+        self.ctx.log(step, SOLVER, {"entropy_ratio": entropy / st["first_entropy"] if st["first_entropy"] else 0.0})
+        if st["collapsed_steps"] >= self.sec.entropy_patience:
+            self.event(step, f"early stop: solver entropy collapsed to {entropy:.4g} (first step {st['first_entropy']:.4g}) "
+                       f"for {st['collapsed_steps']} steps", {"entropy": entropy, "first_entropy": st["first_entropy"],
+                                                               "reason": "entropy_collapse"})
+            return True
+        return False
+
+    def event(self, step: int, message: str, data: dict) -> None:
+        n = self.ctx.state.get("events", 0) + 1
+        self.ctx.state["events"] = n
+        self.ctx.samples(step, [{"kind": "event", "key": f"{step}:event{n}", "step": step, "message": message,
+                                 "data": data}])
+
+    def records(self, step, pairs, rubric, reports, evals, scores, rewards, zeroed, cons) -> list[dict]:
+        G, out = self.cfg.rollout.group_size, []
+        for i, (query, doc_id) in enumerate(pairs):
+            task_key = f"{step}:q{i}"
+            out.append({"kind": "task", "key": task_key, "role": SOLVER, "step": step, "question": query,
+                        "answer": "", "valid": True, "pass_rate": None, "document_id": doc_id, "format": "report",
+                        "data": {"rubric": rubric.to_dict(), "consistency": cons[i],
+                                 "harness_version": self.ctx.state["harness_version"]}})
+            must = set(self.harness["dimension_constraints"]["must_include"])
+            for j, (d, w) in enumerate(rubric.dims):
+                out.append({"kind": "rubric", "key": f"{task_key}:r{j}", "task_key": task_key, "step": step,
+                            "text": d, "priority": "critical" if d in must else "important", "data": {"weight": w}})
+            for k in range(i * G, (i + 1) * G):
+                akey = f"{task_key}:a{k - i * G}"
+                out.append({"kind": "attempt", "key": akey, "task_key": task_key, "role": SOLVER, "step": step,
+                            "reward": rewards[k], **reports[k].to_attempt(), "data": {"final": reports[k].final}})
+                out.append({"kind": "grade", "key": f"{akey}:g", "attempt_key": akey, "rubric_key": None,
+                            "step": step, "score": rewards[k], "judge_text": evals[k].text,
+                            "data": {"scores": scores[k].values, "missing": scores[k].missing,
+                                     "evaluator_searches": evals[k].n_searches, "depth_zeroed": zeroed[k]}})
+        return out
+
+
+def run_score(ctx) -> None:
+    score = Score(ctx)
+    stop_after = None
+    for step in ctx.steps():
+        if stop_after is not None:
+            ctx.stopped = True
+            ctx.checkpoint(stop_after)
+            break
+        if step == ctx.start_step + 1 and ctx.state.get("harness_version") == 0 and not ctx.state.get("events"):
+            score.event(step, "harness v0 (default)", {"harness": score.harness, "version": 0, "driver": "default"})
+        if score.step(step):
+            stop_after = step  # the step is flushed and logged; the next iteration checkpoints and ends
