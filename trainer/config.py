@@ -116,9 +116,24 @@ class CorpusConfig(Section):
     path: str | None = Field(None, description="JSONL corpus ({title, text} per line) for the standalone search tool.")
 
 
+class ReviewConfig(Section):
+    """What the web platform samples into its human review queue (the trainer itself ignores it)."""
+
+    tasks: float = Field(0.05, ge=0, le=1, description="Share of new tasks sent to human review (hash of the key).")
+    rubrics: float = Field(0.05, ge=0, le=1, description="Share of new rubrics sent to human review.")
+    grades: float = Field(0.05, ge=0, le=1, description="Share of new grades sent to human review.")
+    suspicious: list[Literal["near_duplicate", "judge_disagreement", "extreme_difficulty", "watchdog"]] = Field(
+        ["near_duplicate", "judge_disagreement", "extreme_difficulty", "watchdog"],
+        description="Detectors whose hits are always reviewed: near-duplicate tasks, judge disagreement across "
+        "samples, pass rate 0 or 1, watchdog flags.")
+    duplicate_similarity: float = Field(
+        0.8, gt=0, le=1, description="Word-bigram Jaccard similarity at which a task is a near-duplicate.")
+    recent_tasks: int = Field(500, ge=1, description="Recent tasks of the run searched for near-duplicates.")
+
+
 _SHARED = {
     "model": ModelConfig, "rollout": RolloutConfig, "train": TrainConfig,
-    "checkpoint": CheckpointConfig, "data": DataConfig, "corpus": CorpusConfig,
+    "checkpoint": CheckpointConfig, "data": DataConfig, "corpus": CorpusConfig, "review": ReviewConfig,
 }
 
 
@@ -137,6 +152,7 @@ class Config(BaseModel):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints.")
     data: DataConfig = Field(default_factory=DataConfig, description="Prompt set (grpo).")
     corpus: CorpusConfig = Field(default_factory=CorpusConfig, description="Standalone search corpus.")
+    review: ReviewConfig = Field(default_factory=ReviewConfig, description="Human review sampling (web platform).")
     grpo: SECTIONS["grpo"] | None = Field(None, description="GRPO settings.")
     spice: SECTIONS["spice"] | None = Field(None, description="SPICE settings.")
     ssp: SECTIONS["ssp"] | None = Field(None, description="SSP settings.")
