@@ -1,8 +1,13 @@
 """SPICE: strict task parsing, ratio-preserving Challenger subsampling, and the recipe wiring."""
+import math
 import random
 
 import pytest
 
+from trainer.algos import get_advantage
+from trainer.config import load_config
+from trainer.methods.review import ReviewState
+from trainer.methods.spice import Attempt, build_samples, challenger_reward, continue_chat, is_correct, select
 from trainer.methods.spice_tasks import (
     FormatChoice,
     SpiceTask,
@@ -14,6 +19,9 @@ from trainer.methods.spice_tasks import (
     reasoner_prompt,
     task_prompt,
 )
+from trainer.rewards import spice_reward_fn
+from trainer.rollout.types import Completion
+from trainer.sink import Verdict
 
 FORMATS = ["mcq", "free_form"]
 TYPES = ["integer", "float", "expression", "string", "boolean"]
@@ -150,3 +158,84 @@ def test_keep_preserving_ratio(n_valid, n, group, want_valid):
 
 def test_keep_preserving_ratio_keeps_everything_when_attempts_are_few():
     assert keep_preserving_ratio([True, False, True], 8, random.Random(0)) == [0, 1, 2]
+
+
+# ---- recipe wiring: grading, rewards, groups ---------------------------------------------------
+
+SEC = load_config({"method": "spice"}).spice
+
+
+def _completion(text, prompt=(1, 2, 3)):
+    return Completion(prompt_ids=list(prompt), completion_ids=[5, 6], logprobs=[-0.1, -0.2], text=text,
+                      finish_reason="eos")
+
+
+def _graded(task, texts, key="1:d:0", group=0):
+    a = Attempt("d", "Doc", 0, key, [1, 2, 3], completion_ids=[7, 8], loss_mask=[1, 1], logprobs=[-1.0, -1.0],
+                task=task, kept=True, group=group)
+    a.answers = [_completion(t) for t in texts]
+    a.correct = [is_correct(task, t) for t in texts]
+    return a
+
+
+def test_challenger_reward_of_a_crafted_pass_pattern_equals_the_formula():
+    task = SpiceTask("mcq", "mcq", "Q? A) 1 B) 2 C) 3 D) 4", "B")
+    texts = ["so \\boxed{B}"] * 3 + ["\\boxed{A}"] * 4 + ["the answer is B (never boxed)"]
+    a = _graded(task, texts)
+    assert a.correct == [True] * 3 + [False] * 5
+    # p = 3/8: p(1-p) = 15/64; (15/64 - 16/64)^2 = 1/4096; exp(-(1/4096) / 0.02) = exp(-0.01220703125) = 0.98787
+    assert challenger_reward(a, spice_reward_fn("gaussian")) == pytest.approx(math.exp(-(1 / 4096) / 0.02))
+    assert challenger_reward(a, spice_reward_fn("gaussian")) == pytest.approx(0.9879, abs=1e-4)
+    assert challenger_reward(a, spice_reward_fn("threshold")) == 1.0
+    assert challenger_reward(a, spice_reward_fn("absolute_zero")) == pytest.approx(5 / 8)
+    invalid = Attempt("d", "Doc", 1, "1:d:1", [1], reason="task: no parsable JSON", kept=True)
+    assert challenger_reward(invalid, spice_reward_fn("gaussian")) == pytest.approx(-0.1)
+
+
+def test_reasoner_grading_by_answer_type():
+    integer = SpiceTask("free_form", "integer", "How many?", "1200")
+    assert is_correct(integer, "... so \\boxed{1200}") and is_correct(integer, "\\boxed{1,200}")
+    assert not is_correct(integer, "\\boxed{1201}") and not is_correct(integer, "1200")
+    expr = SpiceTask("free_form", "expression", "f?", "2*x + 5")
+    assert is_correct(expr, "\\boxed{5 + 2x}")
+    string = SpiceTask("free_form", "string", "Who?", "Isaac Newton")
+    assert is_correct(string, "\\boxed{isaac newton.}") and not is_correct(string, "\\boxed{Newton}")
+    boolean = SpiceTask("free_form", "boolean", "Is it?", "true")
+    assert is_correct(boolean, "\\boxed{True}") and not is_correct(boolean, "\\boxed{false}")
+
+
+def test_a_flagged_question_is_invalid_and_never_a_reasoner_group():
+    task = SpiceTask("mcq", "mcq", "Q? A) 1 B) 2 C) 3 D) 4", "B")
+    review = ReviewState()
+    review.remember("0:d:0", task.question)
+    review.apply([Verdict("task", "0:d:0", "flag")])
+    fresh = Attempt("d", "Doc", 0, "5:d:0", [1], task=task)  # the same question written again later
+    select([[fresh]], SEC, review, random.Random(0))
+    assert not fresh.valid and fresh.kept and "flagged" in fresh.reason
+    assert challenger_reward(fresh, spice_reward_fn("gaussian")) == pytest.approx(-0.1)
+
+
+def test_build_samples_makes_dr_grpo_groups_per_role():
+    task = SpiceTask("free_form", "integer", "How many?", "4")
+    good = _graded(task, ["\\boxed{4}", "\\boxed{5}", "\\boxed{4}", "\\boxed{3}"])
+    bad = Attempt("d", "Doc", 1, "1:d:1", [1, 2, 3], completion_ids=[9], loss_mask=[1], logprobs=[-0.5],
+                  reason="format: no parsable JSON", kept=True)
+    reward_fn = spice_reward_fn("gaussian")
+    for a in (good, bad):
+        a.reward = challenger_reward(a, reward_fn)
+    samples = build_samples([[good, bad]], SEC, get_advantage("dr_grpo"), random.Random(0))
+    chal = [s for s in samples if s.role == "challenger"]
+    reas = [s for s in samples if s.role == "reasoner"]
+    # rewards [1.0 (p = 1/2), -0.1]: mean 0.45 -> advantages +0.55, -0.55
+    assert [s.advantage for s in chal] == pytest.approx([0.55, -0.55])
+    # correct [1, 0, 1, 0]: mean 0.5 -> +-0.5
+    assert [s.advantage for s in reas] == pytest.approx([0.5, -0.5, 0.5, -0.5])
+    assert good.trained_reasoner and all(s.loss_mask == [1, 1] for s in reas)
+
+
+def test_continue_chat_closes_the_turn_and_opens_the_next(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    after_eos = tok.decode(continue_chat(tok, "Write the task.", ended_with_eos=True))
+    assert after_eos == "\n<|im_start|>user\nWrite the task.<|im_end|>\n<|im_start|>assistant\n"
+    cut_short = tok.decode(continue_chat(tok, "Write the task.", ended_with_eos=False))
+    assert cut_short.startswith("<|im_end|>\n<|im_start|>user\n")

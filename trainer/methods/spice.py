@@ -1,0 +1,311 @@
+"""SPICE: Self-Play In Corpus Environments (spice.txt, Algorithm 1).
+
+One model plays two roles. Per step, for each of ``train.prompts_per_step`` documents drawn
+uniformly from the corpus (truncated to ``spice.max_document_tokens``):
+
+1. Challenger: ``spice.challenger_attempts`` conversations over the document. Turn one picks
+   MCQ or free-form (+ answer type) as JSON, turn two writes the task as JSON
+   (trainer/methods/spice_tasks.py). Unparsable or empty output = an invalid task.
+2. ``spice.challenger_group_size`` attempts are kept per document, preserving the
+   valid:invalid ratio; every kept valid task gets ``rollout.group_size`` Reasoner answers
+   (question only, ``\\boxed{}``), checked by letter (MCQ), math-verify (integer, float,
+   expression) or normalized match (string, boolean).
+3. Rewards: Reasoner 1/0; Challenger exp(-(p(1-p) - 0.25)^2 / 0.02) for a valid task with
+   pass rate p, ``spice.invalid_penalty`` (-0.1) for an invalid one (``challenger_reward``
+   selects an ablation). Dr.GRPO advantages in per-role groups: the kept Challenger attempts
+   of one document; the answers to one valid task per document. No KL. One update with both
+   roles' samples.
+
+A task a reviewer flags (sink verdict) counts as invalid and is never a Reasoner group from
+then on (matched by key and by question text; the flagged set is checkpointed).
+
+Departures from the paper: N attempts per document is a fixed field (paper: up to 1024
+sequential retries until one is valid); the Challenger's two prompts are one two-turn
+conversation (the document is read once; both turns are trained, the second user turn is
+masked out of the loss); prompts are reworded (same structure and JSON fields, fewer
+free-text fields); one policy update per step, log-probs from the rollout. Run it::
+
+    python -m trainer run examples/spice_cpu.yaml --out var/runs/spice-cpu
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from trainer.algos import get_advantage
+from trainer.methods.review import ReviewState
+from trainer.methods.spice_tasks import (
+    FormatChoice,
+    SpiceTask,
+    TaskError,
+    format_prompt,
+    keep_preserving_ratio,
+    parse_format_choice,
+    parse_task,
+    reasoner_prompt,
+    task_prompt,
+)
+from trainer.prompts import chat
+from trainer.rewards import spice_reward_fn
+from trainer.update import Sample
+from trainer.verify import exact_match, extract_boxed, math_equal, mcq_match
+
+CHALLENGER, REASONER = "challenger", "reasoner"
+
+
+@dataclass
+class Attempt:
+    """One Challenger conversation over one document, and what came of it."""
+
+    doc_id: str
+    doc_title: str
+    index: int
+    key: str
+    prompt_ids: list[int]
+    group: int = 0  # position of the document in the step's batch
+    completion_ids: list[int] = field(default_factory=list)  # turn one + user turn two + turn two
+    loss_mask: list[int] = field(default_factory=list)  # 0 on the user turn
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[dict] = field(default_factory=list)
+    choice: FormatChoice | None = None
+    task: SpiceTask | None = None
+    reason: str = ""  # why the task is invalid ("" when valid)
+    kept: bool = False
+    answers: list = field(default_factory=list)  # Reasoner Completions
+    correct: list[bool] | None = None
+    reward: float = 0.0
+    trained_reasoner: bool = False
+
+    @property
+    def valid(self) -> bool:
+        return self.task is not None and not self.reason
+
+    @property
+    def pass_rate(self) -> float | None:
+        return sum(self.correct) / len(self.correct) if self.correct else None
+
+    def extend(self, ids: list[int], logprobs: list[float], trained: bool) -> None:
+        self.completion_ids += ids
+        self.logprobs += logprobs if trained else [0.0] * len(ids)
+        self.loss_mask += [1 if trained else 0] * len(ids)
+
+
+# ---- pure wiring: grading and rewards -----------------------------------------------------------
+
+def is_correct(task: SpiceTask, completion_text: str) -> bool:
+    """The Reasoner's boxed answer checked against the gold by the task's answer type."""
+    boxed = extract_boxed(completion_text)
+    if boxed is None:
+        return False
+    if task.format == "mcq":
+        return mcq_match(boxed, task.answer)
+    if task.answer_type in ("integer", "float", "expression"):
+        return math_equal(boxed, task.answer)
+    return exact_match(boxed, task.answer)
+
+
+def challenger_reward(attempt: Attempt, reward_fn) -> float:
+    """The paper's r_C: reward_fn(correct) for a valid task, reward_fn(None) (the penalty) else."""
+    return reward_fn(attempt.correct if attempt.valid and attempt.correct else None)
+
+
+def continue_chat(tokenizer, user: str, ended_with_eos: bool) -> list[int]:
+    """Token ids closing the assistant turn, adding a user turn and opening the next assistant turn."""
+    if getattr(tokenizer, "chat_template", None):
+        sentinel = "@@SPICE-TURN@@"
+        messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": sentinel},
+                    {"role": "user", "content": user}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        glue = text[text.index(sentinel) + len(sentinel):]
+        eos = tokenizer.eos_token or ""
+        if ended_with_eos and eos and glue.startswith(eos):
+            glue = glue[len(eos):]
+    else:
+        glue = f"\n\nUser: {user}\n\nAssistant:"
+    return tokenizer.encode(glue, add_special_tokens=False)
+
+
+# ---- the two roles ------------------------------------------------------------------------------
+
+def document_text(tokenizer, title: str, text: str, max_tokens: int) -> str:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    body = tokenizer.decode(ids[:max_tokens]) if len(ids) > max_tokens else text
+    return f"Title: {title}\n\n{body}" if title else body
+
+
+def challenge(ctx, docs, step: int) -> list[Attempt]:
+    """Both Challenger turns for ``challenger_attempts`` conversations per document, batched."""
+    sec, tok = ctx.config.spice, ctx.policy.tokenizer
+    attempts, seen, N = [], Counter(), sec.challenger_attempts
+    for d, doc in enumerate(docs):
+        body = document_text(tok, doc.title, doc.text, sec.max_document_tokens)
+        prompt = chat(tok, None, format_prompt(f"[BEGINNING OF THE DOCUMENT]\n{body}\n[END OF THE DOCUMENT]",
+                                               sec.formats, sec.answer_types))
+        first_i, seen[doc.id] = seen[doc.id] * N, seen[doc.id] + 1  # a document drawn twice keeps keys unique
+        attempts += [Attempt(str(doc.id), doc.title, first_i + i, f"{step}:{doc.id}:{first_i + i}", list(prompt),
+                             group=d) for i in range(N)]
+    first = ctx.generator.generate([a.prompt_ids for a in attempts],
+                                   ctx.sampling_params(max_new_tokens=sec.format_max_new_tokens))
+    second = []
+    for a, c in zip(attempts, first):
+        a.extend(c.completion_ids, c.logprobs, trained=True)
+        a.turns.append({"role": "assistant", "text": c.text})
+        try:
+            a.choice = parse_format_choice(c.text, sec.formats, sec.answer_types)
+        except TaskError as err:
+            a.reason = f"format: {err}"
+            continue
+        user = task_prompt(a.choice)
+        a.extend(continue_chat(tok, user, c.finish_reason == "eos"), [], trained=False)
+        a.turns.append({"role": "user", "text": user})
+        second.append(a)
+    outs = ctx.generator.generate([a.prompt_ids + a.completion_ids for a in second], ctx.sampling_params())
+    for a, c in zip(second, outs):
+        a.extend(c.completion_ids, c.logprobs, trained=True)
+        a.turns.append({"role": "assistant", "text": c.text})
+        try:
+            a.task = parse_task(c.text, a.choice, sec.max_string_answer_words)
+        except TaskError as err:
+            a.reason = f"task: {err}"
+    return attempts
+
+
+def answer(ctx, attempts: list[Attempt]) -> None:
+    """``rollout.group_size`` Reasoner answers for each attempt, graded against its gold."""
+    G, tok = ctx.config.rollout.group_size, ctx.policy.tokenizer
+    prompts = [chat(tok, None, reasoner_prompt(a.task)) for a in attempts for _ in range(G)]
+    outs = ctx.generator.generate(prompts, ctx.sampling_params())
+    for i, a in enumerate(attempts):
+        a.answers = outs[i * G:(i + 1) * G]
+        a.correct = [is_correct(a.task, c.text) for c in a.answers]
+
+
+# ---- one step -----------------------------------------------------------------------------------
+
+def sample_documents(ctx, n: int, rng: random.Random):
+    if ctx.documents is None:
+        raise RuntimeError("SPICE needs a corpus: set corpus.path (standalone) or launch it on a corpus (web)")
+    docs = ctx.documents.sample(n, rng)
+    if not docs:
+        raise RuntimeError("the corpus has no documents; ingest some before running SPICE")
+    return docs
+
+
+def select(attempts_by_doc: list[list[Attempt]], sec, review: ReviewState, rng: random.Random) -> None:
+    """Keep G attempts per document (ratio preserved); flagged questions become invalid."""
+    for attempts in attempts_by_doc:
+        for a in attempts:
+            if a.valid and review.is_flagged(a.key, a.task.question):
+                a.reason = "flagged by a reviewer"
+        for i in keep_preserving_ratio([a.valid for a in attempts], sec.challenger_group_size, rng):
+            attempts[i].kept = True
+
+
+def build_samples(attempts_by_doc, sec, advantage, rng: random.Random) -> list[Sample]:
+    """Challenger groups (kept attempts of a document) and Reasoner groups (answers to
+    ``reasoner_tasks_per_document`` random valid tasks of a document), Dr.GRPO within each."""
+    samples = []
+    for attempts in attempts_by_doc:
+        kept = [a for a in attempts if a.kept]
+        adv = advantage(torch.tensor([[a.reward for a in kept]])).flatten().tolist()  # [G_C]
+        samples += [Sample(prompt_ids=a.prompt_ids, completion_ids=a.completion_ids, loss_mask=a.loss_mask,
+                           old_logprobs=a.logprobs, advantage=float(x), role=CHALLENGER)
+                    for a, x in zip(kept, adv)]
+        graded = [a for a in kept if a.valid and a.correct]
+        for a in rng.sample(graded, min(sec.reasoner_tasks_per_document, len(graded))):
+            a.trained_reasoner = True
+            adv = advantage(torch.tensor([[float(c) for c in a.correct]])).flatten().tolist()  # [G]
+            samples += [Sample(prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
+                               loss_mask=[1] * len(c.completion_ids), old_logprobs=c.logprobs,
+                               advantage=float(x), role=REASONER, temperature=c.temperature)
+                        for c, x in zip(a.answers, adv)]
+    return samples
+
+
+def run_spice(ctx) -> None:
+    sec = ctx.config.spice
+    reward_fn = spice_reward_fn(sec.challenger_reward, invalid=sec.invalid_penalty, tau=sec.gaussian_tau)
+    advantage = get_advantage(sec.advantage)
+    review = ReviewState()
+    review.load_state_dict(ctx.state.get("review", {}))
+
+    for step in ctx.steps():
+        review.apply(ctx.take_verdicts())
+        rng = random.Random(int(ctx.rng.integers(2**62)))
+        t0 = time.perf_counter()
+        docs = sample_documents(ctx, ctx.config.train.prompts_per_step, rng)
+        attempts = challenge(ctx, docs, step)
+        by_doc: list[list[Attempt]] = [[] for _ in docs]
+        for a in attempts:
+            by_doc[a.group].append(a)
+            review.remember(a.key, a.task.question if a.task else None)
+        select(by_doc, sec, review, rng)
+        answer(ctx, [a for a in attempts if a.kept and a.valid])
+        for a in attempts:  # an attempt left out of its group is not trained; an invalid one still shows -0.1
+            a.reward = challenger_reward(a, reward_fn) if a.kept or not a.valid else 0.0
+        samples = build_samples(by_doc, sec, advantage, rng)
+        gen_seconds = time.perf_counter() - t0
+
+        t1 = time.perf_counter()
+        updated = ctx.update(samples)
+        for role, values in step_metrics(attempts).items():
+            ctx.log(step, role, {**updated.get(role, {}), **values})
+        ctx.log(step, CHALLENGER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1})
+        ctx.samples(step, records(step, attempts))
+        ctx.state["review"] = review.state_dict()
+
+
+# ---- reporting ----------------------------------------------------------------------------------
+
+def step_metrics(attempts: list[Attempt]) -> dict[str, dict[str, float]]:
+    kept = [a for a in attempts if a.kept]
+    graded = [a for a in kept if a.correct]
+    answers = [c for a in graded for c in a.answers]
+    reasons = Counter(a.reason.split(":")[0] for a in attempts if a.reason)
+    challenger = {
+        "valid_rate": sum(a.valid for a in attempts) / len(attempts),
+        "kept_valid_rate": sum(a.valid for a in kept) / max(len(kept), 1),
+        "reward_mean": sum(a.reward for a in kept) / max(len(kept), 1),
+        "pass_rate_mean": sum(a.pass_rate for a in graded) / len(graded) if graded else 0.0,
+        "mcq_share": sum(a.choice is not None and a.choice.format == "mcq" for a in attempts) / len(attempts),
+        "response_length": sum(sum(a.loss_mask) for a in kept) / max(len(kept), 1),
+        **{f"invalid_{r.split()[0]}_rate": n / len(attempts) for r, n in reasons.items()},
+    }
+    trained = [c for a in graded if a.trained_reasoner for c in a.answers]
+    reasoner = {
+        "accuracy": sum(sum(a.correct) for a in graded) / max(len(answers), 1),
+        "tasks": float(len(graded)),
+        "boxed_rate": sum(extract_boxed(c.text) is not None for c in answers) / max(len(answers), 1),
+        "response_length": sum(len(c.completion_ids) for c in trained) / max(len(trained), 1),
+    }
+    return {CHALLENGER: challenger, REASONER: reasoner}
+
+
+def records(step: int, attempts: list[Attempt]) -> list[dict]:
+    """Every task (valid or not) with the Challenger conversation and the Reasoner's answers."""
+    out = []
+    for a in attempts:
+        t = a.task
+        out.append({
+            "kind": "task", "key": a.key, "role": CHALLENGER, "step": step,
+            "question": t.question if t else "", "answer": t.answer if t else "", "valid": a.valid,
+            "pass_rate": a.pass_rate, "document_id": a.doc_id, "format": a.choice.format if a.choice else None,
+            "data": {"answer_type": t.answer_type if t else (a.choice.answer_type if a.choice else None),
+                     "invalid_reason": a.reason, "challenger_reward": a.reward, "kept": a.kept,
+                     "reasoner_group": a.trained_reasoner, "document_title": a.doc_title, "attempt": a.index}})
+        out.append({"kind": "attempt", "key": f"{a.key}:c", "task_key": a.key, "role": CHALLENGER, "step": step,
+                    "text": "\n\n".join(turn["text"] for turn in a.turns), "reward": a.reward, "turns": a.turns,
+                    "passages": [], "token_ids": a.completion_ids, "loss_mask": a.loss_mask,
+                    "data": {"kept": a.kept}})
+        for j, c in enumerate(a.answers):
+            out.append({"kind": "attempt", "key": f"{a.key}:r{j}", "task_key": a.key, "role": REASONER,
+                        "step": step, "text": c.text, "reward": float(a.correct[j]),
+                        "turns": [{"role": "assistant", "text": c.text}], "passages": [],
+                        "token_ids": c.completion_ids, "loss_mask": [1] * len(c.completion_ids),
+                        "data": {"boxed": extract_boxed(c.text), "trained": a.trained_reasoner,
+                                 "finish_reason": c.finish_reason}})
+    return out
