@@ -7,11 +7,48 @@ they are copied under the directories the web allows.
 """
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
 
 from tests.trainer.conftest import smollm2_tokenizer, tiny_model_dir, tiny_prompts_path  # noqa: F401  (fixtures)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """SELFPLAY_TEST_DB_SUFFIX=x gives these tests their own test database (test_selfplay_x), so
+    sessions running side by side on one Postgres do not drop each other's database."""
+    from django.conf import settings
+
+    suffix = os.environ.get("SELFPLAY_TEST_DB_SUFFIX")
+    if suffix:
+        test = settings.DATABASES["default"].setdefault("TEST", {})
+        test["NAME"] = f"{test.get('NAME') or 'test_selfplay'}_{suffix}"
+
+
+REDIS_DB = int(os.environ.get("SELFPLAY_RUNS_TEST_REDIS_DB", "12"))
+
+
+@pytest.fixture(autouse=True)
+def private_redis(settings):
+    """RQ queues and the channel layer on a Redis db of their own, emptied around each test.
+
+    The shared test db is flushed by other tests (and other sessions) at any moment, which would
+    drop a job between launch and the worker.
+    """
+    base = settings.REDIS_URL.rsplit("/", 1)[0]
+    url = f"{base}/{REDIS_DB}"
+    settings.RQ_QUEUES = {name: {**cfg, "URL": url} for name, cfg in settings.RQ_QUEUES.items()}
+    layers = {**settings.CHANNEL_LAYERS["default"]}
+    layers["CONFIG"] = {**layers["CONFIG"], "hosts": [url]}
+    settings.CHANNEL_LAYERS = {"default": layers}
+    import django_rq
+
+    conn = django_rq.get_connection("default")
+    conn.flushdb()
+    yield url
+    conn.flushdb()
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ def test_it_claims_a_queued_run_once():
     assert [d["to"] for _, d in _kinds(run)] == ["running"]
 
 
-def test_it_walks_queued_running_paused_queued_running_finished(rq_queues):
+def test_it_walks_queued_running_paused_queued_running_finished():
     run = _run()
     run.mark_running("w")
     run.request_pause()
@@ -77,7 +77,7 @@ def test_a_stale_status_loses_the_race():
         other.transition(Status.RUNNING, "late claim", expect=Status.QUEUED)
 
 
-def test_a_failed_run_resumes_only_when_its_worker_died(rq_queues):
+def test_a_failed_run_resumes_only_when_its_worker_died():
     crashed = _run(status=Status.FAILED, error="CUDA out of memory", resumable=False)
     with pytest.raises(IllegalTransition, match="fix the config and launch a new run"):
         lifecycle.resume(crashed)
