@@ -11,7 +11,7 @@ stops the run.
 ``control()`` answers from the run's row: ``requested == "pause"`` -> pause,
 ``"cancel"`` (or a run that is no longer ``running``, e.g. marked failed by the reaper) ->
 stop, plus human review verdicts from ``apps.review.feedback.pending_verdicts(run)`` when
-that module exists.
+that module exists (a failing hook is logged and counted in ``review_failures``; training goes on).
 """
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ class DjangoSink:
         self.flush_seconds = flush_seconds
         self.max_buffer = max_buffer
         self.publish_failures = 0
+        self.review_failures = 0
         self.flushes = 0
         self._metrics: dict[tuple[int, str, str], float] = {}
         self._records: list[dict[str, Any]] = []
@@ -79,8 +80,20 @@ class DjangoSink:
         self.flush()
         run = Run.objects.only("id", "status", "requested").get(pk=self.run_id)
         stop = run.requested == "cancel" or run.status != Status.RUNNING
-        return Control(pause=run.requested == "pause", stop=stop, verdicts=_pending_verdicts(run),
-                       harness=_pending_harness(run))
+        return Control(pause=run.requested == "pause", stop=stop, verdicts=self._review(_pending_verdicts, run) or [],
+                       harness=self._review(_pending_harness, run))
+
+    def _review(self, hook, run: Run):
+        """A review hook's answer; a failing hook is logged (once as a run event) and never stops training."""
+        try:
+            return hook(run)
+        except Exception as exc:
+            self.review_failures += 1
+            log.warning("review hook %s failed for run %s: %s", hook.__name__, run.pk, exc)
+            if self.review_failures == 1:
+                run.notable(f"review verdicts could not be read ({type(exc).__name__}: {str(exc)[:200]}); "
+                            "training continues without them", kind=RunEvent.Kind.WATCHDOG)
+            return None
 
     def close(self) -> None:
         self.flush()
@@ -109,6 +122,7 @@ class DjangoSink:
                 fields["current_step"] = self._max_step
             Run.objects.filter(pk=self.run_id).update(**fields)
         self.flushes += 1
+        _enqueue_for_review(self.run_id, by_kind)
         self._publish_metrics(metrics)
         self._publish_samples(written)
 
@@ -268,6 +282,18 @@ def _json(value):
     if hasattr(value, "tolist"):
         return _json(value.tolist())
     return _text(value)
+
+
+def _enqueue_for_review(run_id: int, by_kind: dict[str, dict[str, dict]]) -> None:
+    """Hand the stored tasks / rubrics / grades to the review sampling policy (apps.review); never stops a run."""
+    hook = _review_hook("enqueue_for_review")
+    records = [r for kind in ("task", "rubric", "grade") for r in by_kind[kind].values()]
+    if hook is None or not records:
+        return
+    try:
+        hook(run_id, records)
+    except Exception:
+        log.exception("review sampling failed for run %s; the samples are stored but not queued", run_id)
 
 
 def _pending_verdicts(run: Run) -> list:
