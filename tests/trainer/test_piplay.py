@@ -15,6 +15,7 @@ from trainer.methods.piplay_parts import (
     examiner_format,
     examiner_prompt,
     lambda_for_iteration,
+    make_distill_loss,
     parse_question_answer,
     student_prompt,
     teacher_prompt,
@@ -138,3 +139,72 @@ def test_with_lora_the_teacher_copies_only_the_adapter():
     other = TeacherEMA.from_model(model)
     other.load_state_dict(sd)
     assert all(torch.equal(other.state[n], teacher.state[n]) for n in teacher.state)
+
+
+# --- the distillation term through the shared update pass --------------------------------------
+
+@pytest.fixture
+def tiny_policy(tiny_config):
+    from trainer.config import load_config
+    from trainer.engine import make_engine
+    from trainer.models import load_policy
+
+    def build(lora_r=0):
+        cfg = load_config(tiny_config("piplay", model={"lora": {"r": lora_r}}, train={"lr": 1e-2}))
+        policy = load_policy(cfg)
+        return cfg, policy, make_engine(cfg, policy)
+
+    return build
+
+
+def _student_samples(tok, question, qcp, teacher_q=None):
+    from trainer.prompts import chat
+    from trainer.update import Sample
+
+    prompt = chat(tok, None, student_prompt(question))
+    teacher_ids = chat(tok, None, teacher_prompt(teacher_q or question, qcp)) if qcp is not None \
+        else chat(tok, None, student_prompt(teacher_q or question))
+    completion = tok.encode("<think>x</think><search>a</search><information>doc</information><answer>b</answer>",
+                            add_special_tokens=False)
+    mask = [1] * 8 + [0] * 6 + [1] * (len(completion) - 14)  # the middle is "tool output"
+    return [Sample(prompt, completion, mask, [0.0] * len(completion), adv, role="student",
+                   teacher_prompt_ids=teacher_ids) for adv in (1.0, -1.0)]
+
+
+def test_distillation_is_zero_when_the_teacher_is_the_student_on_the_same_prompt(tiny_policy):
+    from trainer.update import policy_update
+
+    cfg, policy, engine = tiny_policy()
+    teacher = TeacherEMA.from_model(policy.model)
+    samples = _student_samples(policy.tokenizer, "Who founded X?", None)
+    extra = make_distill_loss(policy, teacher, k=50, kind="reverse_kl", lam=0.03)
+    metrics = policy_update(policy, engine, samples, cfg, extra_loss=extra, step=False)["student"]
+    assert metrics["distill"] == pytest.approx(0.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("lora_r", [0, 4])
+def test_the_qcp_teacher_pulls_the_student_and_only_on_model_tokens(tiny_policy, lora_r):
+    from trainer.update import make_micro_batch, policy_update, trained_logits
+
+    cfg, policy, engine = tiny_policy(lora_r)
+    teacher = TeacherEMA.from_model(policy.model)
+    with torch.no_grad():  # the teacher drifts from the student, as after a few EMA steps
+        for t in teacher.state.values():
+            t.add_(torch.randn_like(t) * 0.05)
+    samples = _student_samples(policy.tokenizer, "Who founded X?", "Source passage: Ann Lee founded X.")
+    mb = make_micro_batch(samples, 1.0, policy.device, shared=True)
+    with torch.no_grad():
+        logits = trained_logits(policy.base_model(), mb, policy.device)  # [N, V]
+    per_token, m = make_distill_loss(policy, teacher, k=50, kind="reverse_kl", lam=1.0)(mb, logits)
+    n_trained = sum(samples[0].loss_mask)
+    assert per_token.shape == (2 * n_trained,)  # tool tokens are not scored
+    assert m["distill"] > 0 and bool((per_token >= 0).all())
+    # with equal and opposite advantages the policy-gradient parts cancel: the step is driven by L_SD
+    before = [p.detach().clone() for p in policy.trainable_parameters()]
+    metrics = policy_update(policy, engine, samples, cfg, make_distill_loss(policy, teacher, 50, "reverse_kl", 1.0))
+    assert metrics["student"]["distill"] == pytest.approx(m["distill"], rel=1e-3)
+    assert any(not torch.equal(b, p) for b, p in zip(before, policy.trainable_parameters()))
+    with torch.no_grad():
+        after = trained_logits(policy.base_model(), make_micro_batch(samples, 1.0, policy.device, True), policy.device)
+    per_after, m_after = make_distill_loss(policy, teacher, 50, "reverse_kl", 1.0)(mb, after)
+    assert m_after["distill"] < m["distill"]  # one step toward the teacher

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 import torch
 
 from trainer.algos import get_advantage, group_normalized
-from trainer.algos.distill import topk_tail_divergence
 from trainer.methods.parts import stratified_draw, truncate_tokens
 from trainer.methods.piplay_parts import (
     TeacherEMA,
@@ -47,6 +46,7 @@ from trainer.methods.piplay_parts import (
     examiner_format,
     examiner_prompt,
     lambda_for_iteration,
+    make_distill_loss,
     parse_question_answer,
     student_prompt,
     teacher_prompt,
@@ -98,30 +98,6 @@ def examiner_rewards(questions: list[Question], n: int, format_weight: float) ->
 def examiner_advantages(rewards: list[float], hops: list[int]) -> list[float]:
     """Hop-group normalisation: (R - mean_hop) / (std_hop + eps), one question per prompt."""
     return group_normalized(rewards, hops).tolist()
-
-
-def make_distill_loss(policy, teacher: TeacherEMA, k: int, kind: str, lam: float):
-    """The update's ``extra_loss``: lambda x top-K + tail divergence to the QCP-reading teacher.
-
-    For every sample of a micro-batch the teacher runs once over teacher_prompt + completion and
-    returns logits only at the positions that predict the Student's trained tokens, in the
-    same row-major order as the Student's logits [N, V].
-    """
-
-    def extra(mb, logits: torch.Tensor):
-        rows = []
-        for s, row_mask in zip(mb.samples, mb.mask):
-            trained = torch.nonzero(row_mask[: len(s.completion_ids)]).flatten()  # [n_i]
-            ids = torch.tensor([s.teacher_prompt_ids + s.completion_ids], device=logits.device)  # [1, T]
-            keep = len(s.teacher_prompt_ids) - 1 + trained  # [n_i] positions predicting them
-            with policy.autocast():
-                t_logits = teacher.logits(policy.model, ids, torch.ones_like(ids), logits_to_keep=keep)  # [1, n_i, V]
-            rows.append(t_logits[0].float())
-        t_all = torch.cat(rows)  # [N, V]
-        div = topk_tail_divergence(logits[None].float(), t_all[None], k=k, kind=kind)[0]  # [N]
-        return lam * div, {"distill": float(div.detach().mean()) if div.numel() else 0.0}
-
-    return extra
 
 
 class PiPlay:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.algos.distill import topk_tail_divergence
 from trainer.methods.parts import assistant_texts, tag_content
 from trainer.rewards import _think_fraction as think_fraction
 from trainer.rewards import _valid_searches as valid_searches
@@ -136,11 +137,12 @@ class TeacherEMA:
             t.mul_(1.0 - self.rate).add_(params[name].detach().to(t.dtype), alpha=self.rate)
 
     @torch.no_grad()
-    def logits(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Teacher logits [B, L, V]: the model's forward with the teacher's tensors swapped in."""
-        out = torch.func.functional_call(model, self.state, args=(),
-                                         kwargs={"input_ids": input_ids, "attention_mask": attention_mask},
-                                         strict=False)
+    def logits(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               **kwargs) -> torch.Tensor:
+        """Teacher logits [B, L, V] (or at ``logits_to_keep`` positions): the model's forward with the
+        teacher's tensors in place of its trainable ones, for this call only."""
+        out = torch.func.functional_call(model, self.state, args=(), strict=False,
+                                         kwargs={"input_ids": input_ids, "attention_mask": attention_mask, **kwargs})
         return out.logits
 
     def state_dict(self) -> dict:
@@ -152,3 +154,27 @@ class TeacherEMA:
             if name not in self.state:
                 raise ValueError(f"teacher checkpoint has {name!r}, which this model does not train")
             self.state[name].copy_(t)
+
+
+def make_distill_loss(policy, teacher: TeacherEMA, k: int, kind: str, lam: float):
+    """The update's ``extra_loss``: lambda x top-K + tail divergence to the QCP-reading teacher.
+
+    For every sample of a micro-batch the teacher runs once over teacher_prompt + completion and
+    returns logits only at the positions that predict the Student's trained tokens, in the
+    same row-major order as the Student's logits [N, V].
+    """
+
+    def extra(mb, logits: torch.Tensor):
+        rows = []
+        for s, row_mask in zip(mb.samples, mb.mask):
+            trained = torch.nonzero(row_mask[: len(s.completion_ids)]).flatten()  # [n_i]
+            ids = torch.tensor([s.teacher_prompt_ids + s.completion_ids], device=logits.device)  # [1, T]
+            keep = len(s.teacher_prompt_ids) - 1 + trained  # [n_i] positions predicting them
+            with policy.autocast():
+                t_logits = teacher.logits(policy.model, ids, torch.ones_like(ids), logits_to_keep=keep)  # [1, n_i, V]
+            rows.append(t_logits[0].float())
+        t_all = torch.cat(rows)  # [N, V]
+        div = topk_tail_divergence(logits[None].float(), t_all[None], k=k, kind=kind)[0]  # [N]
+        return lam * div, {"distill": float(div.detach().mean()) if div.numel() else 0.0}
+
+    return extra
