@@ -210,3 +210,50 @@ def test_human_edits_are_validated_and_the_human_driver_waits():
     rejected = apply_human_edit(current, {"dimension_constraints": {"k": 0}}, POOL, 10)
     assert not rejected.changed and rejected.harness == current and "rejected" in rejected.reason
     assert "exceeds the evaluator's tool budget" in apply_human_edit(current, _harness(tools=11), POOL, 10).reason
+
+
+# --- recipe wiring on crafted inputs --------------------------------------------------------------
+
+def test_report_rewards_apply_the_formula_and_the_depth_rule():
+    from trainer.methods.score import report_rewards
+
+    rubric = [("factuality", 0.5), ("insight", 0.3), ("citation", 0.2)]
+    scores = [{"factuality": 0.8, "insight": 0.5, "citation": 1.0}] * 3 + [{"factuality": 1.0, "insight": 1.0,
+                                                                            "citation": 1.0}]
+    rewards = report_rewards([True, True, False, True], rubric, scores, searches=[2, 0, 2, 1], min_searches=1)
+    # valid, searched 2 >= 1: 1 + 0.4 + 0.15 + 0.2 = 1.75 | evaluator searched 0 < 1: depth rule -> 0
+    # invalid report: a(r) = 0 -> 0 | all ones: 1 + 0.5 + 0.3 + 0.2 = 2.0
+    assert rewards == pytest.approx([1.75, 0.0, 0.0, 2.0])
+
+
+def test_consistency_on_crafted_reports():
+    from trainer.methods.score import consistency
+
+    same = "Intro.\n\nConclusion: deadly force needs night time and no other means."
+    assert consistency([same, same, same]) == pytest.approx(1.0)
+    disjoint = ["Conclusion: alpha beta.", "Conclusion: gamma delta.", "Conclusion: epsilon zeta."]
+    assert consistency(disjoint) == 0.0
+    # two of three agree: pairs (1,2) = 1, (1,3) = (2,3) = 0 -> mean 1/3
+    assert consistency([same, same, "Conclusion: unrelated words here."]) == pytest.approx(1 / 3)
+    assert consistency(["only one"]) == 0.0
+
+
+def test_entropy_collapse_rule():
+    from trainer.methods.score import entropy_collapsed
+
+    sec = ScoreSection(entropy_collapse_ratio=0.25)
+    assert entropy_collapsed(0.2, 1.0, sec) and not entropy_collapsed(0.3, 1.0, sec)
+    assert entropy_collapsed(0.5, 1.0, ScoreSection(entropy_collapse_ratio=None, entropy_floor=0.6))
+    assert not entropy_collapsed(0.01, 1.0, ScoreSection(entropy_collapse_ratio=None))
+
+
+def test_queries_load_from_jsonl_or_text_with_clear_errors(tmp_path):
+    from trainer.methods.score import load_queries
+
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"query": "Why did Rome fall?"}\n\n{"query": "How do vaccines work?"}\n')
+    assert load_queries(str(path)) == ["Why did Rome fall?", "How do vaccines work?"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "x"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1 has no non-empty"):
+        load_queries(str(bad))

@@ -51,8 +51,3 @@ def assistant_texts(turns: Sequence[dict]) -> list[str]:
     """The assistant turns of a trajectory's ``turns`` list."""
     return [t.get("text", "") for t in turns if t.get("role") == "assistant"]
 
-
-def truncate_tokens(tokenizer, text: str, max_tokens: int) -> str:
-    """``text`` cut to its first ``max_tokens`` tokens (documents shown in prompts)."""
-    ids = tokenizer.encode(text or "", add_special_tokens=False)
-    return text if len(ids) <= max_tokens else tokenizer.decode(ids[:max_tokens])

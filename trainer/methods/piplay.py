@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from trainer.algos import get_advantage, group_normalized
-from trainer.methods.parts import stratified_draw, truncate_tokens
+from trainer.methods.parts import stratified_draw
 from trainer.methods.piplay_parts import (
     TeacherEMA,
     build_qcp,
@@ -55,6 +55,7 @@ from trainer.prompts import chat
 from trainer.rewards import piplay_examiner_reward
 from trainer.rollout import multi_turn_rollout
 from trainer.tools import SearchTool
+from trainer.tools.corpus import truncate_to_tokens
 from trainer.update import Sample
 from trainer.verify import exact_match
 
@@ -132,7 +133,7 @@ class PiPlay:
         rng = self.rng()
         docs = self.ctx.documents.sample(n, rng)
         hops = stratified_draw(len(docs), self.sec.hop_weights, rng)
-        texts = [truncate_tokens(self.tok, f"(Title: {d.title})\n{d.text}", self.sec.max_document_tokens)
+        texts = [truncate_to_tokens(f"(Title: {d.title})\n{d.text}", self.tok, self.sec.max_document_tokens)
                  for d in docs]
         trajs = self.rollout([examiner_prompt(t, h) for t, h in zip(texts, hops)], self.sec.max_turns)
         out = []

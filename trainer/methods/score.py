@@ -47,7 +47,7 @@ import torch
 
 from trainer.algos import EMABaseline, get_advantage
 from trainer.methods import harness as mh
-from trainer.methods.parts import tag_content, truncate_tokens
+from trainer.methods.parts import tag_content
 from trainer.methods.score_prompts import (
     QUERY_FROM_DOCUMENT,
     SOLVER_SYSTEM,
@@ -64,6 +64,7 @@ from trainer.prompts import chat
 from trainer.rewards import score_consistency, score_solver_reward
 from trainer.rollout import multi_turn_rollout, single_turn
 from trainer.tools import SearchTool
+from trainer.tools.corpus import truncate_to_tokens
 from trainer.update import Sample
 
 SOLVER, EVALUATOR = "solver", "evaluator"
@@ -171,7 +172,7 @@ class Score:
             return out, {"queries_from_file": n}
         docs = self.ctx.documents.sample(n, self.rng())
         prompts = [self.ids(None, QUERY_FROM_DOCUMENT.format(
-            title=d.title, text=truncate_tokens(self.tok, d.text, self.sec.max_document_tokens))) for d in docs]
+            title=d.title, text=truncate_to_tokens(d.text, self.tok, self.sec.max_document_tokens))) for d in docs]
         params = self.ctx.sampling_params(max_new_tokens=min(self.cfg.rollout.max_new_tokens, 128))
         out, written = [], 0
         for d, c in zip(docs, self.ctx.generator.generate(prompts, params)):

@@ -1,0 +1,376 @@
+"""SCOPE: a Challenger writes open-ended tasks from corpus documents, a Solver answers them with
+search, and the frozen base judges (quality gates, task rubrics, strict per-rubric grades).
+
+Per iteration (``scope.iterations``, paper 3):
+
+1. Challenger stage (``challenger_steps``, paper 20): for each of ``challenger_prompts_per_step``
+   documents draw a task type (long-form QA, summarisation, planning, writing; uniform) and a
+   search count 1/2/3 (4:3:2, stratified per batch); sample G Challenger rollouts with search.
+   Every task with r_fmt > 0 goes through the Judge's two gates (entity identifiability, source
+   relevance). A task passing both gets 3-5 rubrics (temperature 0) and ``scoring_rollouts``
+   (paper 8) Solver rollouts, each graded on each rubric separately, strict 0/1 (temperature 0.6).
+   R_C = 0.5 r_fmt + gate x f_diff(mean g); gate failure -> 0.5 r_fmt (``gate_failure``).
+2. Solver stage (``solver_steps``, paper 20): tasks written by the Challenger that pass the gates
+   and whose mean rubric score over ``filter_rollouts`` (paper 4) Solver rollouts lies in
+   [0.2, 0.8] form the task pool; each step trains the Solver on ``solver_prompts_per_step`` of
+   them, G rollouts each, R_S = L(|a|) g + 0.5 r_fmt + 0.1 min(searches/3, 1) with the cosine
+   length penalty L. Rubrics are written once per task and reused for every grade.
+
+Both roles: GRPO with std normalisation, KL 1e-3 to the frozen base, lr 1e-6, grad clip 1.0.
+Judge output that breaks format (no score tag, extra text, no rubric) reads strictly: a gate
+fails, a grade is 0, a task without rubrics is dropped; each case is counted in the metrics.
+
+Human review (``sink.control().verdicts``): a flagged task never trains the Solver and counts
+as gate-failed for the Challenger; an edited rubric (``Verdict(kind="rubric", edit=...)``)
+replaces the Judge's text for that task in every later grade; a flagged rubric is dropped
+from later grades (ours) while the task keeps at least one.
+
+Departures (visible config fields where a choice): one set of weights plays Challenger and
+Solver (the paper keeps two policies from the same base), so "the previous Solver" that scores
+Challenger tasks is the current policy in the Solver role; the Solver stage fills its task pool
+on demand (``candidate_rounds`` Challenger batches per step) instead of building 5,120 tasks
+up front; the Challenger runs its searches then writes the task within ``n_searches + 1`` turns.
+
+Run it::
+
+    python -m trainer run examples/scope_cpu.yaml --out var/runs/scope
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from trainer.algos import get_advantage
+from trainer.methods.parts import assistant_texts, stratified_draw
+from trainer.methods.review import ReviewState
+from trainer.methods.scope_prompts import TASK_TYPES, challenger_prompt, parse_task, solver_prompt
+from trainer.prompts import chat
+from trainer.rewards import scope_challenger_reward, scope_format_parts, scope_rubric_score, scope_solver_reward
+from trainer.rollout import multi_turn_rollout
+from trainer.tools import SearchTool
+from trainer.tools.corpus import truncate_to_tokens
+from trainer.update import Sample
+
+CHALLENGER, SOLVER = "challenger", "solver"
+
+
+@dataclass
+class Rubric:
+    key: str
+    text: str
+    priority: str
+    flagged: bool = False
+
+
+@dataclass
+class Task:
+    """One Challenger task and everything the Judge said about it (plain data: it is checkpointed)."""
+
+    key: str
+    document_id: str
+    document: str  # the (truncated) source document
+    task_type: str
+    n_searches: int
+    question: str | None
+    fmt: dict = field(default_factory=dict)  # think / tool / structure
+    gates: dict = field(default_factory=dict)  # entity, relevance, passed, texts, well_formed
+    rubrics: list[Rubric] = field(default_factory=list)
+    mean_score: float | None = None
+    trajectory: object = field(default=None, repr=False)  # the Challenger rollout (not checkpointed)
+
+    def to_state(self) -> dict:
+        """Plain data for the checkpointed task pool."""
+        return {**{k: v for k, v in asdict(self).items() if k != "trajectory"},
+                "rubrics": [asdict(r) for r in self.rubrics]}
+
+    @classmethod
+    def from_state(cls, d: dict) -> "Task":
+        return cls(**{**d, "rubrics": [Rubric(**r) for r in d["rubrics"]]})
+
+    @property
+    def r_fmt(self) -> float:
+        return sum(self.fmt.values()) / len(self.fmt) if self.fmt else 0.0
+
+    @property
+    def gate_passed(self) -> bool:
+        return bool(self.gates.get("passed"))
+
+    def live_rubrics(self) -> list[Rubric]:
+        kept = [r for r in self.rubrics if not r.flagged]
+        return kept or self.rubrics[:1]
+
+
+@dataclass
+class Attempt:
+    """One Solver rollout and its strict per-rubric grades."""
+
+    trajectory: object
+    grades: list[float] = field(default_factory=list)  # 0/1 per live rubric
+    judge_texts: list[str] = field(default_factory=list)
+    rubric_keys: list[str] = field(default_factory=list)
+
+    @property
+    def g(self) -> float:
+        """Rubric score: fraction of rubrics passed (uniform weights)."""
+        return scope_rubric_score([s >= 1.0 for s in self.grades]) if self.grades else 0.0
+
+
+def stage_of(step: int, sec) -> tuple[int, str]:
+    """(0-based iteration, "challenger" | "solver") of a 1-based step."""
+    iteration, offset = divmod(step - 1, sec.challenger_steps + sec.solver_steps)
+    return iteration, (CHALLENGER if offset < sec.challenger_steps else SOLVER)
+
+
+def challenger_reward(task: Task, sec, flagged: bool) -> float:
+    """R_C of one Challenger rollout; a flagged task counts as gate-failed."""
+    passed = task.gate_passed and bool(task.rubrics) and task.mean_score is not None and not flagged
+    return scope_challenger_reward(task.r_fmt, passed, task.mean_score if passed else None, sec.difficulty_tau,
+                                   sec.challenger_format_weight, sec.challenger_difficulty_weight, sec.gate_failure)
+
+
+def solver_reward(g: float, answer_tokens: int, turns: list[dict], n_searches: int, sec) -> float:
+    """R_S of one Solver rollout (format parts from its assistant turns)."""
+    parts = scope_format_parts(assistant_texts(turns), "solver")
+    r_fmt = sum(parts.values()) / len(parts)
+    return scope_solver_reward(g, answer_tokens, r_fmt, n_searches, sec.solver_rubric_weight,
+                               sec.solver_format_weight, sec.solver_search_weight, sec.search_reward_turns,
+                               sec.length_soft, sec.length_hard, sec.length_floor)
+
+
+def in_window(mean_score: float | None, sec) -> bool:
+    return mean_score is not None and sec.filter_low <= mean_score <= sec.filter_high
+
+
+class Scope:
+    """The recipe's state across steps: tool, judge, review flags, rubric edits and the task pool."""
+
+    def __init__(self, ctx):
+        if ctx.retriever is None or ctx.documents is None:
+            raise ValueError("SCOPE needs a corpus for documents and search: set corpus.path (JSONL with title and "
+                             "text) or launch it on a corpus")
+        self.ctx, self.cfg, self.sec = ctx, ctx.config, ctx.config.scope
+        self.tok = ctx.policy.tokenizer
+        self.tool = SearchTool(ctx.retriever, k=self.sec.top_k, max_tokens=self.sec.max_tool_tokens,
+                               tokenizer=self.tok)
+        self.judge = make_scope_judge(ctx)
+        self.grpo = get_advantage("grpo")
+        self.review = ReviewState()
+        self.review.load_state_dict(ctx.state.get("review", {}))
+        ctx.state.setdefault("pool", [])  # filtered tasks (dicts) waiting for the Solver
+        ctx.state.setdefault("rubric_edits", {})  # rubric key -> edited text | None (flagged)
+        self.counts: dict[str, float] = {}
+
+    def rng(self) -> random.Random:
+        return random.Random(int(self.ctx.rng.integers(2**31)))
+
+    def count(self, key: str, n: float = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    # -- human review ---------------------------------------------------------------------------
+    def apply_verdicts(self) -> None:
+        """Task flags (ReviewState) and rubric edits/flags; edits reach tasks still in the pool."""
+        verdicts = self.ctx.take_verdicts()
+        self.review.apply(verdicts)
+        edits = self.ctx.state["rubric_edits"]
+        for v in verdicts:
+            if v.kind == "rubric" and v.edit and v.edit.strip():
+                edits[v.key] = v.edit.strip()
+            elif v.kind == "rubric" and v.verdict == "flag":
+                edits[v.key] = None
+        self.ctx.state["pool"] = [t for t in self.ctx.state["pool"]
+                                  if not self.review.is_flagged(t["key"], t["question"])]
+        self.ctx.state["review"] = self.review.state_dict()
+
+    def rubrics_of(self, task: Task) -> list[Rubric]:
+        """The task's rubrics with every human edit applied (flagged ones marked)."""
+        edits = self.ctx.state["rubric_edits"]
+        for r in task.rubrics:
+            if r.key in edits:
+                if edits[r.key] is None:
+                    r.flagged = True
+                else:
+                    r.text = edits[r.key]
+        return task.live_rubrics()
+
+    # -- generation -------------------------------------------------------------------------------
+    def challenge(self, step: int, n_docs: int, group: int, tag: str) -> list[list[Task]]:
+        """``group`` Challenger rollouts for each of ``n_docs`` documents -> tasks (parsed, format-scored)."""
+        rng = self.rng()
+        docs = self.ctx.documents.sample(n_docs, rng)
+        searches = stratified_draw(len(docs), self.sec.search_turn_weights, rng)
+        types = [rng.choice(self.sec.task_types) for _ in docs]
+        texts = [truncate_to_tokens(f"(Title: {d.title})\n{d.text}", self.tok, self.sec.max_document_tokens)
+                 for d in docs]
+        prompts = [chat(self.tok, None, challenger_prompt(t, ty, n))
+                   for t, ty, n in zip(texts, types, searches) for _ in range(group)]
+        trajs = multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
+                                   max_turns=max(searches) + 1, final_tag="task")
+        out = []
+        for i, (d, text, ty, n) in enumerate(zip(docs, texts, types, searches)):
+            row = []
+            for j in range(group):
+                tr = trajs[i * group + j]
+                turns = assistant_texts(tr.turns)
+                row.append(Task(f"{step}:{tag}{i}.{j}", str(d.id), text, ty, n, parse_task(turns[-1] if turns else ""),
+                                fmt=scope_format_parts(turns, "challenger", n), trajectory=tr))
+            out.append(row)
+        return out
+
+    def judge_tasks(self, tasks: list[Task], n_rollouts: int) -> dict[str, list]:
+        """Gates -> rubrics -> ``n_rollouts`` Solver rollouts graded per rubric, for every task that
+        parsed with r_fmt > 0. Returns task key -> Solver trajectories (with ``.grades``)."""
+        todo = [t for t in tasks if t.question and t.r_fmt > 0]
+        self.judge_gates(todo)
+        passed = [t for t in todo if t.gate_passed]
+        self.judge_rubrics(passed)
+        ready = [t for t in passed if t.rubrics]
+        attempts = self.solve(ready, n_rollouts)
+        for t in ready:
+            t.mean_score = sum(a.g for a in attempts[t.key]) / len(attempts[t.key])
+        return attempts
+
+    def solve(self, tasks: list[Task], n: int) -> dict[str, list[Attempt]]:
+        """n Solver rollouts per task, each graded on each of the task's (edited) rubrics."""
+        if not tasks:
+            return {}
+        prompts = [chat(self.tok, None, solver_prompt(t.question, self.sec.search_reward_turns))
+                   for t in tasks for _ in range(n)]
+        trajs = multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
+                                   max_turns=self.sec.max_turns)
+        by_task = {t.key: [Attempt(tr) for tr in trajs[i * n:(i + 1) * n]] for i, t in enumerate(tasks)}
+        self.judge_grades(tasks, by_task)
+        return by_task
+
+    # -- the two stages ---------------------------------------------------------------------------
+    def challenger_step(self, step: int) -> None:
+        self.apply_verdicts()
+        sec, G = self.sec, self.cfg.rollout.group_size
+        t0 = time.perf_counter()
+        groups = self.challenge(step, sec.challenger_prompts_per_step, G, "c")
+        tasks = [t for row in groups for t in row]
+        attempts = self.judge_tasks(tasks, sec.scoring_rollouts)
+        flagged = [self.review.is_flagged(t.key, t.question) for t in tasks]
+        rewards = [challenger_reward(t, sec, f) for t, f in zip(tasks, flagged)]
+        adv = self.grpo(torch.tensor(rewards).view(len(groups), G)).flatten().tolist()  # [docs * G]
+        samples = [Sample.from_trajectory(t.trajectory, a, role=CHALLENGER, temperature=t.trajectory.temperature)
+                   for t, a in zip(tasks, adv)]
+        gen_seconds = time.perf_counter() - t0
+        metrics = self.ctx.update(samples).get(CHALLENGER, {})
+        for t in tasks:
+            self.review.remember(t.key, t.question)
+        self.ctx.log(step, CHALLENGER, {**metrics, **self.task_metrics(tasks, rewards, flagged),
+                                        "gen_seconds": gen_seconds, **self.take_counts()})
+        self.ctx.samples(step, self.records(step, tasks, attempts, rewards, CHALLENGER))
+
+    def fill_pool(self, step: int, need: int) -> list[dict]:
+        """Challenger tasks that pass the gates and the [low, high] difficulty window join the pool."""
+        pool, records = self.ctx.state["pool"], []
+        for round_ in range(1, self.sec.candidate_rounds + 1):
+            if len(pool) >= need:
+                break
+            tasks = [row[0] for row in self.challenge(step, need, 1, f"p{round_}.")]
+            attempts = self.judge_tasks(tasks, self.sec.filter_rollouts)
+            for t in tasks:
+                self.review.remember(t.key, t.question)
+                keep = t.gate_passed and in_window(t.mean_score, self.sec) and not self.review.is_flagged(t.key, t.question)
+                self.count("candidates")
+                self.count("kept", keep)
+                if keep:
+                    pool.append(t.to_state())
+            records += self.records(step, tasks, attempts, None, "filter")
+        return records
+
+    def solver_step(self, step: int) -> None:
+        self.apply_verdicts()
+        sec, G = self.sec, self.cfg.rollout.group_size
+        t0 = time.perf_counter()
+        records = self.fill_pool(step, sec.solver_prompts_per_step)
+        pool = self.ctx.state["pool"]
+        tasks = [Task.from_state(d) for d in pool[:sec.solver_prompts_per_step]]
+        self.ctx.state["pool"] = pool[sec.solver_prompts_per_step:]
+        if not tasks:
+            self.ctx.log(step, SOLVER, {"pool_size": 0.0, "tasks": 0.0, **self.take_counts()})
+            self.ctx.samples(step, records + [self.event(step, "no task passed the gates and the difficulty window; "
+                                                         "the Solver step was skipped", {"stage": "solver"})])
+            return
+        attempts = self.solve(tasks, G)
+        flat = [a for t in tasks for a in attempts[t.key]]
+        rewards = [solver_reward(a.g, len(self.tok.encode(a.trajectory.final or "", add_special_tokens=False)),
+                                 a.trajectory.turns, a.trajectory.n_searches, sec) for a in flat]
+        adv = self.grpo(torch.tensor(rewards).view(len(tasks), G)).flatten().tolist()  # [tasks * G]
+        samples = [Sample.from_trajectory(a.trajectory, v, role=SOLVER, temperature=a.trajectory.temperature)
+                   for a, v in zip(flat, adv)]
+        gen_seconds = time.perf_counter() - t0
+        metrics = self.ctx.update(samples).get(SOLVER, {})
+        n = len(flat)
+        self.ctx.log(step, SOLVER, {
+            **metrics, "reward_mean": sum(rewards) / n, "rubric_score": sum(a.g for a in flat) / n,
+            "searches": sum(a.trajectory.n_searches for a in flat) / n, "tasks": len(tasks),
+            "response_length": sum(a.trajectory.n_model_tokens for a in flat) / n,
+            "pool_size": len(self.ctx.state["pool"]), "gen_seconds": gen_seconds, **self.take_counts()})
+        self.ctx.samples(step, records + self.records(step, tasks, attempts, None, SOLVER, rewards))
+
+    # -- reporting --------------------------------------------------------------------------------
+    def take_counts(self) -> dict[str, float]:
+        out, self.counts = self.counts, {}
+        return out
+
+    def task_metrics(self, tasks: list[Task], rewards: list[float], flagged: list[bool]) -> dict[str, float]:
+        n = len(tasks)
+        judged = [t for t in tasks if t.gates]
+        scored = [t.mean_score for t in tasks if t.mean_score is not None]
+        return {
+            "reward_mean": sum(rewards) / n, "format_reward": sum(t.r_fmt for t in tasks) / n,
+            **{f"format_{k}": sum(t.fmt.get(k, 0.0) for t in tasks) / n for k in ("think", "tool", "structure")},
+            "task_parsed": sum(bool(t.question) for t in tasks) / n,
+            "gate_pass_rate": sum(t.gate_passed for t in judged) / len(judged) if judged else 0.0,
+            "gate_entity": sum(t.gates.get("entity", 0) for t in judged) / len(judged) if judged else 0.0,
+            "gate_relevance": sum(t.gates.get("relevance", 0) for t in judged) / len(judged) if judged else 0.0,
+            "rubrics_per_task": sum(len(t.rubrics) for t in tasks if t.gate_passed) / max(len(scored), 1),
+            "mean_rubric_score": sum(scored) / len(scored) if scored else 0.0,
+            "in_window": sum(in_window(s, self.sec) for s in scored) / n, "flagged": sum(flagged),
+            "searches": sum(t.trajectory.n_searches for t in tasks) / n}
+
+    def event(self, step: int, message: str, data: dict) -> dict:
+        return {"kind": "event", "key": f"{step}:event", "step": step, "message": message, "data": data}
+
+    def records(self, step: int, tasks: list[Task], attempts: dict, rewards: list[float] | None, stage: str,
+                attempt_rewards: list[float] | None = None) -> list[dict]:
+        """Sink records: each task (gates in data), its rubrics, its Solver attempts and their grades."""
+        out, k = [], 0
+        for i, t in enumerate(tasks):
+            tried = attempts.get(t.key, [])
+            if stage != SOLVER:  # a pool task was reported when it joined the pool
+                out.append({
+                    "kind": "task", "key": t.key, "role": CHALLENGER, "step": step, "question": t.question or "",
+                    "answer": "", "valid": t.gate_passed, "pass_rate": t.mean_score, "document_id": t.document_id,
+                    "format": t.task_type,
+                    "data": {"stage": stage, "task_type": t.task_type, "n_searches": t.n_searches, "gates": t.gates,
+                             "format": t.fmt, "reward": rewards[i] if rewards else None,
+                             "challenger": t.trajectory.to_attempt() if t.trajectory is not None else None}})
+                out += [{"kind": "rubric", "key": r.key, "task_key": t.key, "step": step, "text": r.text,
+                         "priority": r.priority, "data": {}} for r in t.rubrics]
+            for j, a in enumerate(tried):
+                akey = f"{t.key}:{stage[0]}{j}"
+                reward = attempt_rewards[k] if attempt_rewards else a.g
+                k += 1
+                out.append({"kind": "attempt", "key": akey, "task_key": t.key, "role": SOLVER, "step": step,
+                            "reward": reward, **a.trajectory.to_attempt(),
+                            "data": {"stage": stage, "rubric_score": a.g, "final": a.trajectory.final}})
+                out += [{"kind": "grade", "key": f"{akey}:{rk}", "attempt_key": akey, "rubric_key": rk, "step": step,
+                         "score": s, "judge_text": text, "data": {}}
+                        for rk, s, text in zip(a.rubric_keys, a.grades, a.judge_texts)]
+        return out
+
+
+def run_scope(ctx) -> None:
+    scope = Scope(ctx)
+    for step in ctx.steps():
+        _, stage = stage_of(step, scope.sec)
+        if stage == CHALLENGER:
+            scope.challenger_step(step)
+        else:
+            scope.solver_step(step)
