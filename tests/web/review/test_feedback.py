@@ -1,0 +1,109 @@
+"""Verdicts reach the recipe through a real DjangoSink's control(), once, oldest first, each
+with a RunEvent; after a resume they are handed again; SCORE harness edits travel the same way."""
+import pytest
+from django.utils import timezone
+
+from apps.review.models import HarnessEdit, ReviewError, ReviewItem
+from apps.runs.models import RunEvent, Status
+from apps.runs.sink import DjangoSink
+from tests.web.review.conftest import records
+from trainer.sink import Verdict
+
+pytestmark = pytest.mark.django_db
+
+
+def _queue(run, step=1, n=2):
+    sink = DjangoSink(run)
+    sink.samples(step, records(step, n=n))
+    assert sink.control().verdicts == []  # nothing reviewed yet
+    return sink
+
+
+def test_a_flag_during_a_running_run_reaches_the_next_step_boundary(run, reviewer):
+    sink = _queue(run)
+    ReviewItem.objects.get(run_number=run.pk, kind="task", key="1:t1").review(reviewer, "flag", reason="gold is wrong")
+    ReviewItem.objects.get(run_number=run.pk, kind="task", key="1:t0").review(reviewer, "approve")
+    control = sink.control()
+    assert control.verdicts == [Verdict("task", "1:t1", "flag", None, "gold is wrong"),
+                                Verdict("task", "1:t0", "approve", None, "")]
+    assert sink.control().verdicts == []  # each verdict is handed over once
+    flagged = ReviewItem.objects.get(key="1:t1", kind="task")
+    assert flagged.applied_at is not None and flagged.reviewer == reviewer and flagged.reviewed_at <= flagged.applied_at
+    events = RunEvent.objects.filter(run=run, kind="verdict").order_by("id")
+    assert [e.data["key"] for e in events] == ["1:t1", "1:t0"]
+    assert events[0].message == ("review: task 1:t1 flagged by vic (gold is wrong): excluded from solver training; "
+                                 "invalid for the challenger")
+
+
+def test_a_rubric_edit_and_a_grade_flag_are_handed_over_as_verdicts(run, reviewer):
+    sink = _queue(run)
+    ReviewItem.objects.get(kind="rubric", key="1:t0:r0").review(reviewer, "approve", edit="  Gives the year 1969 and the month July. ")
+    ReviewItem.objects.get(kind="grade", key="1:t0:a0:g0").review(reviewer, "flag", reason="the answer has no month")
+    verdicts = sink.control().verdicts
+    assert verdicts == [Verdict("rubric", "1:t0:r0", "approve", "Gives the year 1969 and the month July.", ""),
+                        Verdict("grade", "1:t0:a0:g0", "flag", None, "the answer has no month")]
+    messages = list(RunEvent.objects.filter(run=run, kind="verdict").order_by("id").values_list("message", flat=True))
+    assert messages[0] == "review: rubric 1:t0:r0 edited by vic: the new text replaces the judge's rubric"
+    assert messages[1].endswith("recorded as a judge disagreement")
+
+
+def test_reviewing_again_sends_the_new_verdict(run, reviewer):
+    sink = _queue(run)
+    item = ReviewItem.objects.get(kind="task", key="1:t0")
+    item.review(reviewer, "flag")
+    assert [v.verdict for v in sink.control().verdicts] == ["flag"]
+    item.review(reviewer, "approve")  # changed their mind: the recipe lifts the flag
+    assert [v.verdict for v in sink.control().verdicts] == ["approve"]
+
+
+def test_bad_verdicts_are_refused_with_a_reason(run, reviewer):
+    _queue(run)
+    task = ReviewItem.objects.get(kind="task", key="1:t0")
+    with pytest.raises(ReviewError, match="approve' or 'flag"):
+        task.review(reviewer, "maybe")
+    with pytest.raises(ReviewError, match="only rubrics can be edited"):
+        task.review(reviewer, "approve", edit="new text")
+    with pytest.raises(ReviewError, match="at most 4000"):
+        ReviewItem.objects.get(kind="rubric", key="1:t0:r0").review(reviewer, "approve", edit="x" * 4001)
+    task.refresh_from_db()
+    assert task.status == "pending" and task.reviewer is None
+
+
+def test_verdicts_given_to_an_earlier_job_are_handed_again_after_a_resume(run, reviewer):
+    sink = _queue(run)
+    ReviewItem.objects.get(kind="task", key="1:t0").review(reviewer, "flag")
+    assert len(sink.control().verdicts) == 1
+    run.mark_paused()
+    run.transition(Status.QUEUED, "resume", expect=Status.PAUSED)
+    assert run.mark_running("worker-2")  # a new job, restored from a checkpoint that may predate the flag
+    resumed = DjangoSink(run)
+    assert resumed.control().verdicts == [Verdict("task", "1:t0", "flag", None, "")]
+    assert resumed.control().verdicts == []
+    assert RunEvent.objects.filter(run=run, kind="verdict", message__contains="handed again").count() == 1
+
+
+def test_verdicts_survive_the_deletion_of_the_run(run, reviewer):
+    _queue(run)
+    ReviewItem.objects.get(kind="task", key="1:t1").review(reviewer, "flag", reason="ambiguous")
+    number = run.pk
+    run.delete()
+    item = ReviewItem.objects.get(run_number=number, kind="task", key="1:t1")
+    assert item.run is None and item.task is None and item.status == "flagged" and item.reviewer_name == "vic"
+    assert item.snapshot["question"] == "Question 1-1: what year?"
+    from apps.review.models import verdicts_of_run
+
+    assert verdicts_of_run(number, "task")[("task", "1:t1")]["verdict"] == "flag"
+
+
+def test_a_harness_edit_is_handed_over_once_the_newest_winning(make_run, researcher):
+    run = make_run("score")
+    sink = DjangoSink(run)
+    assert sink.control().harness is None
+    old = {"notes": "old"}
+    HarnessEdit.objects.create(run=run, harness=old, author=researcher, created=timezone.now())
+    new = HarnessEdit.objects.create(run=run, harness={"notes": "new"}, author=researcher)
+    assert sink.control().harness == {"notes": "new"}
+    assert sink.control().harness is None
+    assert HarnessEdit.objects.filter(run=run, applied_at__isnull=True).count() == 0
+    new.refresh_from_db()
+    assert new.applied_at is not None
