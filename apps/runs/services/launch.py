@@ -110,8 +110,9 @@ def validate(method: str, model: str | None, corpus, config: dict | None = None,
     except ConfigError as exc:
         problems += [(p, m) for p, m in exc.problems]
     corpus_obj = _corpus(method, corpus, problems)
-    if cfg is not None:
-        problems += _guard(cfg, user, web)
+    # the guards read the final values when the config is valid, else what was given (all problems at once)
+    values = cfg.to_dict() if cfg is not None else _given(data, overrides)
+    problems += [p for p in _guard(values, user, web) if p[0] not in {q[0] for q in problems}]
     if queue not in (None, "", *QUEUES):
         problems.append(("queue", f"unknown queue {queue!r}; use gpu or cpu"))
     if problems:
@@ -138,19 +139,33 @@ def _corpus(method: str, corpus, problems: list):
     return found
 
 
-def _guard(cfg, user, web: bool) -> list[tuple[str, str]]:
+def _given(data: dict, overrides: list[str] | None) -> dict:
+    from trainer.config import apply_overrides
+
+    return apply_overrides(data, overrides or [])[0]
+
+
+def _get(values: dict, dotted: str):
+    for part in dotted.split("."):
+        values = values.get(part) if isinstance(values, dict) else None
+    return values
+
+
+def _guard(values: dict, user, web: bool) -> list[tuple[str, str]]:
     """The web's rules: allowed model directories, data files inside the data dir, remote code."""
     problems = []
-    if cfg.model.trust_remote_code and web and not can(user, "allow_remote_code"):
+    if _get(values, "model.trust_remote_code") is True and web and not can(user, "allow_remote_code"):
         problems.append(("model.trust_remote_code", "running model code from a checkpoint needs the "
                                                     "allow_remote_code permission (admin role); set it to false"))
-    error = check_model(cfg.model.name_or_path, web)
+    name = _get(values, "model.name_or_path")
+    error = check_model(name, web) if isinstance(name, str) and name else None
     if error:
         problems.append(("model.name_or_path", error))
-    if web and cfg.data.path and not cfg.data.path.startswith("bundled:") and not _inside(cfg.data.path, data_dirs()):
-        problems.append(("data.path", f"{cfg.data.path} is outside the data directory {settings.DATA_DIR}; "
+    path = _get(values, "data.path")
+    if web and isinstance(path, str) and path and not path.startswith("bundled:") and not _inside(path, data_dirs()):
+        problems.append(("data.path", f"{path} is outside the data directory {settings.DATA_DIR}; "
                                       "put the JSONL there or use bundled:gsm8k"))
-    if web and cfg.corpus.path:
+    if web and _get(values, "corpus.path"):
         problems.append(("corpus.path", "the web injects the chosen corpus; leave corpus.path empty"))
     return problems
 

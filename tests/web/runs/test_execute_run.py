@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from apps.episodes.models import Attempt, Task
 from apps.runs.jobs import Heartbeat, execute_run
@@ -50,12 +51,15 @@ def test_pause_at_a_step_boundary_then_resume_from_the_checkpoint_without_duplic
 
     def pause_after_first_step():
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            current = Run.objects.get(pk=run.pk)
-            if current.status == "running" and current.current_step >= 1:
-                current.request_pause()
-                return
-            time.sleep(0.02)
+        try:
+            while time.monotonic() < deadline:
+                current = Run.objects.get(pk=run.pk)
+                if current.status == "running" and current.current_step >= 1:
+                    current.request_pause()
+                    return
+                time.sleep(0.02)
+        finally:
+            connection.close()
 
     pauser = threading.Thread(target=pause_after_first_step)
     pauser.start()

@@ -1,0 +1,55 @@
+"""manage.py launch: prints the run id; --wait blocks until the run ends and exits 1 unless it finished."""
+import io
+import threading
+import time
+
+import pytest
+import yaml
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from apps.runs.models import Run
+from tests.web.runs.conftest import burst
+
+
+def test_invalid_launches_name_the_key_path(db, tiny_grpo):
+    model, _ = tiny_grpo
+    with pytest.raises(CommandError, match=r"train\.lr: .*greater than 0"):
+        call_command("launch", "grpo", "--model", model, "--set", "train.lr=-1", "--set", "data.path=x.jsonl")
+    with pytest.raises(CommandError, match="corpus: method spice trains on a corpus"):
+        call_command("launch", "spice", "--model", model)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_prints_the_id_and_wait_exits_nonzero_when_the_run_fails(roles, tiny_grpo, run_env, tmp_path,
+                                                                      tiny_model_dir):
+    _, config = tiny_grpo
+    bad = run_env / "prompts" / "empty.jsonl"
+    bad.write_text("")
+    config["data"] = {"path": str(bad)}
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text(yaml.safe_dump({"method": "grpo", **config}))
+    out, outcome = io.StringIO(), {}
+
+    def launch_and_wait():
+        try:
+            # the command line may name a model outside the models directory (the web may not)
+            call_command("launch", "grpo", "--model", str(tiny_model_dir), "--config", str(cfg_file),
+                         "--set", "train.steps=2", "--wait", "--poll", "0.1", stdout=out, stderr=io.StringIO())
+            outcome["code"] = 0
+        except SystemExit as exc:
+            outcome["code"] = exc.code
+        finally:
+            connection.close()
+
+    waiter = threading.Thread(target=launch_and_wait)
+    waiter.start()
+    deadline = time.monotonic() + 60
+    while not Run.objects.exclude(job_id="").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    burst("cpu")
+    waiter.join(timeout=60)
+    run = Run.objects.get()
+    assert out.getvalue().strip() == str(run.pk)
+    assert run.status == "failed" and run.total_steps == 2 and run.model_name == str(tiny_model_dir)
+    assert outcome["code"] == 1

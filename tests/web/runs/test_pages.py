@@ -1,0 +1,107 @@
+"""The run pages: list, launch form (built from the trainer's config), run page."""
+import pytest
+
+from apps.episodes.models import Attempt, Task
+from apps.runs.models import Metric, Run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _commit(django_capture_on_commit_callbacks):
+    global _callbacks
+    _callbacks = django_capture_on_commit_callbacks
+
+
+def test_the_empty_list_offers_a_launch_button(client, researcher, reviewer):
+    client.force_login(researcher)
+    html = client.get("/runs/").content.decode()
+    assert "No runs yet." in html and 'href="/runs/new/"' in html
+    client.force_login(reviewer)
+    html = client.get("/runs/").content.decode()
+    assert "No runs yet." in html and "needs the researcher role" in html
+
+
+def test_the_list_shows_status_step_last_reward_and_owner(client, researcher):
+    run = Run.objects.create(method="spice", model_name="smollm2-135m-instruct", config={}, owner=researcher,
+                             corpus_name="gone", current_step=7, total_steps=10)
+    Metric.objects.create(run=run, step=7, role="reasoner", name="reward_mean", value=0.625)
+    client.force_login(researcher)
+    html = client.get("/runs/").content.decode()
+    assert 'class="badge queued"' in html and "7 / 10" in html and "0.625" in html and "rita" in html
+    assert "gone (deleted)" in html
+
+
+def test_the_form_has_the_methods_paper_defaults_and_help(client, researcher, run_env):
+    client.force_login(researcher)
+    html = client.get("/runs/new/?method=grpo").content.decode()
+    assert 'name="cfg__train__lr"' in html and 'value="1e-06"' in html
+    assert "Peak learning rate" in html  # the field's description from the trainer's config class
+    assert 'name="cfg__grpo__advantage"' in html and 'name="cfg__spice__' not in html
+    spice = client.get("/runs/new/?method=spice").content.decode()
+    assert 'name="cfg__spice__challenger_attempts"' in spice
+
+
+def test_a_reviewer_cannot_open_the_form(client, reviewer):
+    client.force_login(reviewer)
+    assert client.get("/runs/new/").status_code == 403
+
+
+def _form_data(client, method, run_env, **changes):
+    """The form's own initial values (as a browser would post them) with ``changes`` applied."""
+    from apps.runs.forms import LaunchForm
+
+    form = LaunchForm(method)
+    data = {"method": method, "model": "tiny", "corpus": "", "queue": ""}
+    for name, field in form.fields.items():
+        if name.startswith("cfg__"):
+            value = form[name].value()
+            if value is False:
+                continue  # an unchecked checkbox is not posted
+            data[name] = "on" if value is True else ("" if value is None else value)
+    data.update(changes)
+    return data
+
+
+def test_a_valid_form_launches_and_redirects_to_the_run(client, researcher, run_env, tiny_grpo):
+    client.force_login(researcher)
+    data = _form_data(client, "grpo", run_env, cfg__data__path=str(run_env / "prompts" / "arith.jsonl"),
+                      cfg__train__steps="3", cfg__train__device="cpu", cfg__rollout__max_new_tokens="6")
+    with _callbacks(execute=True):
+        response = client.post("/runs/new/?method=grpo", data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    run = Run.objects.get()
+    assert response["Location"] == f"/runs/{run.pk}/"
+    assert run.queue == "cpu" and run.total_steps == 3 and run.config["rollout"]["max_new_tokens"] == 6
+    assert run.overrides["config"] == {"data": {"path": str(run_env / "prompts" / "arith.jsonl")},
+                                       "train": {"steps": 3, "device": "cpu"}, "rollout": {"max_new_tokens": 6}}
+
+
+def test_config_errors_show_next_to_their_fields(client, researcher, run_env):
+    client.force_login(researcher)
+    data = _form_data(client, "grpo", run_env, cfg__train__lr="-1", cfg__rollout__min_new_tokens="9",
+                      cfg__rollout__max_new_tokens="4", model="/etc")
+    response = client.post("/runs/new/?method=grpo", data)
+    assert response.status_code == 400
+    form = response.context["form"]
+    assert "greater than 0" in form.errors["cfg__train__lr"][0]
+    assert "must not exceed rollout.max_new_tokens" in form.errors["cfg__rollout__min_new_tokens"][0]
+    assert "outside the allowed model directories" in form.errors["model"][0]
+    assert "data.path" in form.errors["cfg__data__path"][0] or "JSONL" in form.errors["cfg__data__path"][0]
+    assert not Run.objects.exists()
+
+
+def test_the_run_page_has_the_live_elements_and_escapes_model_text(client, researcher):
+    run = Run.objects.create(method="grpo", model_name="tiny", config={}, owner=researcher)
+    run.mark_running("w")
+    task = Task.objects.create(run=run, key="1:t0", step=1, question="<img src=x onerror=alert(1)>")
+    Attempt.objects.create(run=run, task=task, key="1:0", step=1, text="<script>alert(2)</script>", reward=1.0)
+    client.force_login(researcher)
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    for element in ('id="run-status"', 'id="reward-chart"', 'id="samples"'):
+        assert element in html
+    assert "vendor/plotly.min.js" in html and f"/ws/runs/${{runId}}/" in html
+    assert "<script>alert(2)</script>" not in html and "&lt;script&gt;alert(2)&lt;/script&gt;" in html
+    assert "<img src=x" not in html
+    assert ">Pause<" in html and ">Cancel<" in html
+    assert "plotly" not in client.get("/runs/").content.decode()  # only the run page loads plotly

@@ -1,0 +1,59 @@
+"""The live feed: /ws/runs/<id>/ gets a status snapshot, then the DjangoSink's metric and sample messages."""
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from apps.runs.models import Run
+from apps.runs.sink import DjangoSink
+from selfplay_web.asgi import application
+from tests.web.test_websocket_and_browser import HEADERS, _session_cookie
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+def _running_run():
+    run = Run.objects.create(method="spice", model_name="tiny", config={}, total_steps=3)
+    run.mark_running("w")
+    return run
+
+
+def _report(run_id):
+    sink = DjangoSink(run_id)
+    sink.metrics(1, "reasoner", {"reward_mean": 0.75, "loss": float("nan")})
+    sink.samples(1, [
+        {"kind": "task", "key": "1:t0", "role": "challenger", "step": 1, "question": "<script>x</script>?",
+         "answer": "4", "valid": True, "pass_rate": 0.5},
+        {"kind": "attempt", "key": "1:0", "task_key": "1:t0", "role": "reasoner", "step": 1, "text": "4",
+         "reward": 1.0, "token_ids": [1], "loss_mask": [1]},
+    ])
+    sink.control()
+
+
+async def _messages(comm, n):
+    return [await comm.receive_json_from(timeout=10) for _ in range(n)]
+
+
+async def test_metric_and_sample_messages_arrive(reader):
+    run = await sync_to_async(_running_run)()
+    cookie = await sync_to_async(_session_cookie)(reader)
+    comm = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=HEADERS + [(b"cookie", cookie.encode())])
+    connected, _ = await comm.connect()
+    assert connected
+    snapshot = await comm.receive_json_from(timeout=10)
+    assert snapshot["type"] == "status" and snapshot["status"] == "running" and snapshot["snapshot"]
+
+    await sync_to_async(_report)(run.pk)
+    received = await _messages(comm, 3)
+    by_type = {}
+    for m in received:
+        by_type.setdefault(m["type"], []).append(m)
+    assert by_type["metric"] == [{"type": "metric", "step": 1, "role": "reasoner",
+                                  "values": {"loss": None, "reward_mean": 0.75}}]
+    samples = {m["kind"]: m for m in by_type["sample"]}
+    assert samples["task"]["question"] == "<script>x</script>?"  # raw text; the page inserts it as textContent
+    assert samples["attempt"]["reward"] == 1.0 and samples["attempt"]["task_key"] == "1:t0"
+
+    await sync_to_async(lambda: Run.objects.get(pk=run.pk).request_pause())()
+    status = await comm.receive_json_from(timeout=10)
+    assert status["type"] == "status" and status["requested"] == "pause"
+    await comm.disconnect()
