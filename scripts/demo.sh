@@ -22,6 +22,15 @@ $PY manage.py serve --port "$PORT" > var/log/web.log 2>&1 & pids+=($!)
 $PY manage.py rqworker cpu default --with-scheduler > var/log/worker.log 2>&1 & pids+=($!)
 if [ -x scripts/demo_data.sh ]; then bash scripts/demo_data.sh; fi
 
+# The demo run: a small SPICE run of SmolLM2-135M-Instruct on the CPU over the Wikipedia corpus
+# (the worker above serves the cpu queue). Re-running `make demo` reuses an active demo run.
+RUN_ID=$($PY manage.py launch spice --corpus wikipedia --model smollm2-135m-instruct --user admin \
+  --queue cpu --reuse-active \
+  --set train.device=cpu --set train.steps=50 --set train.prompts_per_step=2 \
+  --set rollout.group_size=4 --set rollout.max_new_tokens=192 \
+  --set spice.challenger_attempts=4 --set spice.challenger_group_size=4 --set spice.max_document_tokens=384 \
+  --set checkpoint.every=5 2> var/log/launch.log) || RUN_ID=""
+
 for _ in $(seq 1 60); do
   curl -fs -o /dev/null "http://127.0.0.1:$PORT/accounts/login/" && break
   sleep 0.5
@@ -29,6 +38,11 @@ done
 echo
 echo "  Selfplay is running at http://127.0.0.1:$PORT/"
 echo "  $LOGIN"
+if [ -n "$RUN_ID" ]; then
+  echo "  demo SPICE run: http://127.0.0.1:$PORT/runs/$RUN_ID/"
+else
+  echo "  the demo run was not launched: $(tail -n 3 var/log/launch.log)"
+fi
 echo "  logs: var/log/web.log, var/log/worker.log — Ctrl-C to stop"
 echo
 wait

@@ -53,3 +53,14 @@ def test_it_prints_the_id_and_wait_exits_nonzero_when_the_run_fails(roles, tiny_
     assert out.getvalue().strip() == str(run.pk)
     assert run.status == "failed" and run.total_steps == 2 and run.model_name == str(tiny_model_dir)
     assert outcome["code"] == 1
+
+
+def test_reuse_active_prints_the_running_demo_run_instead_of_launching(db, run_env):
+    from apps.corpora.models import Corpus
+
+    corpus = Corpus.objects.create(name="wiki")
+    active = Run.objects.create(method="spice", model_name="tiny", config={}, corpus=corpus, status="running")
+    out = io.StringIO()
+    call_command("launch", "spice", "--corpus", "wiki", "--model", "tiny", "--reuse-active", stdout=out,
+                 stderr=io.StringIO())
+    assert out.getvalue().strip() == str(active.pk) and Run.objects.count() == 1

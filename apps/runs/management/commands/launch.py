@@ -1,4 +1,5 @@
 """manage.py launch METHOD --corpus NAME --model NAME_OR_PATH [--config FILE.yaml] [--set key=value ...] [--wait]
+[--queue gpu|cpu] [--user NAME] [--reuse-active]
 
 Validates like the web (same trainer config classes), queues the run and prints its id. With
 --wait it blocks until the run ends and exits non-zero unless it finished. The command line is
@@ -13,7 +14,7 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.runs.models import ENDED, Run, Status
+from apps.runs.models import ACTIVE, ENDED, Run, Status
 from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
 from trainer.config import METHOD_NAMES
 
@@ -32,12 +33,23 @@ class Command(BaseCommand):
         parser.add_argument("--queue", choices=["gpu", "cpu"], default=None,
                             help="Queue (default: cpu when train.device is cpu, else gpu).")
         parser.add_argument("--user", default=None, help="Owner's username (default: none).")
+        parser.add_argument("--reuse-active", action="store_true",
+                            help="If a run of this method on this corpus is queued, running or paused, print its id "
+                                 "instead of launching another (make demo uses it).")
         parser.add_argument("--wait", action="store_true", help="Block until the run ends; exit 1 unless it finished.")
         parser.add_argument("--poll", type=float, default=2.0, help="Seconds between status checks with --wait.")
 
-    def handle(self, *args, method, model, corpus, config, overrides, queue, user, wait, poll, **options):
+    def handle(self, *args, method, model, corpus, config, overrides, queue, user, wait, poll, reuse_active,
+               **options):
         data = _read_yaml(config) if config else {}
         owner = _user(user) if user else None
+        active = Run.objects.filter(method=method, corpus__name=corpus or "", status__in=ACTIVE).order_by("-id").first()
+        if reuse_active and active is not None:
+            self.stderr.write(f"run {active.pk} ({method} on {corpus}) is already {active.status}; not launching another")
+            self.stdout.write(str(active.pk))
+            if wait:
+                self._wait(active, poll)
+            return
         try:
             run = launch(method, model, corpus, config=data, overrides=overrides, user=owner, web=False, queue=queue)
         except LaunchError as exc:
