@@ -208,3 +208,54 @@ def test_the_qcp_teacher_pulls_the_student_and_only_on_model_tokens(tiny_policy,
         after = trained_logits(policy.base_model(), make_micro_batch(samples, 1.0, policy.device, True), policy.device)
     per_after, m_after = make_distill_loss(policy, teacher, 50, "reverse_kl", 1.0)(mb, after)
     assert m_after["distill"] < m["distill"]  # one step toward the teacher
+
+
+# --- end to end on CPU: tiny random model, in-memory BM25 corpus -------------------------------------
+
+CORPUS = [
+    {"title": "Ann Lee", "text": "Ann Lee founded the Shaker movement in England and led it to America in 1774."},
+    {"title": "Shakers", "text": "The Shakers are a religious group known for furniture, celibacy and communal life."},
+    {"title": "Mount Lebanon", "text": "Mount Lebanon in New York was the main Shaker community for many decades."},
+    {"title": "Furniture", "text": "Shaker furniture is simple and functional; pieces are collected in museums."},
+]
+
+
+@pytest.fixture
+def corpus_path(tmp_path):
+    import json
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in CORPUS))
+    return path
+
+
+def piplay_config(tiny_config, corpus_path, steps=3):
+    return tiny_config("piplay", train={"steps": steps, "prompts_per_step": 2}, rollout={"max_new_tokens": 32,
+                                                                                      "group_size": 2},
+                       corpus={"path": str(corpus_path)},
+                       piplay={"iterations": 1, "examiner_steps": 1, "student_steps": 2, "student_attempts": 2,
+                               "max_turns": 2, "max_tool_tokens": 32, "distill_top_k": 8})
+
+
+def test_piplay_runs_three_steps_on_cpu_with_the_in_memory_retriever(tiny_config, corpus_path, tmp_path):
+    import json
+
+    import trainer
+
+    from trainer.tools.bm25 import InMemoryRetriever
+    from trainer.tools.corpus import JsonlDocumentSource
+
+    result = trainer.run(piplay_config(tiny_config, corpus_path), run_dir=tmp_path / "run",
+                         retriever=InMemoryRetriever.from_jsonl(corpus_path),
+                         documents=JsonlDocumentSource.from_jsonl(corpus_path))
+    assert result.steps == 3 and len(result.step_seconds) == 3 and result.final_checkpoint
+    rows = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    tasks = [r for r in rows if r["kind"] == "task"]
+    assert tasks and all("qcp" in t["data"] and t["data"]["qcp"].startswith("Source passage") for t in tasks)
+    assert {t["format"] for t in tasks} <= {"1-hop", "2-hop", "3-hop", "4-hop"}
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert {m["role"] for m in metrics} >= {"examiner", "student"}
+    examiner = [m for m in metrics if m["role"] == "examiner"][0]
+    assert examiner["hops_1"] + examiner["hops_2"] + examiner["hops_3"] + examiner["hops_4"] == 2
+    student = [m for m in metrics if m["role"] == "student"]
+    assert [m["lambda"] for m in student] == [0.03, 0.03]

@@ -53,8 +53,8 @@ from trainer.methods.piplay_parts import (
 )
 from trainer.prompts import chat
 from trainer.rewards import piplay_examiner_reward
-from trainer.rollout import multi_turn_rollout
-from trainer.tools import SearchTool
+from trainer.rollout.multi_turn import multi_turn_rollout
+from trainer.tools.search import SearchTool
 from trainer.tools.corpus import truncate_to_tokens
 from trainer.update import Sample
 from trainer.verify import exact_match

@@ -49,8 +49,8 @@ from trainer.methods.review import ReviewState
 from trainer.methods.scope_prompts import TASK_TYPES, challenger_prompt, parse_task, solver_prompt
 from trainer.prompts import chat
 from trainer.rewards import scope_challenger_reward, scope_format_parts, scope_rubric_score, scope_solver_reward
-from trainer.rollout import multi_turn_rollout
-from trainer.tools import SearchTool
+from trainer.rollout.multi_turn import multi_turn_rollout
+from trainer.tools.search import SearchTool
 from trainer.tools.corpus import truncate_to_tokens
 from trainer.update import Sample
 

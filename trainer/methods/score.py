@@ -62,8 +62,8 @@ from trainer.methods.score_prompts import (
 )
 from trainer.prompts import chat
 from trainer.rewards import score_consistency, score_solver_reward
-from trainer.rollout import multi_turn_rollout, single_turn
-from trainer.tools import SearchTool
+from trainer.rollout.multi_turn import multi_turn_rollout, single_turn
+from trainer.tools.search import SearchTool
 from trainer.tools.corpus import truncate_to_tokens
 from trainer.update import Sample
 
