@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from django.db import close_old_connections
+from django.db import connection
 
 from apps.corpora.models import Corpus, Document as DocumentRow
 from apps.corpora.search import search_many
@@ -35,6 +35,12 @@ def _corpus(corpus) -> Corpus:
     return Corpus.objects.get(name=corpus)
 
 
+def _drop_dead_connection() -> None:
+    """Long-running training jobs: reconnect if the server closed the connection since the last call."""
+    if connection.connection is not None and not connection.in_atomic_block and not connection.is_usable():
+        connection.close()
+
+
 class PgvectorRetriever:
     """Batched hybrid (or dense / lexical) search over one corpus, returning the trainer's Passages."""
 
@@ -43,7 +49,7 @@ class PgvectorRetriever:
         self.mode = mode
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
-        close_old_connections()  # long-running workers: drop a connection the server closed
+        _drop_dead_connection()
         answers: list[list[Passage]] = [[] for _ in queries]
         asked = [i for i, q in enumerate(queries) if q and q.strip()]  # an empty query finds nothing
         if not asked:
@@ -65,7 +71,7 @@ class PgDocumentSource:
         return DocumentRow.objects.filter(corpus=self.corpus).count()
 
     def sample(self, n: int, rng=None) -> list[Document]:
-        close_old_connections()
+        _drop_dead_connection()
         ids = list(DocumentRow.objects.filter(corpus=self.corpus).order_by("id").values_list("id", flat=True))
         if not ids or n <= 0:
             return []

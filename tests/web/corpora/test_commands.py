@@ -1,0 +1,36 @@
+"""manage.py load_wikipedia / ingest / search."""
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from apps.corpora.models import Corpus
+
+
+def test_load_wikipedia_loads_a_subset_and_is_idempotent(db, capsys):
+    call_command("load_wikipedia", "--corpus", "wiki-test", "--limit", "8")
+    corpus = Corpus.objects.get(name="wiki-test")
+    assert corpus.doc_count == 8 and corpus.status == "ready" and corpus.chunk_count >= 8
+    call_command("load_wikipedia", "--corpus", "wiki-test", "--limit", "10")
+    corpus.refresh_from_db()
+    assert corpus.doc_count == 10 and corpus.skipped_duplicates == 8
+    assert "+2 documents" in capsys.readouterr().out
+    call_command("search", "wiki-test", "classical music of the twentieth century", "-k", "1", "--json")
+    hits = json.loads(capsys.readouterr().out)["results"]
+    assert hits[0]["title"] == "20th-century classical music"
+
+
+def test_ingest_and_search_commands(db, tmp_path, sample_files, capsys):
+    paths = []
+    for name, data in sample_files.items():
+        (tmp_path / name).write_bytes(data)
+        paths.append(str(tmp_path / name))
+    (tmp_path / "bad.txt").write_bytes(b"")
+    with pytest.raises(CommandError, match="1 file"):
+        call_command("ingest", "cmdcorpus", *paths, str(tmp_path / "bad.txt"))
+    out, err = capsys.readouterr()
+    assert "bad.txt: the file is empty" in err and "cmdcorpus': 6 documents" in out
+    call_command("search", "cmdcorpus", "penguins", "--mode", "lexical")
+    assert "1. paper" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="no corpus 'nope'"):
+        call_command("search", "nope", "x")
