@@ -4,6 +4,7 @@ already in the corpus are recognised by their content hash and skipped before em
 from __future__ import annotations
 
 import time
+import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -36,9 +37,11 @@ class Command(BaseCommand):
 
             from apps.corpora.jobs import load_wikipedia_job
 
-            job = django_rq.get_queue("cpu").enqueue(load_wikipedia_job, row.pk, offset, limit, job_timeout=24 * 3600)
-            row.queue_ingest(job.id)
-            self.stdout.write(f"enqueued job {job.id}: Wikipedia articles from #{offset} into corpus {row.name!r}")
+            job_id = uuid.uuid4().hex
+            row.queue_ingest(job_id)  # before enqueueing, so the worker's progress is never overwritten
+            django_rq.get_queue("cpu").enqueue(load_wikipedia_job, row.pk, offset, limit, job_id=job_id,
+                                               job_timeout=24 * 3600)
+            self.stdout.write(f"enqueued job {job_id}: Wikipedia articles from #{offset} into corpus {row.name!r}")
             return
         from apps.corpora.jobs import run_ingest
         from apps.corpora.wikipedia import wikipedia_documents
