@@ -29,6 +29,7 @@ MAX_ZIP_MEMBERS = 10_000
 MAX_ZIP_TOTAL = 1024 * 1024 * 1024     # declared uncompressed bytes of all members
 MAX_ZIP_RATIO = 100                    # uncompressed / compressed, per member and overall
 SKIPPED_ZIP_PREFIXES = ("__MACOSX/",)
+MAX_DOC_CHARS = 1_000_000              # longer texts become several documents ("title (part 2)")
 
 
 class IngestError(ValueError):
@@ -298,12 +299,31 @@ PARSERS = {".txt": parse_plain, ".md": parse_plain, ".html": parse_html, ".htm":
            ".jsonl": parse_jsonl, ".pdf": parse_pdf, ".zip": parse_zip}
 
 
+def split_long(doc: ParsedDoc, limit: int = MAX_DOC_CHARS) -> list[ParsedDoc]:
+    """Cut a very long text at paragraph (else line, else any) boundaries into parts of <= limit characters."""
+    if len(doc.text) <= limit:
+        return [doc]
+    parts, start = [], 0
+    while start < len(doc.text):
+        end = min(start + limit, len(doc.text))
+        if end < len(doc.text):
+            cut = max(doc.text.rfind("\n\n", start, end), doc.text.rfind("\n", start, end))
+            end = cut + 1 if cut > start else end
+        parts.append(doc.text[start:end].strip())
+        start = end
+    parts = [p for p in parts if p]
+    return [ParsedDoc(f"{doc.title} (part {i})", part, f"{doc.source}#part{i}", {**doc.metadata, "part": i})
+            for i, part in enumerate(parts, start=1)]
+
+
 def parse_file(data: bytes, name: str) -> Parsed:
     """Full extraction (the ingest job)."""
     ext = check_type(name)
     if not data:
         raise IngestError(f"{name}: the file is empty; upload a file with some text in it.")
-    return PARSERS[ext](data, name)
+    parsed = PARSERS[ext](data, name)
+    parsed.documents = [part for doc in parsed.documents for part in split_long(doc)]
+    return parsed
 
 
 def check_file(data: bytes, name: str) -> None:

@@ -106,3 +106,12 @@ def test_chunks_are_token_windows_of_the_embedders_tokenizer():
 
 def test_pdf_helper_is_a_real_pdf():
     assert parse_file(make_pdf(DOCS["chess"][0]), "x.pdf").documents[0].text.startswith("The Sicilian")
+
+
+def test_very_long_texts_become_several_documents():
+    paragraph = ("lorem ipsum dolor sit amet " * 40).strip()
+    data = "\n\n".join([paragraph] * 2000).encode()  # ~2.2 MB
+    docs = parse_file(data, "long.txt").documents
+    assert len(docs) == 3 and [d.title for d in docs] == ["long (part 1)", "long (part 2)", "long (part 3)"]
+    assert all(len(d.text) <= 1_000_000 and d.text.startswith("lorem") and d.text.endswith("amet") for d in docs)
+    assert sum(len(d.text) for d in docs) == len(data.decode()) - 2 * 2  # only the two cut separators go
