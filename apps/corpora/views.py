@@ -85,8 +85,8 @@ def search_partial(request, pk: int):
             error = str(exc)
     else:
         error = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
-    return render(request, "corpora/_results.html", {"hits": hits, "error": error, "corpus": corpus},
-                  status=400 if error else 200)
+    # 200 even for an error: htmx swaps only 2xx responses, and the message must show in #results
+    return render(request, "corpora/_results.html", {"hits": hits, "error": error, "corpus": corpus})
 
 
 def document(request, pk: int, doc_id: int):

@@ -156,3 +156,12 @@ def test_unknown_corpus_is_404_json(client, reader):
     client.force_login(reader)
     response = client.get("/api/v1/corpora/999999/search/?q=x")
     assert response.status_code == 404 and "error" in json.loads(response.content)
+
+
+def test_the_openapi_schema_lists_the_corpora_routes(client, reader):
+    client.force_login(reader)
+    response = client.get("/api/v1/schema/?format=json")
+    assert response.status_code == 200
+    paths = json.loads(response.content)["paths"]
+    assert {"/api/v1/corpora/", "/api/v1/corpora/{id}/documents/", "/api/v1/corpora/{id}/search/"} <= set(paths) or \
+        {"/api/v1/corpora/", "/api/v1/corpora/{pk}/documents/", "/api/v1/corpora/{pk}/search/"} <= set(paths)
