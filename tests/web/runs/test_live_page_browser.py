@@ -1,0 +1,118 @@
+"""The run page in a real browser against the real ASGI server (manage.py serve, daphne):
+the chart draws the stored series, then websocket messages from a DjangoSink add points and
+sample rows without a reload, model text stays text, and the Pause button works through htmx."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from apps.runs.models import Metric, Run
+from apps.runs.sink import DjangoSink
+
+CHROMIUM = shutil.which("chromium")
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")]
+
+
+def _database_url() -> str:
+    """The server's DATABASE_URL with the test database's name (the test process is connected to it)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from selfplay_web import config
+
+    parts = urlsplit(config.database_url())
+    return urlunsplit(parts._replace(path="/" + settings.DATABASES["default"]["NAME"]))
+
+
+@pytest.fixture
+def server(private_redis):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": private_redis}
+    proc = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=settings.BASE_DIR)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(url + "/accounts/login/", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        _wait_for_other_sessions_to_close()
+
+
+def _wait_for_other_sessions_to_close(seconds: float = 15) -> None:
+    """The server's database sessions end a moment after its process; the test database is dropped later."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid()")
+            if cur.fetchone()[0] == 0:
+                return
+        time.sleep(0.2)
+
+
+def _report(run_id):
+    try:
+        sink = DjangoSink(run_id)
+        sink.metrics(4, "reasoner", {"reward_mean": 0.9})
+        sink.samples(4, [{"kind": "attempt", "key": "4:0", "role": "reasoner", "step": 4,
+                          "text": "<b>bold?</b>", "reward": 1.0}])
+        sink.control()
+        assert sink.publish_failures == 0
+    finally:
+        connection.close()
+
+
+def test_the_run_page_updates_live(roles, researcher, server, monkeypatch):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs an event loop here
+    run = Run.objects.create(method="spice", model_name="tiny", config={}, owner=researcher, total_steps=10)
+    run.mark_running("w")
+    Metric.objects.bulk_create([Metric(run=run, step=s, role="reasoner", name="reward_mean", value=s / 10)
+                                for s in (1, 2, 3)])
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{server}/accounts/login/?next=/runs/{run.pk}/")
+        page.fill("#id_username", "rita")
+        page.fill("#id_password", "pw-rita")
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{server}/runs/{run.pk}/")
+        chart_x = "() => { const c = document.getElementById('reward-chart'); return c.data && c.data[0] ? c.data[0].x : []; }"
+        page.wait_for_function(f"({chart_x})().length === 3", timeout=30_000)  # catch-up ran: the socket is open
+
+        reporter = threading.Thread(target=_report, args=(run.pk,))  # as a worker does: no event loop there
+        reporter.start()
+        reporter.join()
+        page.wait_for_function(f"({chart_x})().includes(4)", timeout=30_000)
+        row = page.locator('#samples tr[data-key="attempt:4:0"]')
+        row.wait_for(timeout=30_000)
+        assert "<b>bold?</b>" in row.inner_text() and row.locator("b").count() == 0
+        assert page.locator("#run-step").inner_text() == "4"
+
+        page.click("text=Pause")
+        page.wait_for_selector("#run-requested", timeout=30_000)
+        assert "pause requested" in page.locator("#run-controls").inner_text()
+        assert not errors, errors
+        browser.close()
+    assert Run.objects.get(pk=run.pk).requested == "pause"  # outside playwright's loop (its own connection)
