@@ -9,8 +9,9 @@
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
@@ -44,7 +45,21 @@ def run_dict(run: Run, full: bool = True) -> dict:
     return out
 
 
-@extend_schema(summary="List runs, or launch one", responses={200: dict, 201: dict})
+LAUNCH = inline_serializer("RunLaunch", {
+    "method": serializers.ChoiceField(choices=["grpo", "spice", "ssp", "scope", "score", "piplay"]),
+    "model": serializers.CharField(help_text="smollm2-135m-instruct, a folder of the models dir, or a path in it"),
+    "corpus": serializers.CharField(required=False, help_text="Corpus name or id (all methods but grpo)"),
+    "config": serializers.DictField(required=False, help_text="Config overrides, nested or dotted keys"),
+    "set": serializers.ListField(child=serializers.CharField(), required=False, help_text="key.path=value strings"),
+    "queue": serializers.ChoiceField(choices=["gpu", "cpu"], required=False),
+})
+
+
+@extend_schema(methods=["GET"], operation_id="runs_list", summary="List runs", responses={200: OpenApiTypes.OBJECT},
+               parameters=[OpenApiParameter("status", str), OpenApiParameter("method", str),
+                           OpenApiParameter("mine", bool), OpenApiParameter("limit", int)])
+@extend_schema(methods=["POST"], operation_id="runs_launch", summary="Launch a run", request=LAUNCH,
+               responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT})
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
 def runs(request):
@@ -78,7 +93,7 @@ def _launch(request):
     return Response(run_dict(run), status=status.HTTP_201_CREATED)
 
 
-@extend_schema(summary="One run", responses={200: dict})
+@extend_schema(operation_id="runs_detail", summary="One run", responses={200: OpenApiTypes.OBJECT})
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def run_detail(request, run_id: int):
@@ -87,7 +102,8 @@ def run_detail(request, run_id: int):
     return Response(run_dict(run))
 
 
-@extend_schema(summary="Pause, resume or cancel a run", request=None, responses={200: dict})
+@extend_schema(operation_id="runs_control", summary="Pause, resume or cancel a run (action: pause | resume | cancel)",
+               request=None, responses={200: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT})
 @api_view(["POST"])
 @permission_classes([IsAuthenticated])
 def run_action(request, run_id: int, action: str):
@@ -105,7 +121,11 @@ def run_action(request, run_id: int, action: str):
     return Response(run_dict(run))
 
 
-@extend_schema(summary="Metric series of a run, downsampled server-side", responses={200: dict})
+@extend_schema(operation_id="runs_metrics", summary="Metric series of a run, downsampled server-side",
+               responses={200: OpenApiTypes.OBJECT},
+               parameters=[OpenApiParameter("name", str, description="metric name(s), comma-separated or repeated"),
+                           OpenApiParameter("role", str), OpenApiParameter("since_step", int),
+                           OpenApiParameter("points", int, description="most points per series (min/max buckets)")])
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def run_metrics_view(request, run_id: int):
