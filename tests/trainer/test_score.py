@@ -257,3 +257,82 @@ def test_queries_load_from_jsonl_or_text_with_clear_errors(tmp_path):
     bad.write_text('{"question": "x"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1 has no non-empty"):
         load_queries(str(bad))
+
+
+# --- end to end on CPU: tiny random model, in-memory BM25 corpus -------------------------------------
+
+CORPUS = [
+    {"title": "Texas Penal Code 9.42", "text": "Section 9.42 allows deadly force to protect property only at night "
+     "and only when the property cannot be protected by other means."},
+    {"title": "Castle doctrine", "text": "The castle doctrine lets a person use force to defend their home against "
+     "an intruder without a duty to retreat."},
+    {"title": "Self-defense", "text": "Self-defense law differs between states; most require proportional force."},
+]
+
+
+@pytest.fixture
+def corpus_path(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in CORPUS))
+    return path
+
+
+def _run_score(tiny_config, corpus_path, run_dir, sink=None, **score):
+    import trainer
+    from trainer.tools.bm25 import InMemoryRetriever
+    from trainer.tools.corpus import JsonlDocumentSource
+
+    cfg = tiny_config("score", train={"steps": 3, "prompts_per_step": 2},
+                      rollout={"max_new_tokens": 32, "group_size": 2}, corpus={"path": str(corpus_path)},
+                      score={"max_tool_calls": 2, "evaluator_max_turns": 2, "evaluator_max_new_tokens": 32,
+                             "harness_every": 2, "max_tool_tokens": 32, "dimensions": 3, **score})
+    return trainer.run(cfg, sink=sink, run_dir=run_dir, retriever=InMemoryRetriever.from_jsonl(corpus_path),
+                       documents=JsonlDocumentSource.from_jsonl(corpus_path))
+
+
+def _rows(run_dir, name):
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines()]
+
+
+def test_score_runs_three_steps_on_cpu_and_reports_harness_versions(tiny_config, corpus_path, tmp_path):
+    result = _run_score(tiny_config, corpus_path, tmp_path / "run")
+    assert result.steps == 3 and result.final_checkpoint
+    samples = _rows(tmp_path / "run", "samples.jsonl")
+    events = [r for r in samples if r["kind"] == "event"]
+    versions = [e for e in events if "harness" in e["data"]]
+    assert [e["step"] for e in versions] == [1, 2]  # v0 at the start, the rule driver's refresh at step 2
+    assert all(normalize_harness(e["data"]["harness"], POOL) == e["data"]["harness"] for e in versions)
+    tasks = [r for r in samples if r["kind"] == "task"]
+    assert len(tasks) == 6 and all(len(t["data"]["rubric"]["dimensions"]) == 3 for t in tasks)
+    assert all(t["data"]["rubric"]["dimensions"][0]["name"] == "factuality" for t in tasks)
+    grades = [r for r in samples if r["kind"] == "grade"]
+    dims = {t["key"]: {d["name"] for d in t["data"]["rubric"]["dimensions"]} for t in tasks}
+    assert len(grades) == 12
+    assert all(set(g["data"]["scores"]) == dims[g["attempt_key"].rsplit(":", 1)[0]] for g in grades)
+    metrics = _rows(tmp_path / "run", "metrics.jsonl")
+    solver = [m for m in metrics if m["role"] == "solver"]
+    evaluator = [m for m in metrics if m["role"] == "evaluator"]
+    assert len(solver) == 3 and len(evaluator) == 3
+    # a random model never writes the score format: every evaluation counts as a format failure, no crash
+    assert all(m["eval_format_failures"] == 1.0 for m in solver)
+    assert all("entropy" in m and "entropy_ratio" in m for m in solver)
+    assert all("baseline" in m and "rubric_followed" in m for m in evaluator)
+
+
+def test_a_harness_edited_by_a_person_replaces_the_harness_at_the_next_refresh(tiny_config, corpus_path, tmp_path):
+    from trainer.sink import Control, NullSink
+
+    edited = _harness(k=2, must=("citation",), tools=0)
+
+    class EditingSink(NullSink):
+        """What the web's sink does after a person saves a harness on the run page."""
+
+        def control(self):
+            return Control(harness=edited)
+
+    _run_score(tiny_config, corpus_path, tmp_path / "run", sink=EditingSink(), meta_harness="human")
+    samples = _rows(tmp_path / "run", "samples.jsonl")
+    versions = [e for e in samples if e["kind"] == "event" and "harness" in e["data"]]
+    assert versions[-1]["data"]["harness"] == edited and versions[-1]["data"]["driver"] == "human"
+    step3 = [t for t in samples if t["kind"] == "task" and t["step"] == 3]
+    assert step3 and all([d["name"] for d in t["data"]["rubric"]["dimensions"]][0] == "citation" for t in step3)
