@@ -119,6 +119,12 @@ class DeepSpeedEngine:
     def backward(self, loss: torch.Tensor) -> None:
         """Accumulate this micro-batch's gradients (the loss is already scaled by its share)."""
         self.ds.backward(loss, scale_wrt_gas=False)
+        # DeepSpeedEngine.forward() would do this at the next forward; the update pass calls
+        # the module itself, so close this micro-batch here (else ZeRO-3 overwrites instead
+        # of accumulating the next micro-batch's gradients).
+        clear = getattr(self.ds.optimizer, "clear_backward_seen_flag", None)
+        if clear is not None:
+            clear()
 
     def step(self) -> float:
         """Reduce, clip, AdamW step, schedule, zero grads; the pre-clip global grad norm.
@@ -172,6 +178,7 @@ class DeepSpeedEngine:
         if missing:
             raise ValueError(f"checkpoint lacks {len(missing)} trainable parameter(s), e.g. {missing[:3]}; "
                              "was it saved from a different model or LoRA setting?")
+        self._ensure_adam_state()
         for name, p in self._trainable():
             entry = saved[name]
             device = p.device if p.numel() else torch.device("cpu")
@@ -182,6 +189,8 @@ class DeepSpeedEngine:
         self._refresh_low_precision(saved)
         self._set_adam_step(int(state.get("adam_step", 0)))
         self.scheduler.load_state_dict(state["scheduler"])
+        for group, lr in zip(self._base_optimizer().param_groups, self.scheduler.get_last_lr()):
+            group["lr"] = lr  # a scheduler's load_state_dict leaves the optimizer's lr as it was
         self.steps = int(state.get("steps", 0))
 
     def _refresh_low_precision(self, saved: dict) -> None:
@@ -200,6 +209,22 @@ class DeepSpeedEngine:
     def _base_optimizer(self):
         opt = self.optimizer
         return getattr(opt, "optimizer", opt)
+
+    def _ensure_adam_state(self) -> None:
+        """AdamW creates its state at the first step; a fresh engine that resumes needs it now
+        (zeros, step 0) so the saved moments have somewhere to go."""
+        opt = self._base_optimizer()
+        for group in opt.param_groups:
+            on_device = bool(group.get("fused") or group.get("capturable"))
+            for p in group["params"]:
+                st = opt.state[p]
+                if not st:
+                    st["step"] = torch.zeros((), dtype=torch.float32, device=p.device if on_device else "cpu")
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        link = getattr(self.optimizer, "_lazy_init_hp_params_optimizer_state", None)
+        if link is not None:  # ZeRO-1/2: point each weight's fragment at the new state
+            link()
 
     def _adam_step(self) -> int:
         for st in self._base_optimizer().state.values():

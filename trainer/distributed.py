@@ -1,0 +1,80 @@
+"""Process-group helpers for multi-GPU runs (one process per GPU, data parallel).
+
+A run started by ``python -m trainer run ... --gpus N`` is re-executed by a launcher
+(``trainer/launch.py``) that sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT`` in each process. Everything here also works in a plain single process:
+``world_size() == 1``, ``rank() == 0``, ``is_main()`` is True, ``shard(x)`` returns ``x``.
+
+Only rank 0 owns the sink (events, samples, metrics) and writes checkpoints' shared files;
+every rank generates rollouts for its own shard of the step's prompts.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+
+import torch
+
+
+def world_size() -> int:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    return int(os.environ.get("RANK", "0"))
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def single_process_env() -> None:
+    """Rendezvous variables for a process started without a launcher (world size 1)."""
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+
+
+def init_process_group(backend: str | None = None) -> None:
+    """Join the process group once (nccl on GPU, gloo on CPU); binds this process to its GPU."""
+    if torch.distributed.is_initialized():
+        return
+    single_process_env()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank())
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    torch.distributed.init_process_group(backend=backend)
+
+
+def shard(items: Sequence, r: int | None = None, n: int | None = None) -> list:
+    """This rank's share of ``items``: every n-th item starting at r (balanced to within one).
+
+    shard([a, b, c, d, e], r=1, n=2) -> [b, d].
+    """
+    r = rank() if r is None else r
+    n = world_size() if n is None else n
+    if not 0 <= r < n:
+        raise ValueError(f"rank {r} is outside world size {n}")
+    return list(items[r::n])
+
+
+def barrier() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
