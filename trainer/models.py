@@ -142,8 +142,8 @@ def _check_local(path: Path, allowed_dirs) -> Path:
 def _from_hf_cache(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
 
-    try:
-        return Path(snapshot_download(repo_id, local_files_only=True))
+    try:  # the cache folder is read at call time, so HF_HUB_CACHE set later is honoured
+        return Path(snapshot_download(repo_id, local_files_only=True, cache_dir=os.environ.get("HF_HUB_CACHE")))
     except Exception as exc:  # LocalEntryNotFoundError, or an invalid id
         raise ModelNotFound(
             f"{repo_id!r} is not in the local Hugging Face cache ({type(exc).__name__}); nothing is downloaded "

@@ -73,6 +73,7 @@ class MicroBatch:
     adv: torch.Tensor  # [B]
     temp: torch.Tensor  # [N] temperature of each trained token
     shared_prompt: bool  # all samples have the same prompt (run it once)
+    packed: bool = False  # train.packing: one row, no padding, varlen attention (trainer/packing.py)
 
 
 # extra_loss(mb, logits [N, V] at temperature 1 on the trained tokens) -> (per-token loss [N], metrics)
@@ -88,7 +89,8 @@ def _pad(rows: list[list], value, dtype, device) -> torch.Tensor:
     return out.to(device)
 
 
-def make_micro_batch(samples: list[Sample], default_temp: float, device, shared: bool) -> MicroBatch:
+def make_micro_batch(samples: list[Sample], default_temp: float, device, shared: bool,
+                     packed: bool = False) -> MicroBatch:
     mask = _pad([s.loss_mask for s in samples], 0, torch.bool, device)  # [B, C]
     temps = [s.temperature or default_temp or 1.0 for s in samples]
     temp = torch.tensor(temps, dtype=torch.float32, device=device)[:, None].expand_as(mask)[mask]  # [N]
@@ -98,11 +100,15 @@ def make_micro_batch(samples: list[Sample], default_temp: float, device, shared:
         mask=mask,
         old_logp=_pad([s.old_logprobs for s in samples], 0.0, torch.float32, device),  # [B, C]
         adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),  # [B]
-        temp=temp, shared_prompt=shared)
+        temp=temp, shared_prompt=shared, packed=packed)
 
 
-def plan_micro_batches(samples: list[Sample], size: int, share_prefix: bool) -> list[tuple[list[Sample], bool]]:
-    """Group by role, then by prompt (groups of >1 share the prefix), longest first."""
+def plan_micro_batches(samples: list[Sample], size: int, share_prefix: bool,
+                       max_tokens: int | None = None) -> list[tuple[list[Sample], bool]]:
+    """Group by role, then by prompt (groups of >1 share the prefix), longest first.
+
+    ``max_tokens`` (packing): the other samples go into bins of at most that many tokens
+    instead of ``size`` samples each."""
     plans = []
     by_role: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
@@ -122,6 +128,12 @@ def plan_micro_batches(samples: list[Sample], size: int, share_prefix: bool) -> 
         else:
             singles = role_samples
         singles = sorted(singles, key=lambda s: -(len(s.prompt_ids) + len(s.completion_ids)))
+        if max_tokens:
+            from trainer.packing import plan_bins
+
+            bins = plan_bins([len(s.prompt_ids) + len(s.completion_ids) for s in singles], max_tokens)
+            plans += [([singles[i] for i in b], False) for b in bins]
+            continue
         plans += [(singles[i : i + size], False) for i in range(0, len(singles), size)]
     return plans
 
@@ -155,6 +167,10 @@ def trained_hidden_or_logits(lm, mb: MicroBatch, device) -> tuple[torch.Tensor, 
         first = h_prompt[:, -1:].expand(B, 1, -1)  # [B, 1, H] predicts completion token 0
         h = torch.cat([first, h_comp[:, :-1]], dim=1)  # [B, C, H]
         return h[mb.mask], False  # [N, H]
+    if mb.packed:
+        from trainer.packing import packed_trained_hidden
+
+        return packed_trained_hidden(decoder, mb.samples, mb.mask), False  # [N, H]
     ids, starts = _full_sequences(mb, device)
     h_all = decoder(input_ids=ids).last_hidden_state  # [B, L, H]
     return _gather_predictions(h_all, starts, C)[mb.mask], False  # [N, H]
@@ -205,7 +221,7 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     """Micro-batched forward/backward over ``samples`` and one optimizer step.
 
     Returns {role: metrics}: loss, pg_loss, kl, entropy, clip_frac (token means over the role),
-    tokens (trained tokens), samples, skipped, grad_norm, lr.
+    ratio_min/ratio_max, tokens (trained tokens), samples, skipped, grad_norm, lr.
     """
     t = cfg.train
     device = policy.device
@@ -230,13 +246,21 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     was_training = policy.model.training
     policy.model.train()
     try:
-        for group, shared in plan_micro_batches(run, t.micro_batch_size, t.share_prompt_prefix):
-            mb = make_micro_batch(group, cfg.rollout.temperature, device, shared)
+        packing = getattr(t, "packing", False)
+        plan = plan_micro_batches(run, t.micro_batch_size, t.share_prompt_prefix,
+                                  t.micro_batch_tokens if packing else None)
+        for group, shared in plan:
+            mb = make_micro_batch(group, cfg.rollout.temperature, device, shared, packed=packing)
             loss, parts = _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss)
             engine.backward(loss)
             st = stats[group[0].role]
             for key, value in parts.items():
-                st.add(key, value)
+                if key == "ratio_max":
+                    st.sums[key] = max(st.sums.get(key, value), value)
+                elif key == "ratio_min":
+                    st.sums[key] = min(st.sums.get(key, value), value)
+                else:
+                    st.add(key, value)
     finally:
         policy.model.train(was_training)
     grad_norm = engine.step() if step else float("nan")
@@ -255,7 +279,8 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
                            agg=t.loss_agg, max_len=max_len, denom=denom)
     n = int(mb.mask.sum())
     loss = pg
-    parts = {"pg_sum": float(pg.detach()) * denom, "clip_sum": clip["clip_frac"] * n, "run_tokens": n}
+    parts = {"pg_sum": float(pg.detach()) * denom, "clip_sum": clip["clip_frac"] * n, "run_tokens": n,
+             "ratio_max": clip["ratio_max"], "ratio_min": clip["ratio_min"]}
     with contextlib.nullcontext() if t.entropy_coef > 0 else torch.no_grad():
         ent = entropy(scaled)  # [N]
     parts["entropy_sum"] = float(ent.detach().sum())
@@ -291,4 +316,7 @@ def _finish(sums: dict, grad_norm: float, lr: float) -> dict[str, float]:
         if key.endswith("_sum") and key not in ("loss_sum", "pg_sum") and run_tokens:
             out[key[: -len("_sum")]] = value / run_tokens
     out["clip_frac"] = out.pop("clip", 0.0)
+    for key in ("ratio_max", "ratio_min"):  # how far the rollout's log-probs are from ours
+        if key in sums:
+            out[key] = sums[key]
     return out

@@ -1,0 +1,108 @@
+"""Config: validation reports every problem with its key path, overrides, paper defaults per
+method, YAML round trip, form metadata, shipped examples."""
+from pathlib import Path
+
+import pytest
+
+from trainer.config import (ConfigError, load_config, method_fields, parse_override, save_config, Config)
+from trainer.method_configs import SECTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+GRPO = {"method": "grpo", "data": {"path": "bundled:gsm8k"}}
+
+
+def test_it_loads_yaml_and_applies_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("method: grpo\ndata: {path: bundled:gsm8k}\ntrain: {lr: 1.0e-6, steps: 3}\n")
+    cfg = load_config(path, ["train.lr=2e-6", "model.lora.r=8", "model.lora.target_modules=[q_proj, v_proj]",
+                             "rollout.min_new_tokens=4"])
+    assert cfg.train.lr == 2e-6 and cfg.train.steps == 3
+    assert cfg.model.lora.r == 8 and cfg.model.lora.target_modules == ["q_proj", "v_proj"]
+    assert cfg.rollout.min_new_tokens == 4
+    assert cfg.model.trust_remote_code is False
+    assert cfg.section is cfg.grpo
+
+
+def test_it_reports_every_problem_with_its_key_path():
+    bad = {"method": "grpo", "trian": {}, "train": {"lrr": 1, "steps": 0, "engine": "jax"},
+           "model": {"lora": {"r": -1}}, "spice": {}}
+    with pytest.raises(ConfigError) as err:
+        load_config(bad, ["rollout.min_new_tokens=600", "nonsense"])
+    paths = {p for p, _ in err.value.problems}
+    assert {"trian", "train.lrr", "train.steps", "train.engine", "model.lora.r", "spice", "data.path",
+            "rollout.min_new_tokens", "--set"} <= paths
+    messages = dict(err.value.problems)
+    assert "did you mean train.lr" in messages["train.lrr"]
+    assert "did you mean train" in messages["trian"]
+    assert "key.path=value" in messages["--set"]
+    assert "train.lrr" in str(err.value)  # the exception text lists them too
+
+
+def test_unknown_method_and_missing_method():
+    with pytest.raises(ConfigError) as err:
+        load_config({"method": "ppo"})
+    assert err.value.problems[0][0] == "method"
+    with pytest.raises(ConfigError) as err:
+        load_config({})
+    assert ("method", "required key is missing") in err.value.problems
+
+
+def test_override_into_a_value_is_an_error():
+    with pytest.raises(ConfigError) as err:
+        load_config(GRPO, ["train.lr.x=1"])
+    assert err.value.problems[0][0] == "train.lr"
+    assert parse_override("rollout.temperature=0.5") == (["rollout", "temperature"], 0.5)
+    assert parse_override("data.path=null") == (["data", "path"], None)
+
+
+def test_shared_keys_take_the_methods_paper_values():
+    ssp = load_config({"method": "ssp"})
+    assert (ssp.train.kl_coef, ssp.train.kl_estimator, ssp.train.clip_high) == (0.01, "k3", 0.285)
+    assert (ssp.train.warmup_steps, ssp.rollout.group_size, ssp.train.lr) == (5, 5, 1e-6)
+    spice = load_config({"method": "spice"})
+    assert (spice.train.kl_coef, spice.rollout.group_size, spice.train.prompts_per_step) == (0.0, 8, 128)
+    assert spice.spice.invalid_penalty == -0.1 and spice.spice.challenger_attempts == 8
+    assert load_config({"method": "scope"}).train.kl_coef == 1e-3
+    assert load_config({"method": "score"}).train.kl_coef == 0.05
+    piplay = load_config({"method": "piplay"})
+    assert piplay.train.weight_decay == 0.01 and piplay.piplay.distill_lambdas == [0.03, 0.003, 0.002]
+    # the user's value wins over the paper's
+    assert load_config({"method": "ssp", "train": {"kl_coef": 0.0}}).train.kl_coef == 0.0
+
+
+def test_yaml_round_trip(tmp_path):
+    cfg = load_config(GRPO, ["train.lr=3e-6", "model.lora.r=4", "grpo.advantage=dr_grpo"])
+    path = save_config(cfg, tmp_path / "config.yaml")
+    again = load_config(path)
+    assert again == cfg
+    assert "spice" not in path.read_text()  # only the method's own section is written
+
+
+def test_every_field_has_a_description():
+    def walk(model, prefix):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{prefix}{name} has no description"
+            sub = field.annotation
+            for cls in [sub, *getattr(sub, "__args__", ())]:
+                if isinstance(cls, type) and hasattr(cls, "model_fields"):
+                    walk(cls, f"{prefix}{name}.")
+    walk(Config, "")
+    for section in SECTIONS.values():
+        walk(section, "")
+
+
+def test_method_fields_describe_the_form():
+    rows = {r["path"]: r for r in method_fields("ssp")}
+    assert rows["train.kl_coef"]["default"] == 0.01 and rows["train.kl_coef"]["type"] == "float"
+    assert rows["train.kl_estimator"]["choices"] == ["k1", "k3"]
+    assert rows["rollout.temperature"]["min"] == 0
+    assert rows["ssp.judge"]["choices"] == ["frozen_base", "endpoint", "exact"]
+    assert "spice.invalid_penalty" not in rows and "method" not in rows
+    assert all(r["help"] for r in rows.values())
+    with pytest.raises(ConfigError):
+        method_fields("nope")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_examples_validate(path):
+    load_config(path)

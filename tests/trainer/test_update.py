@@ -1,0 +1,136 @@
+"""The shared update pass on the tiny model: the fast paths give the numbers of the plain
+padded computation, gradient accumulation is exact, metrics come per role."""
+import pytest
+import torch
+
+from trainer.algos import policy_loss, token_logprobs
+from trainer.config import load_config
+from trainer.engine import make_engine
+from trainer.models import load_policy
+from trainer.rollout import HFGenerator, SamplingParams
+from trainer.update import Sample, make_micro_batch, plan_micro_batches, policy_update, trained_logits
+
+
+def _cfg(tiny_config, **train):
+    return load_config(tiny_config(train={"device": "cpu", "lr": 1e-3, **train}))
+
+
+def _group(prompt_len=6, lengths=(5, 4, 3, 2), seed=0, role="solver", advs=(1.0, -1.0, 0.5, -0.5)):
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(5, 900, (prompt_len,), generator=g).tolist()
+    out = []
+    for n, a in zip(lengths, advs):
+        comp = torch.randint(5, 900, (n,), generator=g).tolist()
+        out.append(Sample(prompt, comp, [1] * n, [-7.0] * n, advantage=a, role=role))
+    return out
+
+
+def _reference_logp(model, samples):
+    """Plain padded forward of prompt+completion, full logits: [B, C] log-probs of the completions."""
+    rows = [s.prompt_ids + s.completion_ids for s in samples]
+    L = max(map(len, rows))
+    ids = torch.tensor([r + [0] * (L - len(r)) for r in rows])
+    logits = model(input_ids=ids).logits  # [B, L, V]
+    C = max(len(s.completion_ids) for s in samples)
+    out = torch.zeros(len(samples), C)
+    for b, s in enumerate(samples):
+        P, n = len(s.prompt_ids), len(s.completion_ids)
+        lp = token_logprobs(logits[b, P - 1 : P - 1 + n], torch.tensor(s.completion_ids))
+        out[b, :n] = lp
+    return out
+
+
+def test_shared_prefix_and_padded_paths_match_a_plain_forward(tiny_config):
+    cfg = _cfg(tiny_config)
+    policy = load_policy(cfg)
+    lm = policy.base_model()
+    samples = _group(lengths=(5, 4, 1))
+    ref = _reference_logp(lm, samples)
+    for shared in (True, False):
+        mb = make_micro_batch(samples, 1.0, policy.device, shared)
+        logits = trained_logits(lm, mb, policy.device)  # [N, V] on trained tokens only
+        assert logits.shape[0] == int(mb.mask.sum()) == 10
+        got = torch.zeros_like(ref)
+        got[mb.mask] = token_logprobs(logits, mb.completion[mb.mask])
+        torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-4)
+
+
+def _grads_after_update(cfg, samples, policy=None):
+    policy = policy or load_policy(cfg)
+    engine = make_engine(cfg, policy)
+    engine.step = lambda: 0.0  # keep the gradients to compare them (no optimizer step)
+    metrics = policy_update(policy, engine, samples, cfg)
+    return [p.grad.clone() for p in policy.trainable_parameters()], metrics
+
+
+def test_update_gradient_equals_the_ppo_loss_of_a_plain_forward(tiny_config):
+    cfg = _cfg(tiny_config, micro_batch_size=2)
+    samples = _group() + _group(seed=1, prompt_len=9)
+    grads, metrics = _grads_after_update(cfg, samples)
+
+    policy = load_policy(cfg)
+    lm = policy.base_model()
+    logp = _reference_logp(lm, samples)  # [B, C]
+    mask = torch.zeros_like(logp, dtype=torch.bool)
+    old = torch.zeros_like(logp)
+    for b, s in enumerate(samples):
+        mask[b, : len(s.completion_ids)] = True
+        old[b, : len(s.completion_ids)] = torch.tensor(s.old_logprobs)
+    adv = torch.tensor([s.advantage for s in samples])
+    loss, _ = policy_loss(logp, old, adv, mask, 0.2, 0.2, agg="token_mean")
+    loss.backward()
+    for g, p in zip(grads, policy.trainable_parameters()):
+        torch.testing.assert_close(g, p.grad, atol=1e-6, rtol=1e-4)
+    assert metrics["solver"]["tokens"] == 28 and metrics["solver"]["samples"] == 8
+    assert metrics["solver"]["loss"] == pytest.approx(float(loss.detach()), rel=1e-4)
+
+
+def test_micro_batching_prefix_sharing_and_zero_advantage_skipping_do_not_change_the_gradient(tiny_config):
+    samples = _group(advs=(1.0, 0.0, -1.0, 0.0)) + _group(seed=3, lengths=(3,), advs=(2.0,))
+    base, m_base = _grads_after_update(_cfg(tiny_config, micro_batch_size=8, share_prompt_prefix=False,
+                                            skip_zero_advantage=False), samples)
+    for variant in ({"micro_batch_size": 1}, {"share_prompt_prefix": True}, {"skip_zero_advantage": True}):
+        grads, metrics = _grads_after_update(_cfg(tiny_config, **variant), samples)
+        for a, b in zip(base, grads):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+        assert metrics["solver"]["loss"] == pytest.approx(m_base["solver"]["loss"], rel=1e-4, abs=1e-7)
+    assert metrics["solver"]["skipped"] == 2
+
+
+def test_metrics_come_per_role(tiny_config):
+    cfg = _cfg(tiny_config)
+    policy = load_policy(cfg)
+    engine = make_engine(cfg, policy)
+    samples = _group(role="challenger") + _group(seed=5, role="reasoner")
+    metrics = policy_update(policy, engine, samples, cfg)
+    assert set(metrics) == {"challenger", "reasoner"}
+    for m in metrics.values():
+        assert {"loss", "pg_loss", "clip_frac", "entropy", "grad_norm", "tokens", "lr"} <= set(m)
+        assert m["grad_norm"] > 0 and m["entropy"] > 0
+    assert plan_micro_batches(samples, 8, True)[0][1] is True  # a group runs its prompt once
+
+
+def test_rollout_logprobs_are_reproduced_at_the_sampling_temperature(tiny_config, smollm2_tokenizer):
+    """On-policy: the update recomputes the generator's log-probs, so every ratio is 1."""
+    cfg = _cfg(tiny_config)
+    policy = load_policy(cfg)
+    gen = HFGenerator(policy.model, policy.tokenizer)
+    prompt = smollm2_tokenizer.encode("The capital of France is")
+    torch.manual_seed(0)
+    outs = gen.generate([prompt] * 3, SamplingParams(temperature=0.7, max_new_tokens=6))
+    samples = [Sample(c.prompt_ids, c.completion_ids, [1] * len(c.completion_ids), c.logprobs, 1.0,
+                      temperature=c.temperature) for c in outs]
+    metrics = policy_update(policy, make_engine(cfg, policy), samples, cfg)["policy"]
+    assert metrics["clip_frac"] == 0.0
+    assert abs(metrics["ratio_max"] - 1) < 1e-4 and abs(metrics["ratio_min"] - 1) < 1e-4
+
+
+def test_kl_to_the_frozen_base_with_lora(tiny_config):
+    cfg = load_config(tiny_config(model={"lora": {"r": 4}}, train={"device": "cpu", "kl_coef": 0.1, "lr": 0.05}))
+    policy = load_policy(cfg)
+    assert policy.is_lora and policy.ref_model is None  # the base is the adapter-disabled model
+    engine = make_engine(cfg, policy)
+    first = policy_update(policy, engine, _group(), cfg)["solver"]
+    assert first["kl"] == pytest.approx(0.0, abs=1e-6)  # adapter B starts at 0: policy == base
+    second = policy_update(policy, engine, _group(), cfg)["solver"]
+    assert second["kl"] > 0
