@@ -39,7 +39,7 @@ echo
 echo "  Selfplay is running at http://127.0.0.1:$PORT/"
 echo "  $LOGIN"
 if [ -n "$RUN_ID" ]; then
-  echo "  demo SPICE run: http://127.0.0.1:$PORT/runs/$RUN_ID/"
+  echo "  demo SPICE run: http://127.0.0.1:$PORT/runs/$RUN_ID/ (starts when the worker has loaded the corpus)"
 else
   echo "  the demo run was not launched: $(tail -n 3 var/log/launch.log)"
 fi
