@@ -1,0 +1,398 @@
+"""``HFGenerator``: the transformers backend of the ``Generator`` protocol.
+
+It runs its own decode loop instead of ``model.generate()`` (benchmarks/generate.py measures
+both on SmolLM2-135M; ours is faster):
+
+- identical prompts (a GRPO group repeats each prompt G times) are prefilled once and their
+  KV cache rows are copied, so prefill costs one pass per *unique* prompt;
+- prefill computes logits for the last position only, in token-bounded micro-batches;
+- the KV cache is preallocated and grows by doubling (no per-step ``torch.cat`` of the
+  whole cache);
+- sampling happens in the loop (exponential race == categorical sampling), stop strings
+  are checked on the decoded tail of each sequence only, finished rows are dropped from the
+  batch once enough of them are done, and the loop exits when every row has stopped.
+
+Logprobs are ``log_softmax(logits / T)`` of the sampled token (see trainer/rollout/types.py).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+from trainer.rollout.types import Completion, SamplingParams
+
+
+class _GrowingLayer(DynamicLayer):
+    """A KV cache layer backed by a preallocated buffer that doubles when full.
+
+    ``keys``/``values`` are views of the filled part, so attention only sees real positions
+    and no step copies the whole cache.
+    """
+
+    def __init__(self, initial_capacity: int):
+        super().__init__()
+        self.capacity = max(int(initial_capacity), 1)
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        b, h, _, d = key_states.shape
+        cap = max(self.capacity, key_states.shape[-2])
+        self.device = key_states.device
+        self._kbuf = key_states.new_empty(b, h, cap, d)  # [B, H, cap, D]
+        self._vbuf = value_states.new_empty(b, h, cap, value_states.shape[-1])
+        self.capacity = cap
+        self.is_initialized = True
+
+    def _grow(self, needed: int) -> None:
+        cap = self.capacity
+        while cap < needed:
+            cap *= 2
+        for name in ("_kbuf", "_vbuf"):
+            old = getattr(self, name)
+            new = old.new_empty(old.shape[0], old.shape[1], cap, old.shape[3])
+            new[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, new)
+        self.capacity = cap
+
+    def _refresh_views(self) -> None:
+        self.keys = self._kbuf[:, :, : self.length]
+        self.values = self._vbuf[:, :, : self.length]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        if self.length + n > self.capacity:
+            self._grow(self.length + n)
+        self._kbuf[:, :, self.length : self.length + n] = key_states
+        self._vbuf[:, :, self.length : self.length + n] = value_states
+        self.length += n
+        self._refresh_views()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.is_initialized:
+            self._kbuf = self._kbuf.index_select(0, beam_idx)
+            self._vbuf = self._vbuf.index_select(0, beam_idx)
+            self._refresh_views()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.reorder_cache(torch.as_tensor(indices, device=self.device))
+
+
+def _new_cache(n_layers: int, capacity: int) -> Cache:
+    return Cache(layers=[_GrowingLayer(capacity) for _ in range(n_layers)])
+
+
+def _concat_caches(caches: list[Cache], capacity: int) -> Cache:
+    """One cache whose rows are the rows of ``caches`` (same padded length), in order."""
+    if len(caches) == 1:
+        return caches[0]
+    out = _new_cache(len(caches[0].layers), capacity)
+    for i, layer in enumerate(out.layers):
+        keys = torch.cat([c.layers[i].keys for c in caches], dim=0)
+        values = torch.cat([c.layers[i].values for c in caches], dim=0)
+        layer.update(keys, values)
+    return out
+
+
+@contextmanager
+def adapter_disabled(model, use_adapter: bool):
+    """Run ``model`` with its LoRA adapter switched off when ``use_adapter`` is False."""
+    if use_adapter:
+        yield
+        return
+    if callable(getattr(model, "disable_adapter", None)) and hasattr(model, "peft_config"):
+        with model.disable_adapter():  # peft.PeftModel
+            yield
+        return
+    if getattr(model, "_hf_peft_config_loaded", False):  # adapters loaded through transformers
+        model.disable_adapters()
+        try:
+            yield
+        finally:
+            model.enable_adapters()
+        return
+    raise ValueError(
+        "use_adapter=False needs a model with a LoRA adapter (peft) so that the frozen base is "
+        "the adapter-free model. For a full fine-tune, build a second HFGenerator on the frozen "
+        "copy of the weights and call it with use_adapter=True."
+    )
+
+
+@contextmanager
+def _eval_mode(model):
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def eos_ids_of(model, tokenizer) -> list[int]:
+    """Every token id that ends a sequence: the tokenizer's EOS plus the generation config's."""
+    ids: set[int] = set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_cfg = getattr(model, "generation_config", None)
+    extra = getattr(gen_cfg, "eos_token_id", None) if gen_cfg is not None else None
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif extra:
+        ids.update(int(i) for i in extra)
+    if not ids:
+        raise ValueError("the tokenizer has no eos_token_id; set tokenizer.eos_token before generating")
+    return sorted(ids)
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of tokens whose probability reaches ``top_p``; others -> -inf."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [B, V]
+    probs = torch.softmax(sorted_logits, dim=-1)
+    before = torch.cumsum(probs, dim=-1) - probs  # mass strictly before each token
+    drop_sorted = before >= top_p  # the top token is always kept
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    banned: list[int] | None,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row. Returns (tokens [B], logprobs [B]).
+
+    The logprob is ``log_softmax(logits / T)[token]`` (T = 1 for greedy), computed before
+    ``banned`` tokens are masked and before top-p truncation.
+    """
+    logits = logits.float()  # [B, V]
+    t = temperature if temperature > 0 else 1.0
+    scaled = logits / t if t != 1.0 else logits  # [B, V]
+    log_z = torch.logsumexp(scaled, dim=-1)  # [B]
+    pick_from = scaled
+    if banned:
+        pick_from = scaled.clone()
+        pick_from[:, banned] = float("-inf")
+    if temperature == 0:
+        tokens = pick_from.argmax(dim=-1)  # [B]
+    else:
+        if top_p < 1.0:
+            pick_from = top_p_filter(pick_from, top_p)
+        noise = torch.empty_like(pick_from).exponential_(generator=generator)  # Exp(1)
+        # argmax(log p - log E) with E ~ Exp(1) draws from softmax(pick_from)
+        tokens = (pick_from - noise.log()).argmax(dim=-1)  # [B]
+    logprobs = scaled.gather(1, tokens[:, None]).squeeze(1) - log_z  # [B]
+    return tokens, logprobs
+
+
+class _StopChecker:
+    """Does a sequence's decoded text newly contain a stop string after its last token?"""
+
+    def __init__(self, tokenizer, stops: list[str]):
+        self.tokenizer = tokenizer
+        self.stops = list(stops)
+        self.window = max((len(s) for s in stops), default=0) + 8
+
+    def hit(self, ids: list[int]) -> str | None:
+        if not self.stops:
+            return None
+        tail = ids[-self.window :]
+        new = self.tokenizer.decode(tail, skip_special_tokens=True)
+        candidates = [s for s in self.stops if s in new]
+        if not candidates:
+            return None
+        old = self.tokenizer.decode(tail[:-1], skip_special_tokens=True)
+        for s in candidates:
+            if s not in old:
+                return s
+        return None
+
+
+class HFGenerator:
+    """Batched sampling from a transformers causal LM (optionally a peft model).
+
+    ``prefill_tokens`` bounds how many prompt tokens go through one prefill forward;
+    ``compact_ratio``: finished rows are dropped from the batch once at most this fraction
+    of the current rows is still running. ``seed`` gives the sampler its own RNG (otherwise
+    the global torch RNG is used, which checkpoints capture).
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        seed: int | None = None,
+        prefill_tokens: int = 16384,
+        compact_ratio: float = 0.75,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids_of(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.prefill_tokens = prefill_tokens
+        self.compact_ratio = compact_ratio
+        self.rng: torch.Generator | None = None
+        if seed is not None:
+            self.rng = torch.Generator(device=self._device()).manual_seed(seed)
+        self.last_stats: dict = {}
+
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _n_layers(self) -> int:
+        cfg = self.model.config.get_text_config(decoder=True)
+        return cfg.num_hidden_layers
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        use_adapter: bool = True,
+        *,
+        max_new_tokens: list[int] | None = None,
+    ) -> list[Completion]:
+        """One completion per prompt. ``max_new_tokens`` (optional) caps each row separately,
+        below ``params.max_new_tokens``."""
+        if not prompts:
+            return []
+        _check_prompts(prompts, self.model.config.get_text_config(decoder=True).vocab_size)
+        limits = [params.max_new_tokens] * len(prompts)
+        if max_new_tokens is not None:
+            if len(max_new_tokens) != len(prompts):
+                raise ValueError("max_new_tokens must have one entry per prompt")
+            limits = [max(0, min(int(m), params.max_new_tokens)) for m in max_new_tokens]
+        with torch.inference_mode(), _eval_mode(self.model), adapter_disabled(self.model, use_adapter):
+            ids, lps, reasons, stops = self._decode(prompts, params, limits)
+        t = params.logprob_temperature
+        return [
+            Completion(
+                prompt_ids=list(p),
+                completion_ids=ids[i],
+                logprobs=lps[i],
+                text=self.tokenizer.decode(ids[i], skip_special_tokens=True),
+                finish_reason=reasons[i],
+                stop=stops[i],
+                temperature=t,
+            )
+            for i, p in enumerate(prompts)
+        ]
+
+    # -- the decode loop -------------------------------------------------------------------
+    def _prefill(self, unique: list[tuple[int, ...]], capacity: int):
+        """Left-padded prefill of the unique prompts. Returns (cache, last logits [U, V],
+        attention mask [U, P], next positions [U])."""
+        device = self._device()
+        width = max(len(p) for p in unique)
+        ids = torch.full((len(unique), width), self.pad_id, dtype=torch.long)  # [U, P]
+        mask = torch.zeros((len(unique), width), dtype=torch.long)  # [U, P]
+        for i, p in enumerate(unique):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]
+        rows_per_chunk = max(1, self.prefill_tokens // width)
+        caches, logits = [], []
+        for s in range(0, len(unique), rows_per_chunk):
+            cache = _new_cache(self._n_layers(), capacity)
+            out = self.model(
+                input_ids=ids[s : s + rows_per_chunk],
+                attention_mask=mask[s : s + rows_per_chunk],
+                position_ids=positions[s : s + rows_per_chunk],
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            caches.append(out.past_key_values)
+            logits.append(out.logits[:, -1, :])
+        cache = _concat_caches(caches, capacity)
+        return cache, torch.cat(logits, dim=0), mask, positions[:, -1] + 1
+
+    def _decode(self, prompts, params: SamplingParams, limits: list[int]):
+        n = len(prompts)
+        out_ids: list[list[int]] = [[] for _ in range(n)]
+        out_lps: list[list[float]] = [[] for _ in range(n)]
+        reasons: list[str | None] = [None] * n
+        stops: list[str | None] = [None] * n
+        for r in range(n):
+            if limits[r] == 0:
+                reasons[r] = "length"
+        todo = [r for r in range(n) if reasons[r] is None]
+        self.last_stats = {"rows": n, "prefill_rows": 0, "steps": 0, "compactions": 0}
+        if not todo:
+            return out_ids, out_lps, reasons, stops
+
+        keys = [tuple(prompts[r]) for r in todo]
+        unique = list(dict.fromkeys(keys))
+        index = {k: i for i, k in enumerate(unique)}
+        device = self._device()
+        expand = torch.tensor([index[k] for k in keys], device=device)  # [B]
+        max_steps = max(limits[r] for r in todo)
+        width = max(len(k) for k in unique)
+        cache, logits, mask, next_pos = self._prefill(unique, width + min(max_steps, 64))
+        self.last_stats["prefill_rows"] = len(unique)
+        if len(unique) != len(todo) or not torch.equal(expand, torch.arange(len(todo), device=device)):
+            cache.reorder_cache(expand)
+            logits, mask, next_pos = logits[expand], mask[expand], next_pos[expand]
+
+        rows = list(todo)  # batch position -> original prompt index
+        checker = _StopChecker(self.tokenizer, params.stop)
+        eos = set(self.eos_ids)
+        for step in range(max_steps):
+            banned = self.eos_ids if step < params.min_new_tokens else None
+            tokens, lps = sample_tokens(logits, params.temperature, params.top_p, banned, self.rng)
+            tok_list, lp_list = tokens.tolist(), lps.tolist()
+            for j, r in enumerate(rows):
+                if reasons[r] is not None:
+                    continue
+                out_ids[r].append(tok_list[j])
+                out_lps[r].append(lp_list[j])
+                produced = len(out_ids[r])
+                if produced >= params.min_new_tokens:
+                    if tok_list[j] in eos:
+                        reasons[r] = "eos"
+                    elif params.stop and (hit := checker.hit(out_ids[r])) is not None:
+                        reasons[r], stops[r] = "stop", hit
+                if reasons[r] is None and produced >= limits[r]:
+                    reasons[r] = "length"
+            self.last_stats["steps"] = step + 1
+            alive = [j for j, r in enumerate(rows) if reasons[r] is None]
+            if not alive:
+                break
+            if len(alive) <= self.compact_ratio * len(rows):
+                keep = torch.tensor(alive, device=device)
+                cache.reorder_cache(keep)
+                mask, next_pos, tokens = mask[keep], next_pos[keep], tokens[keep]
+                rows = [rows[j] for j in alive]
+                self.last_stats["compactions"] += 1
+            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)  # [B, P + t + 1]
+            out = self.model(
+                input_ids=tokens[:, None],
+                attention_mask=mask,
+                position_ids=next_pos[:, None],
+                cache=cache,
+                use_cache=True,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
+            next_pos = next_pos + 1
+        return out_ids, out_lps, reasons, stops
+
+
+def _check_prompts(prompts: list[list[int]], vocab_size: int) -> None:
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty: every prompt needs at least one token id")
+        bad = [t for t in p if not 0 <= int(t) < vocab_size]
+        if bad:
+            raise ValueError(
+                f"prompt {i} has token ids outside the model's vocabulary (size {vocab_size}): "
+                f"{bad[:5]}; tokenize with the model's own tokenizer"
+            )
