@@ -8,6 +8,7 @@ DEBUG, ALLOWED_HOSTS
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from django.core.exceptions import ImproperlyConfigured
@@ -20,6 +21,9 @@ try:
     SECRET_KEY = envcfg.secret_key(DEBUG)
     _DATABASE_URL = envcfg.database_url()
     REDIS_URL = envcfg.resolved_redis_url()
+    if "pytest" in sys.modules and not os.environ.get("REDIS_URL"):
+        # Tests flush their queues: keep them off the demo's Redis database.
+        REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/9"
     UPLOAD_MAX_BYTES = envcfg.env_int("SELFPLAY_UPLOAD_MAX_MB", 200, minimum=1) * 1024 * 1024
     RUN_HEARTBEAT_SECONDS = envcfg.env_int("SELFPLAY_HEARTBEAT_SECONDS", 30, minimum=2)
 except envcfg.SettingError as exc:

@@ -10,10 +10,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def pytest_configure(config):
-    from selfplay_web import config as envcfg
     from selfplay_web import services
 
-    services.start_all()
-    if not os.environ.get("REDIS_URL"):
-        base = envcfg.resolved_redis_url().rsplit("/", 1)[0]
-        os.environ["REDIS_URL"] = f"{base}/9"  # keep tests off the demo's db 0
+    services.start_all()  # settings put the tests on Redis db 9, away from the demo's db 0
