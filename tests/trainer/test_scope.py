@@ -48,3 +48,65 @@ def test_it_parses_the_task_question():
     assert parse_task("<task>Compare A and B.</task>") == "Compare A and B."
     assert parse_task("no task here") is None
     assert parse_task("<task><question></question></task>") is None
+
+
+# --- recipe wiring: reward numbers on crafted inputs ---------------------------------------------
+
+from trainer.method_configs import ScopeSection  # noqa: E402
+from trainer.methods.scope import Attempt, Rubric, Task, challenger_reward, in_window, solver_reward, stage_of  # noqa: E402
+from trainer.rollout.types import Trajectory  # noqa: E402
+from trainer.sink import Verdict  # noqa: E402
+
+
+def _task(fmt=(1.0, 0.5, 1.0), gates=True, mean=0.25, rubrics=3):
+    t = Task("1:c0.0", "d1", "doc", "planning", 2, "Plan X.", fmt=dict(zip(("think", "tool", "structure"), fmt)),
+             gates={"entity": int(gates), "relevance": int(gates), "passed": gates},
+             rubrics=[Rubric(f"1:c0.0:r{j}", f"Identifies point {j}.", "critical") for j in range(rubrics)])
+    t.mean_score = mean if gates else None
+    return t
+
+
+def test_challenger_reward_wiring_reproduces_the_formula():
+    sec = ScopeSection()
+    # r_fmt = (1 + 0.5 + 1)/3 = 0.8333; f_diff(0.25) = 1 - 0.25/0.5 = 0.5 -> 0.5*0.8333 + 0.5 = 0.9167
+    assert challenger_reward(_task(), sec, flagged=False) == pytest.approx(0.5 * 2.5 / 3 + 0.5)
+    # mean 0.5 -> f_diff 1 -> 0.4167 + 1 = 1.4167
+    assert challenger_reward(_task(mean=0.5), sec, False) == pytest.approx(0.5 * 2.5 / 3 + 1.0)
+    # gate failure: 0.5 r_fmt (ours) or r_fmt (paper's algorithm box)
+    assert challenger_reward(_task(gates=False), sec, False) == pytest.approx(0.5 * 2.5 / 3)
+    assert challenger_reward(_task(gates=False), ScopeSection(gate_failure="format"), False) == pytest.approx(2.5 / 3)
+    # a flagged task counts as gate-failed; a task whose rubrics failed to parse too
+    assert challenger_reward(_task(mean=0.5), sec, True) == pytest.approx(0.5 * 2.5 / 3)
+    assert challenger_reward(_task(rubrics=0), sec, False) == pytest.approx(0.5 * 2.5 / 3)
+    # r_fmt = 0: zero total reward (paper F.1)
+    assert challenger_reward(_task(fmt=(0.0, 0.0, 0.0)), sec, False) == 0.0
+
+
+def test_solver_reward_wiring_reproduces_the_formula():
+    sec = ScopeSection()
+    turns = [{"role": "assistant", "text": "<think>a</think><search>q1</search>"}, {"role": "tool", "text": "i"},
+             {"role": "assistant", "text": "<think>b</think><search>q2</search>"}, {"role": "tool", "text": "i"},
+             {"role": "assistant", "text": "<think>c</think><answer>The answer.</answer>"}]
+    # r_fmt 1; g = 2/3; |a| = 1536 -> L = 0.525; searches 2 -> 2/3
+    # R_S = 0.525 * 2/3 + 0.5 * 1 + 0.1 * 2/3 = 0.35 + 0.5 + 0.0667 = 0.9167
+    assert solver_reward(2 / 3, 1536, turns, 2, sec) == pytest.approx(0.525 * 2 / 3 + 0.5 + 0.1 * 2 / 3)
+    # short answer: L = 1 -> 2/3 + 0.5 + 0.0667
+    assert solver_reward(2 / 3, 100, turns, 2, sec) == pytest.approx(2 / 3 + 0.5 + 0.2 / 3)
+    # one-turn answer without think: think 0, tool 0, answer 1 -> r_fmt 1/3; no search
+    one = [{"role": "assistant", "text": "<answer>x</answer>"}]
+    assert solver_reward(1.0, 2048, one, 0, sec) == pytest.approx(0.05 + 0.5 / 3)
+
+
+def test_rubric_score_stages_and_filter_window():
+    a = Attempt(Trajectory(prompt_ids=[1]), grades=[1.0, 0.0, 1.0])
+    assert a.g == pytest.approx(2 / 3) and Attempt(Trajectory(prompt_ids=[1])).g == 0.0
+    sec = ScopeSection(challenger_steps=2, solver_steps=3)
+    assert [stage_of(s, sec) for s in (1, 2, 3, 5, 6)] == [(0, "challenger"), (0, "challenger"), (0, "solver"),
+                                                          (0, "solver"), (1, "challenger")]
+    assert in_window(0.2, sec) and in_window(0.8, sec) and not in_window(0.81, sec) and not in_window(None, sec)
+
+
+def test_a_pool_task_survives_a_checkpoint_round_trip():
+    t = _task()
+    back = Task.from_state(t.to_state())
+    assert back.rubrics == t.rubrics and back.gates == t.gates and back.trajectory is None

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from trainer.algos import get_advantage
+from trainer.judge import make_judge
 from trainer.methods.parts import assistant_texts, stratified_draw
 from trainer.methods.review import ReviewState
 from trainer.methods.scope_prompts import TASK_TYPES, challenger_prompt, parse_task, solver_prompt
@@ -155,7 +156,9 @@ class Scope:
         self.tok = ctx.policy.tokenizer
         self.tool = SearchTool(ctx.retriever, k=self.sec.top_k, max_tokens=self.sec.max_tool_tokens,
                                tokenizer=self.tok)
-        self.judge = make_scope_judge(ctx)
+        self.judge = make_judge(ctx, max_tokens=self.sec.judge_max_new_tokens,
+                                temperature={"gate": 0.0, "rubrics": self.sec.rubric_temperature,
+                                             "grade": self.sec.grading_temperature})
         self.grpo = get_advantage("grpo")
         self.review = ReviewState()
         self.review.load_state_dict(ctx.state.get("review", {}))
@@ -244,6 +247,50 @@ class Scope:
         self.judge_grades(tasks, by_task)
         return by_task
 
+    # -- the Judge (frozen base) --------------------------------------------------------------------
+    def judge_gates(self, tasks: list[Task]) -> None:
+        """Gate 1 (entity identifiability) and gate 2 (relevance to the source document), 0/1 each;
+        output that breaks the strict format reads as a fail (counted by the judge)."""
+        if not tasks:
+            return
+        questions = [t.question for t in tasks]
+        entity = self.judge.gate("entity", questions, with_texts=True)
+        relevance = self.judge.gate("relevance", questions, [t.document for t in tasks], with_texts=True)
+        for t, (e, e_text), (r, r_text) in zip(tasks, entity, relevance):
+            t.gates = {"entity": e, "relevance": r, "passed": bool(e and r),
+                       "entity_text": e_text or "", "relevance_text": r_text or ""}
+
+    def judge_rubrics(self, tasks: list[Task]) -> None:
+        """3-5 rubrics per task from the task, its source document and the Challenger's evidence;
+        written once, reused for every later grade. A task whose list fails to parse gets none."""
+        if not tasks:
+            return
+        items = []
+        for t in tasks:
+            evidence = list(dict.fromkeys(p.text for p in (t.trajectory.passages if t.trajectory else [])))
+            items.append((t.question, [t.document, *evidence], TASK_TYPES[t.task_type][0]))
+        lists = self.judge.write_rubrics_batch(items, self.sec.min_rubrics, self.sec.max_rubrics)
+        for t, rubrics in zip(tasks, lists):
+            t.rubrics = [Rubric(f"{t.key}:r{j}", r.text, r.priority) for j, r in enumerate(rubrics)]
+
+    def judge_grades(self, tasks: list[Task], by_task: dict[str, list[Attempt]]) -> None:
+        """Every answer against every (edited, unflagged) rubric separately, strict 0/1. A rollout
+        without an ``<answer>`` scores 0 on every rubric without asking the Judge."""
+        items, where = [], []
+        for t in tasks:
+            rubrics = self.rubrics_of(t)
+            for a in by_task[t.key]:
+                a.rubric_keys = [r.key for r in rubrics]
+                a.grades, a.judge_texts = [0.0] * len(rubrics), ["(no answer: not graded)"] * len(rubrics)
+                if not (a.trajectory.final or "").strip():
+                    self.count("no_answer")
+                    continue
+                for j, r in enumerate(rubrics):
+                    items.append((t.question, a.trajectory.final, r.text))
+                    where.append((a, j))
+        for (a, j), (score, text) in zip(where, self.judge.grade_batch(items, with_texts=True) if items else []):
+            a.grades[j], a.judge_texts[j] = float(score), text or "(judge call failed)"
+
     # -- the two stages ---------------------------------------------------------------------------
     def challenger_step(self, step: int) -> None:
         self.apply_verdicts()
@@ -315,7 +362,10 @@ class Scope:
 
     # -- reporting --------------------------------------------------------------------------------
     def take_counts(self) -> dict[str, float]:
+        """Counters since the last step, plus the Judge's format-failure totals."""
         out, self.counts = self.counts, {}
+        for key in ("gate_format_failures", "grade_format_failures", "rubric_lists_failed", "backend_failures"):
+            out[f"judge_{key}_total"] = float(self.judge.stats.get(key, 0))
         return out
 
     def task_metrics(self, tasks: list[Task], rewards: list[float], flagged: list[bool]) -> dict[str, float]:
