@@ -1,0 +1,71 @@
+"""GRPO end to end on the tiny model: the recipe, the CLI, metrics, samples, checkpoints."""
+import json
+
+import pytest
+
+import trainer
+from trainer.__main__ import main
+from trainer.data import DataError, load_prompt_set
+from trainer.methods import METHODS
+from trainer.methods.grpo import answer_of, reward_stats
+from trainer.verify import VERIFIERS
+
+STEP_METRICS = {"reward_mean", "reward_std", "zero_variance_groups", "entropy", "response_length", "clip_frac",
+                "kl", "grad_norm", "gen_tokens_per_s", "step_seconds", "loss", "tokens", "lr"}
+
+
+def test_grpo_trains_and_reports_every_step(tiny_config, tmp_path, monkeypatch):
+    monkeypatch.setitem(VERIFIERS, "exact", lambda pred, gold: len(pred) % 3 == 0)  # see test_checkpoint
+    cfg = tiny_config(reward="exact", train={"steps": 2, "kl_coef": 0.05}, grpo={"log_samples": 3})
+    result = trainer.run(cfg, run_dir=tmp_path / "run")
+    assert result.steps == 2 and len(result.step_seconds) == 2
+    assert [r["step"] for r in result.metrics] == [1, 2]
+    for row in result.metrics:
+        assert row["role"] == "solver" and STEP_METRICS <= set(row)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    attempts = [s for s in samples if s["kind"] == "attempt"]
+    assert len(attempts) == 6 and {"task"} <= {s["kind"] for s in samples}
+    assert all(len(a["token_ids"]) == len(a["loss_mask"]) for a in attempts)
+    assert (tmp_path / "run" / "config.yaml").is_file()
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(result.final_checkpoint + "/model")  # a checkpoint is a HF model
+
+
+def test_the_cli_runs_a_yaml_and_rejects_bad_configs(tiny_config, tmp_path, capsys):
+    import yaml
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(tiny_config(train={"steps": 1})))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--set", "rollout.max_new_tokens=4"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["steps"] == 1 and summary["final_checkpoint"].endswith("step-000001")
+    assert main(["run", str(path), "--set", "train.stepz=3"]) == 2
+    assert "train.stepz: unknown key; did you mean train.steps?" in capsys.readouterr().err
+    assert main(["run", str(path), "--resume"]) == 2
+
+
+def test_prompt_sets_and_answers(tmp_path):
+    gsm = load_prompt_set("bundled:gsm8k", limit=3)
+    assert len(gsm) == 3 and gsm[0]["answer"] == "18"
+    assert load_prompt_set("bundled:gpqa")[0]["answer"] in "ABCD"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q"}\n')
+    with pytest.raises(DataError, match="lacks 'prompt'"):
+        load_prompt_set(str(bad))
+    with pytest.raises(DataError, match="unknown bundled"):
+        load_prompt_set("bundled:mmlu")
+    assert answer_of("so \\boxed{42}.") == "42" and answer_of("<answer>7</answer>") == "7"
+    assert answer_of("It is 5") == "It is 5"
+
+
+def test_reward_stats_and_registry():
+    import torch
+
+    # groups [1, 0] (variance) and [1, 1] (none): mean 0.75, half the groups have zero variance
+    stats = reward_stats(torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
+    assert stats["reward_mean"] == 0.75 and stats["zero_variance_groups"] == 0.5
+    assert set(METHODS) == {"grpo", "spice", "ssp", "scope", "score", "piplay"}
+    assert METHODS["grpo"][0].load().__name__ == "run_grpo"
