@@ -99,6 +99,12 @@ class TrainConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train; auto = cuda when available.")
     share_prompt_prefix: bool = Field(
         True, description="Run a group's shared prompt once per micro-batch in the update (exact; faster).")
+    packing: bool = Field(
+        False, description="Pack the update's sequences into one row per micro-batch (no padding; varlen attention).")
+    micro_batch_tokens: int = Field(
+        16384, ge=1, description="With packing: most tokens in one packed micro-batch.")
+    offload_optimizer: bool = Field(
+        False, description="DeepSpeed: keep fp32 master weights and Adam states in CPU memory (engine=deepspeed).")
 
 
 class CheckpointConfig(Section):

@@ -203,6 +203,17 @@ def _config_of(model):
     return base, base.config
 
 
+def _set_attn(base, name: str) -> None:
+    """Switch a model (and, for a bare decoder, the config it shares) to attention ``name``."""
+    if hasattr(base, "set_attn_implementation"):
+        try:
+            base.set_attn_implementation(name)
+            return
+        except (ValueError, AttributeError):  # older transformers: bare decoders refuse
+            pass
+    base.config._attn_implementation = name
+
+
 def enable_varlen_attention(model) -> str:
     """Make ``model`` accept packed rows; returns the attention implementation now in use.
 
@@ -214,10 +225,7 @@ def enable_varlen_attention(model) -> str:
     current = getattr(config, "_attn_implementation", None) or "sdpa"
     if current in _NATIVE_VARLEN or current == VARLEN_ATTN:
         return current
-    if hasattr(base, "set_attn_implementation"):
-        base.set_attn_implementation(VARLEN_ATTN)
-    else:
-        config._attn_implementation = VARLEN_ATTN
+    _set_attn(base, VARLEN_ATTN)
     return VARLEN_ATTN
 
 
@@ -276,6 +284,24 @@ def next_token_logprobs(model, batch: PackedBatch, temperature: float = 1.0, chu
     keep = torch.ones_like(out, dtype=torch.bool)
     keep[ends] = False
     return out * keep
+
+
+def packed_trained_hidden(decoder, samples, mask: torch.Tensor) -> torch.Tensor:
+    """The update pass's hook: hidden states [N, H] predicting each trained token, from ONE
+    packed row (no padding). ``samples`` have ``prompt_ids``/``completion_ids``; ``mask``
+    [B, C] marks trained completion tokens (right-padded). Same rows, same order as the padded
+    path's ``h[mask]``.
+    """
+    enable_varlen_attention(decoder)
+    device = mask.device
+    batch = pack([list(s.prompt_ids) + list(s.completion_ids) for s in samples], device)
+    with _packed_forward():
+        h = decoder(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False,
+                    **batch.attention_kwargs()).last_hidden_state[0]  # [T, H]
+    prompt_lens = torch.tensor([len(s.prompt_ids) for s in samples], device=device)  # [B]
+    first = batch.cu_seqlens[:-1].long() + prompt_lens - 1  # [B] position predicting completion token 0
+    idx = first[:, None] + torch.arange(mask.shape[1], device=device)[None, :]  # [B, C]
+    return h[idx[mask]]  # [N, H]
 
 
 def completion_logprobs(model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
