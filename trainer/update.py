@@ -221,7 +221,7 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     """Micro-batched forward/backward over ``samples`` and one optimizer step.
 
     Returns {role: metrics}: loss, pg_loss, kl, entropy, clip_frac (token means over the role),
-    tokens (trained tokens), samples, skipped, grad_norm, lr.
+    ratio_min/ratio_max, tokens (trained tokens), samples, skipped, grad_norm, lr.
     """
     t = cfg.train
     device = policy.device
@@ -255,7 +255,12 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
             engine.backward(loss)
             st = stats[group[0].role]
             for key, value in parts.items():
-                st.add(key, value)
+                if key == "ratio_max":
+                    st.sums[key] = max(st.sums.get(key, value), value)
+                elif key == "ratio_min":
+                    st.sums[key] = min(st.sums.get(key, value), value)
+                else:
+                    st.add(key, value)
     finally:
         policy.model.train(was_training)
     grad_norm = engine.step() if step else float("nan")
@@ -274,7 +279,8 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
                            agg=t.loss_agg, max_len=max_len, denom=denom)
     n = int(mb.mask.sum())
     loss = pg
-    parts = {"pg_sum": float(pg.detach()) * denom, "clip_sum": clip["clip_frac"] * n, "run_tokens": n}
+    parts = {"pg_sum": float(pg.detach()) * denom, "clip_sum": clip["clip_frac"] * n, "run_tokens": n,
+             "ratio_max": clip["ratio_max"], "ratio_min": clip["ratio_min"]}
     with contextlib.nullcontext() if t.entropy_coef > 0 else torch.no_grad():
         ent = entropy(scaled)  # [N]
     parts["entropy_sum"] = float(ent.detach().sum())
@@ -310,4 +316,7 @@ def _finish(sums: dict, grad_norm: float, lr: float) -> dict[str, float]:
         if key.endswith("_sum") and key not in ("loss_sum", "pg_sum") and run_tokens:
             out[key[: -len("_sum")]] = value / run_tokens
     out["clip_frac"] = out.pop("clip", 0.0)
+    for key in ("ratio_max", "ratio_min"):  # how far the rollout's log-probs are from ours
+        if key in sums:
+            out[key] = sums[key]
     return out
