@@ -1,0 +1,255 @@
+"""trainer/evaluate.py: benchmark files, each scoring mode on known cases, bootstrap intervals,
+cloze QA, the evaluation loop and checkpoint loading on the tiny model, cross-play pieces."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tests.trainer.test_judge import server  # noqa: F401  (a real OpenAI-compatible server on 127.0.0.1)
+from trainer.evaluate import (
+    BenchmarkError,
+    Item,
+    ModelSpecError,
+    bootstrap_ci,
+    cloze_items,
+    describe_target,
+    evaluate,
+    extract_prediction,
+    load_benchmark,
+    load_builtin,
+    load_model,
+    prompt_messages,
+    read_jsonl,
+    score_batch,
+    score_prediction,
+    solve_rate,
+    write_jsonl,
+)
+from trainer.judge import Judge
+from trainer.rollout import SamplingParams
+from trainer.tools.corpus import Document
+
+
+# ---- benchmark files ----------------------------------------------------------------------------
+
+def test_it_reads_a_jsonl_benchmark_with_choices_and_aliases(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_text('{"question": "Capital of France?", "answer": "Paris"}\n\n'
+                    '{"question": "2+2?", "answer": 4, "id": "q2"}\n'
+                    '{"question": "Pick red", "choices": ["blue", "red"], "answer": "red"}\n'
+                    '{"question": "Who?", "answer": ["Bob", "Robert"], "topic": "names"}\n')
+    items = read_jsonl(path)
+    assert [i.id for i in items] == ["0", "q2", "2", "3"]
+    assert items[1].answer == "4"
+    assert items[2].choices == ["blue", "red"] and items[2].answer == "B"
+    assert items[3].answer == ["Bob", "Robert"] and items[3].meta == {"topic": "names"}
+    out = write_jsonl(items, tmp_path / "copy.jsonl")
+    assert [i.to_dict() for i in read_jsonl(out)] == [i.to_dict() for i in items]
+
+
+@pytest.mark.parametrize("lines, message", [
+    (['{"question": "a", "answer": "b"}', "{not json"], r"b.jsonl:2: not valid JSON"),
+    (['{"question": "a"}'], r":1: \"answer\" is missing"),
+    (['{"question": "", "answer": "b"}'], r":1: \"question\" must be a non-empty string"),
+    (['["a", "b"]'], r":1: each line must be a JSON object"),
+    (['{"question": "a", "answer": "E", "choices": ["x", "y"]}'], r"a letter A-B or the exact text"),
+    (['{"question": "a", "answer": "x", "choices": "x,y"}'], r"\"choices\" must be a list"),
+    (['{"question": "a", "answer": {"x": 1}}'], r"\"answer\" must be a non-empty string"),
+    (['{"question": "a", "answer": "b", "scoring": "vibes"}'], r"\"scoring\" must be one of"),
+    (['{"id": 1, "question": "a", "answer": "b"}', '{"id": 1, "question": "c", "answer": "d"}'], "duplicate id"),
+    ([], "holds no items"),
+])
+def test_bad_benchmark_files_say_which_line_and_what_to_fix(lines, message):
+    with pytest.raises(BenchmarkError, match=message):
+        read_jsonl([line + "\n" for line in lines], "b.jsonl")
+
+
+def test_non_utf8_bytes_are_refused_with_the_line():
+    with pytest.raises(BenchmarkError, match="b.jsonl:1: not UTF-8"):
+        read_jsonl([b"\xff\xfe{}\n"], "b.jsonl")
+
+
+def test_bundled_benchmarks_load_with_their_scoring():
+    gsm, mode = load_builtin("gsm8k")
+    assert (len(gsm), mode, gsm[0].answer) == (1319, "math", "18")
+    aime, mode = load_builtin("AIME-2025")
+    assert (len(aime), mode, aime[0].answer) == (30, "math", "70")
+    gpqa, mode = load_builtin("gpqa")
+    assert mode == "mcq" and len(gpqa) >= 190
+    assert all(i.answer in "ABCD" for i in gpqa)
+    assert not gpqa[0].question.startswith("Answer the following")  # our \boxed{} format replaces theirs
+    with pytest.raises(BenchmarkError, match="unknown bundled benchmark"):
+        load_builtin("mmlu")
+    with pytest.raises(BenchmarkError, match="does not exist"):
+        load_benchmark("/nope/missing.jsonl")
+
+
+# ---- extraction and scoring ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, mode, final, expected", [
+    ("so \\boxed{\\frac{1}{2}} it is", "math", None, "\\frac{1}{2}"),
+    ("searching... <answer> Paris </answer>", "exact", None, "Paris"),
+    ("blah", "exact", "Lyon", "Lyon"),
+    ("reasoning\nAnswer: C", "mcq", None, "C"),
+    ("I pick (B) because", "mcq", None, "B"),
+    ("3 apples and 4 pears make 7", "math", None, "7"),
+    ("costs 1,234 dollars", "math", None, "1234"),
+    ("first line\nthe Eiffel Tower\n", "exact", None, "the Eiffel Tower"),
+    ("", "exact", None, None),
+    (None, "math", None, None),
+])
+def test_it_extracts_the_answer(text, mode, final, expected):
+    assert extract_prediction(text, mode, final) == expected
+
+
+def test_each_rule_based_mode_on_known_cases():
+    assert score_prediction("0.5", "\\frac{1}{2}", "math") == 1.0
+    assert score_prediction("1/3", "0.5", "math") == 0.0
+    assert score_prediction("\\text{(B)}", "B", "mcq") == 1.0
+    assert score_prediction("C", "B", "mcq") == 0.0
+    assert score_prediction("The Paris!", "paris", "exact") == 1.0
+    assert score_prediction("Paris, France", ["Lutetia", "Paris"], "exact") == 0.0
+    # F1: pred "eiffel tower" vs gold "eiffel tower paris": P = 2/2, R = 2/3, F1 = 2*1*(2/3)/(1+2/3) = 0.8
+    assert score_prediction("the Eiffel Tower", "Eiffel Tower, Paris", "f1") == pytest.approx(0.8)
+    assert score_prediction(None, "x", "exact") == 0.0
+    with pytest.raises(BenchmarkError, match="scoring must be one of"):
+        score_prediction("a", "a", "fuzzy")
+
+
+def test_judge_mode_asks_equivalence_or_the_rubric(server):  # noqa: F811
+    judge = Judge.from_endpoint(server.url, "judge", timeout=5)
+    items = [Item("1", "Capital of France?", "Paris"), Item("2", "Capital of Italy?", "Rome"),
+             Item("3", "Describe Paris", "-", rubric="Mentions the river Seine")]
+    scores = score_batch(items, ["It is Paris", "Milan", None], ["", "", "Paris lies on the Seine"], "judge", judge)
+    assert scores == [1.0, 0.0, 1.0]
+    with pytest.raises(BenchmarkError, match="needs a judge"):
+        score_batch(items, ["a", "b", "c"], ["", "", ""], "judge", None)
+
+
+def test_an_items_own_scoring_overrides_the_benchmarks():
+    items = [Item("1", "q", "4", scoring="math"), Item("2", "q", "B", scoring="mcq"), Item("3", "q", "red")]
+    assert score_batch(items, ["4.0", "(B)", "Red"], ["", "", ""], "exact") == [1.0, 1.0, 1.0]
+
+
+def test_prompts_follow_spice_without_search_and_search_r1_with_it():
+    mcq = Item("1", "Which?", "A", choices=["x", "y", "z", "w"])
+    system, user = prompt_messages(mcq, "mcq", search=False)
+    assert system is None and "A) x\nB) y" in user and "(A, B, C or D) within \\boxed{}" in user
+    _, user = prompt_messages(Item("2", "Pick", "B", choices=["x", "y"]), "mcq", search=False)
+    assert "(A, B, C or D)" not in user and "\\boxed{}" in user
+    system, user = prompt_messages(Item("3", "Who wrote Dune?", "Frank Herbert"), "exact", search=True)
+    assert "<search>" in user and "<answer>" in user and user.endswith("Who wrote Dune?")
+
+
+# ---- bootstrap ----------------------------------------------------------------------------------
+
+def test_bootstrap_interval_matches_the_normal_approximation():
+    scores = [1.0] * 50 + [0.0] * 50
+    lo, hi = bootstrap_ci(scores, n_resamples=4000, seed=3)
+    # mean 0.5, standard error sqrt(0.25 / 100) = 0.05, 95% -> 0.5 -/+ 1.96 * 0.05 = (0.402, 0.598)
+    assert lo == pytest.approx(0.402, abs=0.02) and hi == pytest.approx(0.598, abs=0.02)
+    assert bootstrap_ci(scores, seed=3) == bootstrap_ci(scores, seed=3)
+
+
+def test_bootstrap_degenerate_cases():
+    assert bootstrap_ci([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    assert all(math.isnan(v) for v in bootstrap_ci([]))
+    lo, hi = bootstrap_ci([0.8, 0.6, 1.0, 0.2])
+    assert 0.2 <= lo <= np.mean([0.8, 0.6, 1.0, 0.2]) <= hi <= 1.0
+
+
+# ---- held-out cloze QA --------------------------------------------------------------------------
+
+DOCS = [
+    Document("d1", "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France. "
+             "It was designed by the engineering company of Gustave Eiffel and built from 1887 to 1889 for the fair."),
+    Document("d2", "Moon", "The Moon is the only natural satellite of Earth. "
+             "It orbits at an average distance of 384,400 km from the planet, about 30 times its diameter."),
+    Document("d3", "Short", "Too short."),
+]
+
+
+def test_cloze_items_blank_a_span_of_the_document_and_are_reproducible():
+    items = cloze_items(DOCS, 5, seed=7)
+    assert len(items) == 2  # the third document has no usable sentence
+    for item in items:
+        doc = next(d for d in DOCS if d.id == item.meta["document_id"])
+        assert item.answer in item.meta["source"] and item.meta["source"] in doc.text
+        assert "____" in item.question and item.answer not in item.question
+        assert item.answer.lower() not in doc.title.lower()
+    assert [i.to_dict() for i in cloze_items(DOCS, 5, seed=7)] == [i.to_dict() for i in items]
+    assert len(cloze_items(DOCS, 1, seed=7)) == 1
+
+
+# ---- the loop on the tiny model -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return load_model(str(tiny_model_dir), device="cpu")
+
+
+def test_evaluate_writes_samples_and_an_interval(tiny):
+    items = [Item(str(i), f"What is {i} + 1?", str(i + 1)) for i in range(5)]
+    seen = []
+    result = evaluate(tiny.generator, tiny.tokenizer, items, "math", batch_size=2,
+                      sampling=SamplingParams(temperature=0.0, max_new_tokens=6),
+                      on_batch=lambda new, done, total: seen.append((len(new), done, total)), name="arith")
+    assert seen == [(2, 2, 5), (2, 4, 5), (1, 5, 5)]
+    assert result.n == 5 and [s["index"] for s in result.samples] == list(range(5))
+    assert set(result.samples[0]) >= {"question", "gold", "prediction", "output", "correct", "score"}
+    assert result.ci_low <= result.score <= result.ci_high
+    assert result.correct == sum(s["score"] == 1.0 for s in result.samples)
+
+
+def test_evaluate_with_the_search_tool_records_turns(tiny):
+    from trainer.tools import InMemoryRetriever
+    from trainer.tools.search import SearchTool
+
+    tool = SearchTool(InMemoryRetriever(DOCS), k=2, max_tokens=50, tokenizer=tiny.tokenizer)
+    result = evaluate(tiny.generator, tiny.tokenizer, [Item("1", "Who designed the tower?", "Gustave Eiffel")],
+                      "f1", search_tool=tool, max_turns=2,
+                      sampling=SamplingParams(temperature=1.0, max_new_tokens=8))
+    sample = result.samples[0]
+    assert sample["turns"] and sample["turns"][0]["role"] == "assistant"
+    assert 0.0 <= sample["score"] <= 1.0 and "passages" in sample
+
+
+def test_checkpoints_load_full_and_lora(tmp_path, tiny_config):
+    from trainer import run
+
+    for lora in (0, 4):
+        out = tmp_path / f"lora{lora}"
+        result = run(tiny_config(train={"steps": 1}, model={"lora": {"r": lora}}), run_dir=out)
+        target = describe_target(result.final_checkpoint)
+        assert (target["kind"], target["step"], target["lora"]) == ("checkpoint", 1, bool(lora))
+        loaded = load_model(result.final_checkpoint, device="cpu")
+        assert loaded.is_lora == bool(lora) and "@ 1" in loaded.label
+        outs = loaded.generator.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_new_tokens=3))
+        assert len(outs[0].completion_ids) <= 3
+    with pytest.raises(ModelSpecError, match="pruned"):
+        describe_target(str(tmp_path / "gone" / "step-000009"))
+    with pytest.raises(ModelSpecError, match="base: needs a model name"):
+        describe_target("base:")
+
+
+def test_solve_rate_answers_given_tasks_as_the_spice_reasoner(tiny):
+    tasks = [{"question": "What is 2+2?", "answer": "4", "format": "free_form", "answer_type": "integer"},
+             {"question": "Pick A) 1 B) 2 C) 3 D) 4", "answer": "B", "format": "mcq", "answer_type": "mcq"}]
+    rate, correct = solve_rate(tiny, tasks, SamplingParams(temperature=1.0, max_new_tokens=4), answers_per_task=3)
+    assert [len(c) for c in correct] == [3, 3]
+    assert rate == sum(map(sum, correct)) / 6
+    assert solve_rate(tiny, [], SamplingParams()) == (None, [])
+
+
+def test_the_command_line_prints_one_json_line(tmp_path, tiny_model_dir, capsys):
+    from trainer.evaluate import main
+
+    bench = tmp_path / "b.jsonl"
+    bench.write_text(json.dumps({"question": "Say hi", "answer": "hi"}) + "\n")
+    assert main([str(tiny_model_dir), "--benchmark", str(bench), "--max-new-tokens", "4",
+                 "--samples", str(tmp_path / "s.jsonl")]) == 0
+    line = json.loads(capsys.readouterr().out.strip())
+    assert line["n"] == 1 and line["scoring"] == "exact"
+    assert json.loads((tmp_path / "s.jsonl").read_text())["gold"] == "hi"
+    assert main(["base:", "--benchmark", "gsm8k"]) == 2
