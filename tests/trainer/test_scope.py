@@ -55,7 +55,7 @@ def test_it_parses_the_task_question():
 from trainer.method_configs import ScopeSection  # noqa: E402
 from trainer.methods.scope import Attempt, Rubric, Task, challenger_reward, in_window, solver_reward, stage_of  # noqa: E402
 from trainer.rollout.types import Trajectory  # noqa: E402
-from trainer.sink import Verdict  # noqa: E402
+from trainer.sink import Control, NullSink, Verdict  # noqa: E402
 
 
 def _task(fmt=(1.0, 0.5, 1.0), gates=True, mean=0.25, rubrics=3):
@@ -110,3 +110,131 @@ def test_a_pool_task_survives_a_checkpoint_round_trip():
     t = _task()
     back = Task.from_state(t.to_state())
     assert back.rubrics == t.rubrics and back.gates == t.gates and back.trajectory is None
+
+
+# --- human review and end to end on CPU (tiny random model, in-memory BM25 corpus) ----------------
+
+CORPUS = [
+    {"title": "SS El Faro", "text": "SS El Faro was an American cargo ship that sank on 1 October 2015 during "
+     "Hurricane Joaquin near the Bahamas; all 33 crew members were lost."},
+    {"title": "Hurricane Joaquin", "text": "Hurricane Joaquin was a powerful Atlantic hurricane in 2015 that struck "
+     "the Bahamas."},
+    {"title": "NTSB", "text": "The National Transportation Safety Board investigates transport accidents in the "
+     "United States."},
+]
+
+
+@pytest.fixture
+def corpus_path(tmp_path):
+    import json
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in CORPUS))
+    return path
+
+
+def scope_config(tiny_config, corpus_path, steps=3, **scope):
+    return tiny_config("scope", train={"steps": steps, "kl_coef": 1e-3},
+                       rollout={"max_new_tokens": 32, "group_size": 2}, corpus={"path": str(corpus_path)},
+                       scope={"iterations": 1, "challenger_steps": 2, "solver_steps": 1, "challenger_prompts_per_step": 2,
+                              "solver_prompts_per_step": 2, "scoring_rollouts": 2, "filter_rollouts": 2,
+                              "candidate_rounds": 1, "max_turns": 2, "max_tool_tokens": 32,
+                              "judge_max_new_tokens": 16, **scope})
+
+
+class VerdictSink(NullSink):
+    """A sink whose control() hands over queued review verdicts once (what the web's sink does)."""
+
+    def __init__(self):
+        self.queue = []
+
+    def control(self):
+        out, self.queue = self.queue, []
+        return Control(verdicts=out)
+
+
+@pytest.fixture
+def scope_ctx(tiny_config, corpus_path):
+    from trainer.config import load_config
+    from trainer.context import RecipeContext
+    from trainer.engine import make_engine
+    from trainer.methods.scope import Scope
+    from trainer.models import load_policy
+    from trainer.runner import make_generator
+    from trainer.tools.bm25 import InMemoryRetriever
+    from trainer.tools.corpus import JsonlDocumentSource
+
+    cfg = load_config(scope_config(tiny_config, corpus_path))
+    policy = load_policy(cfg)
+    ctx = RecipeContext(config=cfg, policy=policy, generator=make_generator(cfg, policy),
+                        engine=make_engine(cfg, policy), sink=VerdictSink(),
+                        retriever=InMemoryRetriever.from_jsonl(corpus_path),
+                        documents=JsonlDocumentSource.from_jsonl(corpus_path))
+    return ctx, Scope(ctx)
+
+
+def test_an_edited_rubric_replaces_the_judges_text_and_a_flagged_one_is_dropped(scope_ctx):
+    ctx, scope = scope_ctx
+    task = _task()
+    ctx.state["pool"] = [task.to_state()]
+    ctx.verdicts = [Verdict("rubric", "1:c0.0:r1", "approve", edit="Explains the 2015 sinking cause."),
+                    Verdict("rubric", "1:c0.0:r2", "flag")]
+    scope.apply_verdicts()
+    pooled = Task.from_state(ctx.state["pool"][0])
+    live = scope.rubrics_of(pooled)
+    assert [r.text for r in live] == ["Identifies point 0.", "Explains the 2015 sinking cause."]
+    answered = Trajectory(prompt_ids=[1], final="A long answer.", turns=[{"role": "assistant", "text": "x"}])
+    silent = Trajectory(prompt_ids=[1], final=None)
+    attempts = {pooled.key: [Attempt(answered), Attempt(silent)]}
+    scope.judge_grades([pooled], attempts)
+    graded, skipped = attempts[pooled.key]
+    assert graded.rubric_keys == ["1:c0.0:r0", "1:c0.0:r1"] and len(graded.grades) == 2
+    # the random judge never writes <score>: strict reading -> 0, counted, no crash
+    assert graded.grades == [0.0, 0.0] and scope.judge.stats["grade_format_failures"] == 2
+    assert skipped.grades == [0.0, 0.0] and scope.counts["no_answer"] == 1
+
+
+def test_a_flagged_task_leaves_the_pool_and_counts_as_gate_failed(scope_ctx):
+    ctx, scope = scope_ctx
+    task = _task(mean=0.5)
+    scope.review.remember(task.key, task.question)
+    ctx.state["pool"] = [task.to_state()]
+    ctx.verdicts = [Verdict("task", task.key, "flag")]
+    scope.apply_verdicts()
+    assert ctx.state["pool"] == []
+    flagged = scope.review.is_flagged(task.key, task.question)
+    assert flagged and challenger_reward(task, scope.sec, flagged) == pytest.approx(0.5 * 2.5 / 3)
+    # the same question written again later is caught by its text
+    assert scope.review.is_flagged("9:c1.0", "plan x")
+
+
+def test_judge_output_that_breaks_format_fails_the_gates_without_crashing(scope_ctx):
+    ctx, scope = scope_ctx
+    task = _task()
+    task.gates = {}
+    scope.judge_gates([task])
+    assert task.gates["passed"] is False and task.gates["entity"] == 0 and task.gates["relevance"] == 0
+    assert scope.judge.stats["gate_format_failures"] == 2
+
+
+def test_scope_runs_three_steps_on_cpu_with_the_in_memory_retriever(tiny_config, corpus_path, tmp_path):
+    import json
+
+    import trainer
+    from trainer.tools.bm25 import InMemoryRetriever
+    from trainer.tools.corpus import JsonlDocumentSource
+
+    result = trainer.run(scope_config(tiny_config, corpus_path), run_dir=tmp_path / "run",
+                         retriever=InMemoryRetriever.from_jsonl(corpus_path),
+                         documents=JsonlDocumentSource.from_jsonl(corpus_path))
+    assert result.steps == 3 and result.final_checkpoint
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    challenger = [m for m in metrics if m["role"] == "challenger"]
+    solver = [m for m in metrics if m["role"] == "solver"]
+    assert len(challenger) == 2 and len(solver) == 1
+    assert all(0.0 <= m["format_reward"] <= 1.0 and "gate_pass_rate" in m for m in challenger)
+    samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    tasks = [r for r in samples if r["kind"] == "task"]
+    assert {t["data"]["stage"] for t in tasks} == {"challenger", "filter"}
+    assert all(t["format"] in ("long_form_qa", "summarisation", "planning", "writing") for t in tasks)
+    assert {t["data"]["n_searches"] for t in tasks} <= {1, 2, 3}
