@@ -137,9 +137,22 @@ class ReviewConfig(Section):
     recent_tasks: int = Field(500, ge=1, description="Recent tasks of the run searched for near-duplicates.")
 
 
+class EvalConfig(Section):
+    """Automatic evaluations of checkpoints by the web platform (the trainer itself ignores it)."""
+
+    every_checkpoints: int = Field(0, ge=0, description="Evaluate every N-th checkpoint of the run (0 = never).")
+    benchmarks: list[str] = Field(
+        default_factory=list, description="Benchmark names for automatic evaluations: gsm8k, gpqa-diamond, aime2025, "
+        "or a held-out / uploaded set of the Evals page.")
+    limit: int | None = Field(None, ge=1, description="Evaluate only the first N items of each benchmark.")
+    search: bool = Field(False, description="Answer with the search tool over the run's corpus.")
+    max_new_tokens: int = Field(512, ge=1, description="Token budget of one answer.")
+
+
 _SHARED = {
     "model": ModelConfig, "rollout": RolloutConfig, "train": TrainConfig,
     "checkpoint": CheckpointConfig, "data": DataConfig, "corpus": CorpusConfig, "review": ReviewConfig,
+    "eval": EvalConfig,
 }
 
 
@@ -159,6 +172,7 @@ class Config(BaseModel):
     data: DataConfig = Field(default_factory=DataConfig, description="Prompt set (grpo).")
     corpus: CorpusConfig = Field(default_factory=CorpusConfig, description="Standalone search corpus.")
     review: ReviewConfig = Field(default_factory=ReviewConfig, description="Human review sampling (web platform).")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Automatic checkpoint evaluations (web platform).")
     grpo: SECTIONS["grpo"] | None = Field(None, description="GRPO settings.")
     spice: SECTIONS["spice"] | None = Field(None, description="SPICE settings.")
     ssp: SECTIONS["ssp"] | None = Field(None, description="SSP settings.")
