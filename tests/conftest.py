@@ -13,3 +13,18 @@ def pytest_configure(config):
     from selfplay_web import services
 
     services.start_all()  # settings put the tests on Redis db 9, away from the demo's db 0
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """SELFPLAY_TEST_DB_SUFFIX=x gives a test session its own database (test_selfplay_x), so
+    sessions running side by side on one Postgres do not drop each other's database."""
+    from django.conf import settings
+
+    suffix = os.environ.get("SELFPLAY_TEST_DB_SUFFIX")
+    if suffix:
+        test = settings.DATABASES["default"].setdefault("TEST", {})
+        test["NAME"] = f"{test.get('NAME') or 'test_selfplay'}_{suffix}"

@@ -15,18 +15,6 @@ import pytest
 from tests.trainer.conftest import smollm2_tokenizer, tiny_model_dir, tiny_prompts_path  # noqa: F401  (fixtures)
 
 
-@pytest.fixture(scope="session")
-def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
-    """SELFPLAY_TEST_DB_SUFFIX=x gives these tests their own test database (test_selfplay_x), so
-    sessions running side by side on one Postgres do not drop each other's database."""
-    from django.conf import settings
-
-    suffix = os.environ.get("SELFPLAY_TEST_DB_SUFFIX")
-    if suffix:
-        test = settings.DATABASES["default"].setdefault("TEST", {})
-        test["NAME"] = f"{test.get('NAME') or 'test_selfplay'}_{suffix}"
-
-
 REDIS_DB = int(os.environ.get("SELFPLAY_RUNS_TEST_REDIS_DB", "12"))
 
 
