@@ -155,3 +155,50 @@ def test_load_answers_txt_and_jsonl(tmp_path):
         load_answers(tmp_path / "bad.jsonl")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_answers(tmp_path / "missing.txt")
+
+
+# ---- end to end on a tiny model -----------------------------------------------------------------
+
+import json  # noqa: E402
+
+from trainer.runner import run  # noqa: E402
+from trainer.tools.bm25 import InMemoryRetriever  # noqa: E402
+from trainer.tools.corpus import Document, JsonlDocumentSource  # noqa: E402
+
+DOCS = [Document("d1", "Castle Drogo", "Castle Drogo is a country house in Devon. It was designed by the architect "
+                 "Edwin Lutyens for Julius Drewe and built between 1911 and 1930."),
+        Document("d2", "Hestercombe House", "The Edwardian garden of Hestercombe House was laid out by Gertrude Jekyll "
+                 "and Edwin Lutyens between 1904 and 1906."),
+        Document("d3", "Julius Drewe", "Julius Drewe founded the Home and Colonial Stores and retired a rich man at 33."),
+        Document("d4", "Devon", "Devon is a county in South West England between Cornwall and Dorset.")]
+
+
+def _rows(run_dir, name):
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines()]
+
+
+def _ssp_config(tiny_config, model_dir, **ssp):
+    return tiny_config("ssp", model={"name_or_path": str(model_dir), "lora": {"r": 0}},
+                       rollout={"max_new_tokens": 48, "temperature": 1.0, "group_size": 2},
+                       train={"steps": 3, "prompts_per_step": 2, "lr": 1e-4, "micro_batch_size": 8, "device": "cpu"},
+                       ssp={"max_turns": 3, "judge": "exact", "mini_batch_size": 1, "rag_max_new_tokens": 16,
+                            "max_prompt_tokens": 512, **ssp})
+
+
+def _run(cfg, run_dir):
+    return run(cfg, retriever=InMemoryRetriever(DOCS), documents=JsonlDocumentSource(DOCS), run_dir=run_dir)
+
+
+def test_ssp_runs_three_steps_on_a_random_model_and_reports_every_question(tiny_config, tiny_model_dir, tmp_path):
+    result = _run(_ssp_config(tiny_config, tiny_model_dir), tmp_path / "run")
+    assert result.steps == 3
+    samples = _rows(tmp_path / "run", "samples.jsonl")
+    tasks = [r for r in samples if r["kind"] == "task"]
+    assert len(tasks) == 6 and len({t["key"] for t in tasks}) == 6
+    assert all(not t["valid"] and t["data"]["filter_reason"] != "ok" for t in tasks)  # no closed tag -> filtered
+    proposer = [r for r in samples if r["kind"] == "attempt" and r["role"] == "proposer"]
+    assert len(proposer) == 6 and all(p["reward"] == 0.0 for p in proposer)  # filtered: 0, not a penalty
+    assert all(len(p["token_ids"]) <= 48 and len(p["loss_mask"]) == len(p["token_ids"]) for p in proposer)
+    metrics = _rows(tmp_path / "run", "metrics.jsonl")
+    assert {m["role"] for m in metrics} == {"proposer", "solver"}
+    assert [m["step"] for m in metrics if m["role"] == "proposer"] == [1, 2, 3]

@@ -51,6 +51,7 @@ from trainer.methods.spice_tasks import (
 )
 from trainer.prompts import chat
 from trainer.rewards import spice_reward_fn
+from trainer.tools.corpus import document_text
 from trainer.update import Sample
 from trainer.verify import exact_match, extract_boxed, math_equal, mcq_match
 
@@ -131,10 +132,12 @@ def continue_chat(tokenizer, user: str, ended_with_eos: bool) -> list[int]:
 
 # ---- the two roles ------------------------------------------------------------------------------
 
-def document_text(tokenizer, title: str, text: str, max_tokens: int) -> str:
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    body = tokenizer.decode(ids[:max_tokens]) if len(ids) > max_tokens else text
-    return f"Title: {title}\n\n{body}" if title else body
+def challenger_prompt(tokenizer, doc, sec) -> list[int]:
+    """Turn one's prompt: the document (whole passages up to the token budget) and the format question."""
+    body = document_text(doc, tokenizer, sec.max_document_tokens)
+    body = f"Title: {doc.title}\n\n{body}" if doc.title else body
+    return chat(tokenizer, None, format_prompt(f"[BEGINNING OF THE DOCUMENT]\n{body}\n[END OF THE DOCUMENT]",
+                                               sec.formats, sec.answer_types))
 
 
 def challenge(ctx, docs, step: int) -> list[Attempt]:
@@ -142,9 +145,7 @@ def challenge(ctx, docs, step: int) -> list[Attempt]:
     sec, tok = ctx.config.spice, ctx.policy.tokenizer
     attempts, seen, N = [], Counter(), sec.challenger_attempts
     for d, doc in enumerate(docs):
-        body = document_text(tok, doc.title, doc.text, sec.max_document_tokens)
-        prompt = chat(tok, None, format_prompt(f"[BEGINNING OF THE DOCUMENT]\n{body}\n[END OF THE DOCUMENT]",
-                                               sec.formats, sec.answer_types))
+        prompt = challenger_prompt(tok, doc, sec)
         first_i, seen[doc.id] = seen[doc.id] * N, seen[doc.id] + 1  # a document drawn twice keeps keys unique
         attempts += [Attempt(str(doc.id), doc.title, first_i + i, f"{step}:{doc.id}:{first_i + i}", list(prompt),
                              group=d) for i in range(N)]

@@ -1,0 +1,343 @@
+"""SSP: Search Self-Play (ssp.txt, Algorithm 1; reference code Alibaba-Quark/SSP).
+
+One model plays two roles. Per step, for ``train.prompts_per_step`` answers (document titles
+and short named spans of the corpus by default, or a user list, ``ssp.answer_source``):
+
+1. Proposer: told the answer and a number of searches n (``ssp.required_searches``), it
+   searches (multi-turn, ``<search>`` / ``<information>``) and writes ``<question>``.
+2. Rule filter (trainer/methods/ssp_tasks.py): a question, 10-1000 characters, >= 10 words,
+   the answer not in it, >= 2 searches, no repeated query. Then the RAG check: the policy,
+   without search, reads every passage the Proposer retrieved plus 4 noise passages from the
+   batch's other Proposer trajectories, and must answer correctly for the question to stay.
+3. Slots whose question failed are refilled from a replay buffer of earlier validated
+   questions, cleared every ``ssp.replay_reset_every`` steps (trainer/methods/replay.py).
+4. Solver: ``rollout.group_size`` (5) search trajectories per question ending in ``<answer>``.
+   Reward 1/0: normalized exact match, else the judge (the frozen base by default, an
+   OpenAI-compatible endpoint, or exact match only); more than 10 answer tags -> / 4.
+5. Proposer reward 1 - mean(solver rewards) for its own validated question, 0 for a filtered
+   or RAG-failed one. Solver GRPO per question; Proposer REINFORCE (raw reward). KL 0.01 (k3)
+   and clip-high 0.285 come from the section's shared defaults. Each role is updated in
+   mini-batches of ``ssp.mini_batch_size`` prompts (one optimizer step each).
+
+Human review: a flagged question leaves the replay buffer, never trains the Solver again and
+is filtered (reward 0) if the Proposer writes it again; the flagged set and the buffer are
+checkpointed.
+
+Departures: noise is single passages, not whole trajectories' materials; RAG materials are
+cut to ``ssp.max_prompt_tokens``; the RAG check samples at the rollout temperature with the
+policy; answers come from the corpus (the paper used a prepared answer set). Run it::
+
+    python -m trainer run examples/ssp_cpu.yaml --out var/runs/ssp-cpu
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from trainer.algos import get_advantage
+from trainer.methods.replay import ReplayBuffer
+from trainer.methods.review import ReviewState
+from trainer.methods.ssp_tasks import (
+    PROPOSER_SYSTEM,
+    PROPOSER_USER,
+    RAG_PROMPT,
+    SOLVER_SYSTEM,
+    SOLVER_USER,
+    FilterResult,
+    corpus_answer,
+    format_materials,
+    load_answers,
+    mix_noise,
+    parse_rag_answer,
+    rule_filter,
+)
+from trainer.prompts import chat
+from trainer.rewards import ssp_proposer, ssp_solver
+from trainer.rollout.multi_turn import multi_turn_rollout
+from trainer.tools.search import SearchTool
+from trainer.tools.corpus import truncate_to_tokens
+from trainer.update import Sample
+from trainer.verify import exact_match
+
+PROPOSER, SOLVER, RAG = "proposer", "solver", "rag"
+
+
+@dataclass
+class Slot:
+    """One Proposer trajectory and the question the Solver works on in its place."""
+
+    key: str
+    answer: str
+    n_searches: int
+    group: int  # index of its answer (proposer_samples slots share one)
+    doc_id: str | None = None
+    proposer: object = None  # Trajectory
+    question: str | None = None
+    filter: FilterResult = FilterResult(False, "no_question")
+    rag_materials: list = field(default_factory=list)
+    rag_noise: list = field(default_factory=list)
+    rag: object = None  # Completion of the RAG check
+    rag_answer: str | None = None
+    rag_ok: bool | None = None
+    solve: dict | None = None  # {"key", "question", "answer", "replayed"}
+    solver: list = field(default_factory=list)  # Trajectories
+    solver_rewards: list[float] = field(default_factory=list)
+    reward: float = 0.0
+
+    @property
+    def valid(self) -> bool:
+        return self.filter.ok and self.rag_ok is not False
+
+
+# ---- answers to start from ----------------------------------------------------------------------
+
+def draw_answers(ctx, n: int, rng: random.Random, answer_list: list[str] | None) -> list[tuple[str, str | None]]:
+    """n (answer, document id) pairs: from the user list, or titles / spans of random documents."""
+    sec = ctx.config.ssp
+    if answer_list is not None:
+        picks = rng.sample(answer_list, n) if n <= len(answer_list) else [rng.choice(answer_list) for _ in range(n)]
+        return [(a, None) for a in picks]
+    if ctx.documents is None:
+        raise RuntimeError("SSP needs a corpus for its answers: set corpus.path, or ssp.answer_source=list")
+    out: list[tuple[str, str | None]] = []
+    for _ in range(10):
+        for doc in ctx.documents.sample(n - len(out), rng):
+            found = corpus_answer(doc.title, doc.text, rng, sec.answer_title_fraction, sec.answer_max_words)
+            if found:
+                out.append((found, str(doc.id)))
+        if len(out) >= n:
+            return out[:n]
+    raise RuntimeError("could not draw answers from the corpus: its documents have no short titles or named "
+                       "spans; use ssp.answer_source=list with ssp.answers_path")
+
+
+# ---- equivalence: exact match, then the judge ---------------------------------------------------
+
+def judged(judge, items: list[tuple[str, str | None, str]]) -> list[bool]:
+    """(question, prediction, gold) -> correct: normalized exact match first, the judge for the rest."""
+    out = [pred is not None and exact_match(pred, gold) for _, pred, gold in items]
+    ask = [i for i, (_, pred, _) in enumerate(items) if not out[i] and pred and pred.strip()]
+    if ask and judge is not None:
+        verdicts = judge.equivalent([items[i][0] for i in ask], [items[i][1] for i in ask], [items[i][2] for i in ask])
+        for i, v in zip(ask, verdicts):
+            out[i] = bool(v)
+    return out
+
+
+def make_judge(ctx):
+    """The configured answer judge (None = exact match only)."""
+    sec = ctx.config.ssp
+    if sec.judge == "exact":
+        return None
+    from trainer.judge import make_equivalence_judge
+
+    return make_equivalence_judge(ctx, kind=sec.judge, endpoint=sec.judge_endpoint, model=sec.judge_model)
+
+
+# ---- the phases of one step ---------------------------------------------------------------------
+
+def propose(ctx, tool, slots: list[Slot]) -> None:
+    sec, tok = ctx.config.ssp, ctx.policy.tokenizer
+    prompts = [chat(tok, PROPOSER_SYSTEM, PROPOSER_USER.format(answer=s.answer, n=s.n_searches)) for s in slots]
+    trajs = multi_turn_rollout(ctx.generator, tok, prompts, ctx.sampling_params(), tool, max_turns=sec.max_turns,
+                               query_tag="search", final_tag="question")
+    for s, t in zip(slots, trajs):
+        s.proposer, s.question = t, (t.final or "").strip() or None
+        s.filter = rule_filter(s.question, s.answer, t.queries, len(t.passages), min_chars=sec.question_min_chars,
+                               max_chars=sec.question_max_chars, min_words=sec.question_min_words,
+                               min_searches=sec.min_searches)
+
+
+def rag_check(ctx, judge, slots: list[Slot], rng: random.Random) -> None:
+    """Answer each filtered-in question from its Proposer's passages plus noise, without search."""
+    sec, tok = ctx.config.ssp, ctx.policy.tokenizer
+    todo = [s for s in slots if s.filter.ok]
+    if not sec.rag_check or not todo:
+        return
+    prompts = []
+    for s in todo:
+        others = [o.proposer.passages for o in slots if o is not s]
+        s.rag_materials, s.rag_noise = mix_noise(s.proposer.passages, others, sec.rag_noise_passages, rng)
+        head = len(tok.encode(RAG_PROMPT.format(materials="", question=s.question), add_special_tokens=False))
+        materials = truncate_to_tokens(format_materials(s.rag_materials), tok, max(sec.max_prompt_tokens - head, 16))
+        prompts.append(chat(tok, None, RAG_PROMPT.format(materials=materials, question=s.question)))
+    outs = ctx.generator.generate(prompts, ctx.sampling_params(max_new_tokens=sec.rag_max_new_tokens))
+    for s, c in zip(todo, outs):
+        s.rag, s.rag_answer = c, parse_rag_answer(c.text)
+    verdicts = judged(judge, [(s.question, s.rag_answer, s.answer) for s in todo])
+    for s, ok in zip(todo, verdicts):
+        s.rag_ok = ok
+
+
+def assign_questions(slots: list[Slot], buffer: ReplayBuffer, sec, rng: random.Random) -> None:
+    """A slot solves its own validated question, else one replayed from the buffer (if any)."""
+    for s in slots:
+        if s.valid:
+            s.solve = {"key": s.key, "question": s.question, "answer": s.answer, "replayed": False}
+    failed = [s for s in slots if not s.valid]
+    if sec.batch_fill == "replay":
+        for s, entry in zip(failed, buffer.sample(len(failed), rng)):
+            s.solve = {**entry, "replayed": True}
+
+
+def solve(ctx, tool, judge, slots: list[Slot]) -> None:
+    sec, tok, G = ctx.config.ssp, ctx.policy.tokenizer, ctx.config.rollout.group_size
+    todo = [s for s in slots if s.solve]
+    if not todo:
+        return
+    prompts = [chat(tok, SOLVER_SYSTEM, SOLVER_USER.format(question=s.solve["question"])) for s in todo for _ in range(G)]
+    trajs = multi_turn_rollout(ctx.generator, tok, prompts, ctx.sampling_params(), tool, max_turns=sec.max_turns,
+                               query_tag="search", final_tag="answer")
+    correct = judged(judge, [(todo[i // G].solve["question"], t.final, todo[i // G].solve["answer"])
+                             for i, t in enumerate(trajs)])
+    for i, s in enumerate(todo):
+        s.solver = trajs[i * G:(i + 1) * G]
+        s.solver_rewards = [ssp_solver(c, t.n_answer_tags, sec.answer_tag_limit, sec.answer_tag_divisor)
+                            for c, t in zip(correct[i * G:(i + 1) * G], s.solver)]
+
+
+def build_samples(slots: list[Slot], sec, G: int) -> tuple[list[list[Sample]], list[list[Sample]]]:
+    """(proposer chunks, solver chunks): advantages per role, split into mini-batches of prompts."""
+    by_answer: dict[int, list[Slot]] = {}
+    for s in slots:
+        by_answer.setdefault(s.group, []).append(s)
+    groups = list(by_answer.values())
+    rewards = torch.tensor([[s.reward for s in g] for g in groups])  # [B, proposer_samples]
+    adv = get_advantage(sec.proposer_advantage)(rewards).tolist()
+    proposer = [[Sample.from_trajectory(s.proposer, a, role=PROPOSER) for s, a in zip(g, row)]
+                for g, row in zip(groups, adv)]
+    solved = [s for s in slots if s.solver]
+    solver = []
+    if solved:
+        r = torch.tensor([s.solver_rewards for s in solved])  # [Q, G]
+        adv = get_advantage("grpo")(r).tolist()
+        solver = [[Sample.from_trajectory(t, a, role=SOLVER) for t, a in zip(s.solver, row)]
+                  for s, row in zip(solved, adv)]
+    m = sec.mini_batch_size
+    chunk = lambda groups: [[x for g in groups[i:i + m] for x in g] for i in range(0, len(groups), m)]  # noqa: E731
+    return chunk(proposer), chunk(solver)
+
+
+def update(ctx, chunks_by_role: dict[str, list[list[Sample]]]) -> dict[str, dict[str, float]]:
+    """Solver then Proposer, one optimizer step per mini-batch; metrics averaged over mini-batches."""
+    out: dict[str, dict[str, float]] = {}
+    for role, chunks in chunks_by_role.items():
+        runs = [ctx.update(c)[role] for c in chunks if c]
+        if runs:
+            out[role] = {k: sum(r.get(k, 0.0) for r in runs) / len(runs) for k in runs[0]}
+            out[role]["optimizer_steps"] = float(len(runs))
+    return out
+
+
+def run_ssp(ctx) -> None:
+    cfg, sec = ctx.config, ctx.config.ssp
+    if ctx.retriever is None:
+        raise RuntimeError("SSP needs a search tool: set corpus.path (standalone) or launch it on a corpus (web)")
+    tool = SearchTool(ctx.retriever, k=sec.top_k, tokenizer=ctx.policy.tokenizer)
+    judge = make_judge(ctx)
+    answer_list = load_answers(sec.answers_path) if sec.answer_source == "list" else None
+    review, buffer = ReviewState(), ReplayBuffer(sec.replay_reset_every)
+    review.load_state_dict(ctx.state.get("review", {}))
+    buffer.load_state_dict(ctx.state.get("replay", {}))
+
+    for step in ctx.steps():
+        review.apply(ctx.take_verdicts())
+        buffer.remove(review.flagged_keys)
+        rng = random.Random(int(ctx.rng.integers(2**62)))
+        t0 = time.perf_counter()
+        seeds = draw_answers(ctx, cfg.train.prompts_per_step, rng, answer_list)
+        slots = [Slot(f"{step}:{g * sec.proposer_samples + j}", a, rng.choice(sec.required_searches), g, doc)
+                 for g, (a, doc) in enumerate(seeds) for j in range(sec.proposer_samples)]
+        propose(ctx, tool, slots)
+        for s in slots:
+            review.remember(s.key, s.question)
+            if s.filter.ok and review.is_flagged(question=s.question):
+                s.filter = FilterResult(False, "flagged")
+        rag_check(ctx, judge, slots, rng)
+        assign_questions(slots, buffer, sec, rng)
+        solve(ctx, tool, judge, slots)
+        for s in slots:
+            s.reward = ssp_proposer(s.solver_rewards if s.valid else None, invalid=sec.invalid_reward)
+        gen_seconds = time.perf_counter() - t0
+
+        t1 = time.perf_counter()
+        proposer_chunks, solver_chunks = build_samples(slots, sec, cfg.rollout.group_size)
+        updated = update(ctx, {SOLVER: solver_chunks, PROPOSER: proposer_chunks})
+        for role, values in step_metrics(slots, buffer).items():
+            ctx.log(step, role, {**updated.get(role, {}), **values})
+        ctx.log(step, PROPOSER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1})
+        ctx.samples(step, records(step, slots))
+        buffer.add({"key": s.key, "question": s.question, "answer": s.answer, "step": step} for s in slots if s.valid)
+        buffer.end_step(step)
+        ctx.state["review"], ctx.state["replay"] = review.state_dict(), buffer.state_dict()
+
+
+# ---- reporting ----------------------------------------------------------------------------------
+
+def step_metrics(slots: list[Slot], buffer: ReplayBuffer) -> dict[str, dict[str, float]]:
+    n = len(slots)
+    reasons = Counter(s.filter.reason for s in slots if not s.filter.ok)
+    checked = [s for s in slots if s.rag_ok is not None]
+    solved = [s for s in slots if s.solver]
+    rewards = [r for s in solved for r in s.solver_rewards]
+    trajs = [t for s in solved for t in s.solver]
+    proposer = {
+        "reward_mean": sum(s.reward for s in slots) / n,
+        "valid_rate": sum(s.valid for s in slots) / n,
+        "rule_pass_rate": sum(s.filter.ok for s in slots) / n,
+        "rag_pass_rate": sum(bool(s.rag_ok) for s in checked) / len(checked) if checked else 0.0,
+        "searches_mean": sum(s.proposer.n_searches for s in slots) / n,
+        "truncated_rate": sum(bool(s.proposer.truncated) for s in slots) / n,
+        "replayed_slots": float(sum(bool(s.solve and s.solve["replayed"]) for s in slots)),
+        "empty_slots": float(sum(s.solve is None for s in slots)),
+        "buffer_size": float(len(buffer)),
+        **{f"filtered_{r}_rate": c / n for r, c in reasons.items()},
+    }
+    solver = {
+        "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "questions": float(len(solved)),
+        "searches_mean": sum(t.n_searches for t in trajs) / len(trajs) if trajs else 0.0,
+        "answered_rate": sum(t.final is not None for t in trajs) / len(trajs) if trajs else 0.0,
+        "truncated_rate": sum(bool(t.truncated) for t in trajs) / len(trajs) if trajs else 0.0,
+    }
+    return {PROPOSER: proposer, SOLVER: solver}
+
+
+def _ref(p) -> dict:
+    return {"document_id": p.document_id, "chunk_id": p.chunk_id, "title": p.title}
+
+
+def records(step: int, slots: list[Slot]) -> list[dict]:
+    """Every Proposer question (filter outcome, RAG verdict) with its trajectory and the Solver's."""
+    out = []
+    for s in slots:
+        own = bool(s.solve) and not s.solve["replayed"]
+        out.append({
+            "kind": "task", "key": s.key, "role": PROPOSER, "step": step, "question": s.question or "",
+            "answer": s.answer, "valid": s.valid, "pass_rate": sum(s.solver_rewards) / len(s.solver_rewards)
+            if own and s.solver_rewards else None, "document_id": s.doc_id, "format": None,
+            "data": {"required_searches": s.n_searches, "filter_reason": s.filter.reason, "rag_verdict": s.rag_ok,
+                     "rag_answer": s.rag_answer, "rag_materials": [_ref(p) for p in s.rag_materials],
+                     "rag_noise": [_ref(p) for p in s.rag_noise], "proposer_reward": s.reward,
+                     "queries": list(s.proposer.queries),
+                     "solved_question": s.solve["key"] if s.solve and s.solve["replayed"] else None}})
+        out.append({"kind": "attempt", "key": f"{s.key}:p", "task_key": s.key, "role": PROPOSER, "step": step,
+                    "reward": s.reward, **s.proposer.to_attempt(),
+                    "data": {"finish_reason": s.proposer.finish_reason, "n_searches": s.proposer.n_searches}})
+        if s.rag is not None:
+            out.append({"kind": "attempt", "key": f"{s.key}:rag", "task_key": s.key, "role": RAG, "step": step,
+                        "text": s.rag.text, "reward": float(bool(s.rag_ok)),
+                        "turns": [{"role": "assistant", "text": s.rag.text}],
+                        "passages": [p.to_dict() for p in s.rag_materials], "token_ids": s.rag.completion_ids,
+                        "loss_mask": [0] * len(s.rag.completion_ids),
+                        "data": {"answer": s.rag_answer, "trained": False}})
+        for j, (t, r) in enumerate(zip(s.solver, s.solver_rewards)):
+            out.append({"kind": "attempt", "key": f"{s.key}:s{j}", "task_key": s.solve["key"], "role": SOLVER,
+                        "step": step, "reward": r, **t.to_attempt(),
+                        "data": {"answer": t.final, "replayed": s.solve["replayed"], "slot": s.key,
+                                 "n_answer_tags": t.n_answer_tags, "finish_reason": t.finish_reason}})
+    return out
