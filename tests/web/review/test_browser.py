@@ -1,0 +1,71 @@
+"""In a real browser: a reviewer logs in, approves one item and flags another with the keyboard,
+and after the run's next step boundary the run page shows the verdict event."""
+import os
+import shutil
+
+import pytest
+
+from apps.review.models import ReviewItem
+from apps.runs.models import Run
+from apps.runs.sink import DjangoSink
+from tests.web.review.conftest import records
+
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
+@pytest.mark.django_db(transaction=True)
+def test_a_reviewer_works_the_queue_with_the_keyboard(live_server, roles, reviewer, researcher, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    run = Run.objects.create(method="spice", model_name="tiny", owner=researcher, total_steps=5,
+                             config={"method": "spice", "review": {"tasks": 1.0, "rubrics": 0.0, "grades": 0.0}})
+    run.mark_running("test")
+    sink = DjangoSink(run)
+    recs = records(1, n=2)
+    recs[0]["question"] = "Which year? <img src=x onerror=alert(1)>"
+    sink.samples(1, recs)
+    sink.control()
+    first, second = ReviewItem.objects.filter(run_number=run.pk).order_by("id")
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page()
+        dialogs = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(f"{live_server.url}/review/?run={run.pk}")
+        page.fill("#id_username", "vic")
+        page.fill("#id_password", "pw-vic")
+        page.click("button[type=submit]")
+        page.wait_for_selector("#review-item")
+        assert page.get_attribute("#review-item", "data-item") == str(first.pk)
+        assert "<img src=x onerror=alert(1)>" in page.inner_text("#task-question")  # shown as text, not HTML
+        page.screenshot(path=str(tmp_path / "item.png"), full_page=True)
+
+        with page.expect_navigation():
+            page.keyboard.press("a")
+        assert page.get_attribute("#review-item", "data-item") == str(second.pk)
+        page.fill("#reason", "the gold answer is not in the document")
+        page.keyboard.press("Escape")  # leave the text box; keys are shortcuts again
+        with page.expect_navigation():
+            page.keyboard.press("f")
+        page.wait_for_selector("#review-empty")  # nothing pending is left for this run
+        page.screenshot(path=str(tmp_path / "queue.png"))
+
+        first.refresh_from_db()
+        second.refresh_from_db()
+        assert (first.status, first.reviewer_name) == ("approved", "vic")
+        assert (second.status, second.reason) == ("flagged", "the gold answer is not in the document")
+
+        verdicts = sink.control().verdicts  # the run's next step boundary
+        assert [(v.key, v.verdict) for v in verdicts] == [("1:t0", "approve"), ("1:t1", "flag")]
+        page.goto(f"{live_server.url}/runs/{run.pk}/")
+        events = page.inner_text("#run-events")
+        assert "review: task 1:t1 flagged by vic (the gold answer is not in the document)" in events
+        assert "review: task 1:t0 approved by vic" in events
+        assert "received" in page.inner_text("#review-verdicts")
+        page.screenshot(path=str(tmp_path / "run.png"), full_page=True)
+        assert dialogs == []  # the untrusted text never ran as script
+        browser.close()

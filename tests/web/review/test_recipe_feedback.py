@@ -1,0 +1,143 @@
+"""A reviewer's flag during a running run reaches the REAL SPICE recipe at the next step boundary.
+
+The run trains a tiny model for 2 steps through a real DjangoSink and the corpus's pgvector
+document source. Right after step 1's samples are stored (the run is still running, before the
+step boundary's ``control()``), a reviewer flags one of its tasks through the API. The recipe's
+review state, checkpointed after step 2, then holds the flagged key; with a model taught to write
+one valid MCQ for every document, the same question written again in step 2 is invalid
+("flagged by a reviewer") and never a Reasoner group.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from rest_framework.test import APIClient
+
+from apps.corpora.models import Corpus, Document
+from apps.corpora.retriever import PgDocumentSource
+from apps.episodes.models import Task
+from apps.review.models import ReviewItem
+from apps.runs.models import Run
+from apps.runs.sink import DjangoSink
+from tests.trainer.conftest import smollm2_tokenizer, tiny_config, tiny_model_dir, tiny_prompts_path  # noqa: F401
+from trainer.checkpoint import latest_checkpoint
+from trainer.runner import run as train
+
+pytestmark = pytest.mark.django_db
+
+DOCS = [("Solar System", "The Sun holds the planets. Jupiter is the largest planet, Mercury the smallest."),
+        ("Castle Drogo", "Castle Drogo is a country house in Devon, built between 1911 and 1930 by Edwin Lutyens.")]
+QUESTION = "Which is largest? A) one B) two C) three D) four"
+
+
+class ReviewerAtTheBoundary(DjangoSink):
+    """A real DjangoSink; once step ``flag_step`` is stored, a reviewer flags one of its tasks
+    through the API before the step boundary's control() answers (as a person would, mid-run)."""
+
+    def __init__(self, run: Run, reviewer, flag_step: int = 1, valid_only: bool = False):
+        super().__init__(run)
+        self.api = APIClient()
+        self.api.force_authenticate(reviewer)
+        self.flag_step, self.valid_only = flag_step, valid_only
+        self.flagged: str | None = None
+        self.verdicts_heard: list = []
+
+    def control(self):
+        self.flush()
+        if self.flagged is None and self._max_step == self.flag_step:
+            items = ReviewItem.objects.filter(run_number=self.run_id, kind="task", step=self.flag_step).order_by("id")
+            item = next(i for i in items if i.snapshot["valid"] or not self.valid_only)
+            response = self.api.post(f"/api/v1/review/items/{item.pk}/", {"verdict": "flag", "reason": "bad task"},
+                                     format="json")
+            assert response.status_code == 200, response.json()
+            self.flagged = item.key
+        control = super().control()
+        self.verdicts_heard += control.verdicts
+        return control
+
+
+@pytest.fixture
+def corpus(db):
+    corpus = Corpus.objects.create(name="facts")
+    for i, (title, text) in enumerate(DOCS):
+        Document.objects.create(corpus=corpus, title=title, text=text, content_hash=f"h{i}")
+    return corpus
+
+
+def _config(tiny_config, model_dir, temperature=1.0) -> dict:
+    cfg = tiny_config("spice", model={"name_or_path": str(model_dir), "lora": {"r": 0}},
+                      rollout={"max_new_tokens": 48, "temperature": temperature, "group_size": 3},
+                      train={"steps": 2, "prompts_per_step": 2, "lr": 1e-4, "micro_batch_size": 8, "device": "cpu"},
+                      spice={"challenger_attempts": 3, "challenger_group_size": 2, "max_document_tokens": 64,
+                             "format_max_new_tokens": 24})
+    cfg["review"] = {"tasks": 1.0, "rubrics": 0.0, "grades": 0.0, "suspicious": []}
+    return cfg
+
+
+def _run_row(cfg, corpus, researcher) -> Run:
+    run = Run.objects.create(method="spice", model_name="tiny", config=cfg, corpus=corpus, owner=researcher,
+                             total_steps=2)
+    run.mark_running("test")
+    return run
+
+
+def _recipe_review_state(run_dir) -> dict:
+    state = torch.load(latest_checkpoint(run_dir) / "state.pt", weights_only=False)
+    return state["recipe"]["review"]
+
+
+def test_a_flag_between_steps_reaches_the_spice_recipe(tiny_config, tiny_model_dir, corpus, researcher, reviewer,
+                                                       tmp_path):
+    cfg = _config(tiny_config, tiny_model_dir)
+    run = _run_row(cfg, corpus, researcher)
+    sink = ReviewerAtTheBoundary(run, reviewer)
+    result = train(cfg, sink=sink, documents=PgDocumentSource(corpus), run_dir=tmp_path / "run")
+    sink.close()
+    assert result.steps == 2 and sink.flagged and sink.flagged.startswith("1:")
+    assert [(v.kind, v.key, v.verdict, v.reason) for v in sink.verdicts_heard] == [("task", sink.flagged, "flag",
+                                                                                     "bad task")]
+    assert sink.flagged in _recipe_review_state(tmp_path / "run")["flagged_keys"]  # the recipe's excluded set
+    item = ReviewItem.objects.get(run_number=run.pk, key=sink.flagged)
+    assert item.applied_at is not None
+    assert run.events.filter(kind="verdict", message__startswith=f"review: task {sink.flagged} flagged").exists()
+    assert Task.objects.filter(run=run, step=2).count() == 2 * 3 and not Task.objects.filter(run=run, step=2,
+                                                                                            key=sink.flagged).exists()
+
+
+def test_a_flagged_question_is_not_trained_on_in_the_next_step(tiny_config, tiny_model_dir, corpus, researcher,
+                                                               reviewer, tmp_path):
+    taught_mod = pytest.importorskip("tests.trainer.taught")
+    from transformers import AutoTokenizer
+
+    from trainer.config import load_config
+    from trainer.methods.spice import challenger_prompt, continue_chat
+    from trainer.methods.spice_tasks import MCQ_PROMPT, SpiceTask, reasoner_prompt
+    from trainer.prompts import chat
+    from trainer.tools.corpus import Document as TrainerDocument
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    sec = load_config(_config(tiny_config, tiny_model_dir)).spice
+    eos = [tok.eos_token_id]
+    choice = tok.encode('{"suitable_for_mcq": true, "suitable_for_free_form": false}', add_special_tokens=False) + eos
+    mcq = tok.encode(f'{{"multiple_choice_question": "{QUESTION}", "multiple_choice_correct": "D"}}',
+                     add_special_tokens=False) + eos
+    examples = []
+    for doc in Document.objects.filter(corpus=corpus):
+        first = challenger_prompt(tok, TrainerDocument(str(doc.pk), doc.title, doc.text), sec)
+        examples += [(first, choice), (first + choice + continue_chat(tok, MCQ_PROMPT, True), mcq)]
+    task = SpiceTask("mcq", "mcq", QUESTION, "D")
+    examples.append((chat(tok, None, reasoner_prompt(task)), tok.encode("So \\boxed{D}", add_special_tokens=False) + eos))
+    taught = taught_mod.teach(tiny_model_dir, tmp_path / "taught", examples, steps=400)
+
+    cfg = _config(tiny_config, taught, temperature=0.3)
+    run = _run_row(cfg, corpus, researcher)
+    sink = ReviewerAtTheBoundary(run, reviewer, valid_only=True)
+    train(cfg, sink=sink, documents=PgDocumentSource(corpus), run_dir=tmp_path / "run")
+    sink.close()
+    step1 = Task.objects.get(run=run, key=sink.flagged)
+    assert step1.valid and step1.question == QUESTION
+    again = Task.objects.filter(run=run, step=2, question=QUESTION)
+    assert again.exists()  # the taught model wrote the same question in step 2 ...
+    for t in again:  # ... and the recipe, told at the step boundary, kept it out of training
+        assert not t.valid and t.data["invalid_reason"] == "flagged by a reviewer" and not t.data["reasoner_group"]
+    assert not Task.objects.filter(run=run, step=2, valid=True, data__reasoner_group=True).exists()
