@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "selfplay_web.settings")
 K = 10
-EF_SWEEP = [40, 100, 200, 400, 800]
+EF_SWEEP = [40, 100, 200, 400, 1000]  # 1000 is pgvector's largest ef_search
 
 
 def setup():
@@ -254,6 +254,7 @@ def pg_sweep(queries: np.ndarray, truth: np.ndarray, efs: list[int]) -> list[dic
     literals = ["[" + ",".join(f"{x:.7g}" for x in q.tolist()) + "]" for q in queries]
     out = []
     with connection.cursor() as cur:
+        cur.execute("SET jit = off")  # as apps/corpora/search.py does
         for ef in efs:
             cur.execute(f"SET hnsw.ef_search = {ef}")
             found = []

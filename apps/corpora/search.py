@@ -91,6 +91,7 @@ def dense_by_vectors(corpus_id: int, vectors: np.ndarray, n: int, ef_search: int
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(f"SET LOCAL hnsw.ef_search = {int(max(ef_search, 2 * n))}")
         cur.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+        cur.execute("SET LOCAL jit = off")  # a large table's cost estimate would otherwise JIT-compile each query
         cur.execute(DENSE_SQL, [[vector_literal(v) for v in vectors], corpus_id, n])
         return _group(cur.fetchall(), len(vectors))
 
