@@ -9,6 +9,7 @@ run would have taken.
 """
 from __future__ import annotations
 
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -57,6 +58,13 @@ class _Recorder:
         return Control()
 
 
+def apply_thread_setting() -> None:
+    """SELFPLAY_TORCH_THREADS caps torch's CPU threads (a shared, busy CPU thrashes with more)."""
+    threads = os.environ.get("SELFPLAY_TORCH_THREADS")
+    if threads:
+        torch.set_num_threads(int(threads))
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -98,6 +106,7 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
     checkpoint = _check_run_dir(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
+    apply_thread_setting()
     seed_everything(cfg.seed)
 
     policy = policy or load_policy(cfg, allowed_dirs=allowed_dirs)

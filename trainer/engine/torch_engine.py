@@ -30,9 +30,9 @@ class TorchEngine:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError("no trainable parameters: check model.lora settings")
-        fused = all(p.is_cuda for p in self.params)
-        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=betas, eps=eps,
-                                           weight_decay=weight_decay, fused=fused or None)
+        fused = all(p.is_cuda for p in self.params)  # fused kernel on GPU, multi-tensor (foreach) on CPU
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                           fused=fused or None, foreach=None if fused else True)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_constant(warmup_steps))
         self.grad_clip = grad_clip
         self.steps = 0

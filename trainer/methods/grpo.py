@@ -62,39 +62,42 @@ def reward_stats(rewards: torch.Tensor) -> dict[str, float]:
 def run_grpo(ctx) -> None:
     cfg, sec = ctx.config, ctx.config.grpo
     data = load_prompt_set(cfg.data.path, sec.prompt_key, sec.answer_key, cfg.data.limit)
-    verify = VERIFIERS[cfg.reward]
-    advantage = get_advantage(sec.advantage)
-    tokenizer = ctx.policy.tokenizer
-    G, n = cfg.rollout.group_size, cfg.train.prompts_per_step
-    params = ctx.sampling_params()
-
     for step in ctx.steps():
-        batch = next_batch(ctx, data, n)
-        prompts = [chat(tokenizer, sec.system_prompt, row["prompt"]) for row in batch]
+        grpo_step(ctx, step, next_batch(ctx, data, cfg.train.prompts_per_step))
 
-        t0 = time.perf_counter()
-        completions = ctx.generator.generate([p for p in prompts for _ in range(G)], params)
-        gen_seconds = time.perf_counter() - t0
 
-        rewards = torch.tensor([float(verify(answer_of(c.text), batch[i // G]["answer"]))
-                                for i, c in enumerate(completions)]).view(n, G)  # [n, G]
-        adv = advantage(rewards).flatten()  # [n * G]
-        samples = [Sample(prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
-                          loss_mask=[1] * len(c.completion_ids), old_logprobs=c.logprobs,
-                          advantage=float(a), role=ROLE, temperature=c.temperature)
-                   for c, a in zip(completions, adv.tolist())]
+def grpo_step(ctx, step: int, batch: list[dict]) -> dict[str, float]:
+    """One GRPO step on ``batch`` (records with prompt and answer); returns the logged metrics."""
+    cfg, sec = ctx.config, ctx.config.grpo
+    verify = VERIFIERS[cfg.reward]
+    G, n = cfg.rollout.group_size, len(batch)
+    prompts = [chat(ctx.policy.tokenizer, sec.system_prompt, row["prompt"]) for row in batch]
 
-        t1 = time.perf_counter()
-        metrics = ctx.update(samples)[ROLE]
-        gen_tokens = sum(len(c.completion_ids) for c in completions)
-        ctx.log(step, ROLE, {
-            **metrics, **reward_stats(rewards),
-            "response_length": gen_tokens / len(completions),
-            "truncated_frac": sum(c.finish_reason == "length" for c in completions) / len(completions),
-            "gen_tokens_per_s": gen_tokens / max(gen_seconds, 1e-9),
-            "gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
-        })
-        ctx.samples(step, _records(step, batch, completions, rewards, sec.log_samples, G))
+    t0 = time.perf_counter()
+    completions = ctx.generator.generate([p for p in prompts for _ in range(G)], ctx.sampling_params())
+    gen_seconds = time.perf_counter() - t0
+
+    rewards = torch.tensor([float(verify(answer_of(c.text), batch[i // G]["answer"]))
+                            for i, c in enumerate(completions)]).view(n, G)  # [n, G]
+    adv = get_advantage(sec.advantage)(rewards).flatten()  # [n * G]
+    samples = [Sample(prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
+                      loss_mask=[1] * len(c.completion_ids), old_logprobs=c.logprobs,
+                      advantage=float(a), role=ROLE, temperature=c.temperature)
+               for c, a in zip(completions, adv.tolist())]
+
+    t1 = time.perf_counter()
+    metrics = ctx.update(samples)[ROLE]
+    gen_tokens = sum(len(c.completion_ids) for c in completions)
+    metrics = {
+        **metrics, **reward_stats(rewards),
+        "response_length": gen_tokens / len(completions),
+        "truncated_frac": sum(c.finish_reason == "length" for c in completions) / len(completions),
+        "gen_tokens_per_s": gen_tokens / max(gen_seconds, 1e-9),
+        "gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
+    }
+    ctx.log(step, ROLE, metrics)
+    ctx.samples(step, _records(step, batch, completions, rewards, sec.log_samples, G))
+    return metrics
 
 
 def _records(step, batch, completions, rewards, limit, G) -> list[dict]:
