@@ -11,8 +11,8 @@
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
@@ -28,6 +28,18 @@ from trainer.methods.harness import HarnessError
 
 PAGE_SIZE = 20
 MAX_PAGE_SIZE = 200
+
+VERDICT_BODY = inline_serializer("ReviewVerdict", {
+    "verdict": serializers.ChoiceField(["approve", "flag"]),
+    "edit": serializers.CharField(required=False, help_text="A rubric's replacement text."),
+    "reason": serializers.CharField(required=False, help_text="Why (for a flag)."),
+})
+HARNESS_BODY = inline_serializer("HarnessEdit", {
+    "harness": serializers.JSONField(help_text="dimension_constraints, process_constraints and notes"),
+})
+QUEUE_PARAMS = [OpenApiParameter("run", int), OpenApiParameter("kind", str, enum=Kind.values),
+                OpenApiParameter("status", str, enum=[*ReviewStatus.values, "all"]),
+                OpenApiParameter("page", int), OpenApiParameter("page_size", int)]
 
 
 def filtered(params) -> tuple[dict, object]:
@@ -50,7 +62,7 @@ def filtered(params) -> tuple[dict, object]:
     return {"run": run, "kind": kind, "status": state}, qs.order_by("id")
 
 
-@extend_schema(summary="The review queue, filtered and paginated", responses={200: dict})
+@extend_schema(summary="The review queue, filtered and paginated", parameters=QUEUE_PARAMS, responses={200: dict})
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def queue(request):
@@ -59,7 +71,7 @@ def queue(request):
     page = _int(request.query_params.get("page") or 1, "page", 1)
     count = qs.count()
     pages = max(1, -(-count // size))
-    items = qs.select_related(None)[(page - 1) * size: page * size]
+    items = qs[(page - 1) * size: page * size]
     base = request.build_absolute_uri(request.path)
     query = request.query_params.copy()
 
@@ -73,7 +85,8 @@ def queue(request):
                      "results": [i.as_dict() for i in items]})
 
 
-@extend_schema(summary="Review one item: approve or flag, optionally edit a rubric", responses={200: dict})
+@extend_schema(summary="Review one item: approve or flag, optionally edit a rubric", request=VERDICT_BODY,
+               responses={200: dict})
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
 def item(request, item_id: int):
@@ -96,6 +109,7 @@ def item(request, item_id: int):
 
 
 @extend_schema(summary="Judge-human agreement of a run (Cohen's kappa), overall, per priority, over steps",
+               parameters=[OpenApiParameter("run", int, required=True), OpenApiParameter("bucket", int)],
                responses={200: dict})
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
@@ -107,7 +121,8 @@ def agreement_view(request):
     return Response(agreement.run_agreement(_int(raw, "run"), _int(bucket, "bucket", 1) if bucket else None))
 
 
-@extend_schema(summary="A SCORE run's evaluator harness; POST a person's edit", responses={200: dict})
+@extend_schema(summary="A SCORE run's evaluator harness; POST a person's edit", request=HARNESS_BODY,
+               responses={200: dict, 201: dict})
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
 def harness_view(request, run_id: int):

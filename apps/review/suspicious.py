@@ -42,20 +42,42 @@ def jaccard(a: frozenset, b: frozenset) -> float:
 
 
 def near_duplicates(run_id: int, tasks: list[dict], threshold: float, recent: int) -> dict:
-    """Tasks of this flush that nearly repeat a recent task of the run or an earlier one of the flush."""
+    """Tasks of this flush that nearly repeat a recent task of the run or an earlier one of the flush.
+
+    Overlaps are counted through an inverted index (bigram -> tasks holding it), so only tasks
+    sharing a bigram are compared: a flush of a thousand tasks against the recent ones stays cheap."""
     fresh = [(str(t["key"]), shingles(t.get("question") or "")) for t in tasks if t.get("question")]
     if not fresh:
         return {}
     keys = {k for k, _ in fresh}
     older = (Task.objects.filter(run_id=run_id).exclude(key__in=keys).exclude(question="")
              .order_by("-step", "-id").values_list("key", "question")[:recent])
-    seen = [(k, shingles(q)) for k, q in older]
+    seen_keys: list[str] = []
+    sizes: list[int] = []
+    index: dict = {}
+
+    def add(key: str, sh: frozenset) -> None:
+        for gram in sh:
+            index.setdefault(gram, []).append(len(seen_keys))
+        seen_keys.append(key)
+        sizes.append(len(sh))
+
+    for key, question in older:
+        add(key, shingles(question))
     out: dict = {}
     for key, sh in fresh:
-        best = max(((jaccard(sh, other), other_key) for other_key, other in seen), default=(0.0, ""))
-        if best[0] >= threshold:
-            out[("task", key)] = [f"near-duplicate of task {best[1]} (similarity {best[0]:.2f})"]
-        seen.append((key, sh))
+        overlap: dict[int, int] = {}
+        for gram in sh:
+            for j in index.get(gram, ()):
+                overlap[j] = overlap.get(j, 0) + 1
+        best, other = 0.0, ""
+        for j, shared in overlap.items():
+            similarity = shared / (len(sh) + sizes[j] - shared)  # Jaccard: |A & B| / |A | B|
+            if similarity > best:
+                best, other = similarity, seen_keys[j]
+        if sh and best >= threshold:
+            out[("task", key)] = [f"near-duplicate of task {other} (similarity {best:.2f})"]
+        add(key, sh)
     return out
 
 
