@@ -45,11 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.models import ModelNotFound
     from trainer.runner import run
     from trainer.sink import ConsoleSink
+    from trainer.tools import CorpusError
 
     try:
         cfg = load_config(args.config, args.overrides)
         result = run(cfg, sink=ConsoleSink(cfg.train.steps), run_dir=args.out, resume=args.resume)
-    except (ConfigError, ResumeError, ModelNotFound, DataError) as exc:
+    except (ConfigError, ResumeError, ModelNotFound, DataError, CorpusError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     summary = {"steps": result.steps, "run_dir": result.run_dir, "final_checkpoint": result.final_checkpoint,

@@ -114,8 +114,8 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
     generator = make_generator(cfg, policy)
     if retriever is None:
         retriever = _standalone_retriever(cfg)
-    if documents is None and retriever is not None and hasattr(retriever, "documents"):
-        documents = retriever
+    if documents is None and retriever is not None and hasattr(retriever, "sample"):
+        documents = retriever  # the standalone BM25 retriever is also a DocumentSource
     recorder = _Recorder()
     ctx = RecipeContext(config=cfg, policy=policy, generator=generator, engine=engine,
                         sink=MultiSink(sink, JsonlSink(run_dir), recorder), retriever=retriever,
