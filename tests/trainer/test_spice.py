@@ -239,3 +239,82 @@ def test_continue_chat_closes_the_turn_and_opens_the_next(smollm2_tokenizer):
     assert after_eos == "\n<|im_start|>user\nWrite the task.<|im_end|>\n<|im_start|>assistant\n"
     cut_short = tok.decode(continue_chat(tok, "Write the task.", ended_with_eos=False))
     assert cut_short.startswith("<|im_end|>\n<|im_start|>user\n")
+
+
+# ---- end to end on a tiny model -----------------------------------------------------------------
+
+import json  # noqa: E402
+
+from tests.trainer.taught import pair, teach  # noqa: E402
+from trainer.methods.spice import challenger_prompt  # noqa: E402
+from trainer.methods.spice_tasks import MCQ_PROMPT  # noqa: E402
+from trainer.prompts import chat  # noqa: E402
+from trainer.runner import run  # noqa: E402
+from trainer.tools.corpus import Document, JsonlDocumentSource  # noqa: E402
+
+DOCS = [Document("d1", "Solar System", "The Sun holds the planets. Jupiter is the largest planet, Mercury the "
+                 "smallest. Saturn has bright rings and many moons."),
+        Document("d2", "Castle Drogo", "Castle Drogo is a country house in Devon, built between 1911 and 1930 by "
+                 "Edwin Lutyens for Julius Drewe, the founder of the Home and Colonial Stores.")]
+
+
+def _rows(run_dir, name):
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines()]
+
+
+def _spice_config(tiny_config, model_dir, **spice):
+    return tiny_config("spice", model={"name_or_path": str(model_dir), "lora": {"r": 0}},
+                       rollout={"max_new_tokens": 48, "temperature": 1.0, "group_size": 3},
+                       train={"steps": 3, "prompts_per_step": 2, "lr": 1e-4, "micro_batch_size": 8, "device": "cpu"},
+                       spice={"challenger_attempts": 3, "challenger_group_size": 2, "max_document_tokens": 64,
+                              "format_max_new_tokens": 24, **spice})
+
+
+def test_spice_runs_three_steps_on_a_random_model_and_reports_every_task(tiny_config, tiny_model_dir, tmp_path):
+    result = run(_spice_config(tiny_config, tiny_model_dir), documents=JsonlDocumentSource(DOCS),
+                 run_dir=tmp_path / "run")
+    assert result.steps == 3 and len(result.step_seconds) == 3
+    samples = _rows(tmp_path / "run", "samples.jsonl")
+    tasks = [r for r in samples if r["kind"] == "task"]
+    assert len(tasks) == 3 * 2 * 3 and len({t["key"] for t in tasks}) == 18  # steps x documents x attempts
+    assert all(not t["valid"] and t["data"]["invalid_reason"] for t in tasks)  # garbage JSON -> invalid, no crash
+    attempts = [r for r in samples if r["kind"] == "attempt" and r["role"] == "challenger"]
+    assert len(attempts) == 18 and all(len(a["token_ids"]) == len(a["loss_mask"]) for a in attempts)
+    metrics = _rows(tmp_path / "run", "metrics.jsonl")
+    chal = [m for m in metrics if m["role"] == "challenger"]
+    assert [m["step"] for m in chal] == [1, 2, 3] and all(m["reward_mean"] == pytest.approx(-0.1) for m in chal)
+
+
+def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_model_dir, tmp_path):
+    """A tiny model taught one format choice, one MCQ, and a boxed answer right half of the time:
+    tasks are valid, the Reasoner answers them, both roles train and the sink gets graded attempts."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    sec = load_config(_spice_config(tiny_config, tiny_model_dir)).spice
+    eos = [tok.eos_token_id]
+    choice = tok.encode('{"suitable_for_mcq": true, "suitable_for_free_form": false}', add_special_tokens=False) + eos
+    mcq = tok.encode('{"multiple_choice_question": "Which is largest? A) one B) two C) three D) four", '
+                     '"multiple_choice_correct": "D"}', add_special_tokens=False) + eos
+    task = SpiceTask("mcq", "mcq", "Which is largest? A) one B) two C) three D) four", "D")
+    conversation = [(challenger_prompt(tok, DOCS[0], sec), False), (choice, True),
+                    (continue_chat(tok, MCQ_PROMPT, True), False), (mcq, True)]  # both Challenger turns at once
+    asked = chat(tok, None, reasoner_prompt(task))
+    answers = [pair(asked, tok.encode(f"So \\boxed{{{x}}}", add_special_tokens=False) + eos) for x in "DB"]  # 50/50
+    taught = teach(tiny_model_dir, tmp_path / "taught", [conversation, *answers], target_loss=0.05)  # 50/50 floor 0.018
+
+    cfg = _spice_config(tiny_config, taught)
+    cfg["rollout"]["temperature"] = 0.3
+    result = run(cfg, documents=JsonlDocumentSource(DOCS[:1]), run_dir=tmp_path / "run")  # drawn twice a step
+    assert result.steps == 3
+    samples = _rows(tmp_path / "run", "samples.jsonl")
+    valid = [r for r in samples if r["kind"] == "task" and r["valid"]]
+    assert valid and all(t["format"] == "mcq" and t["answer"] == "D" for t in valid)
+    graded = [t for t in valid if t["pass_rate"] is not None]
+    assert graded and any(t["data"]["reasoner_group"] for t in graded)
+    answers = [r for r in samples if r["kind"] == "attempt" and r["role"] == "reasoner"]
+    assert answers and {a["task_key"] for a in answers} <= {t["key"] for t in graded}
+    metrics = _rows(tmp_path / "run", "metrics.jsonl")
+    reasoner_rows = [m for m in metrics if m["role"] == "reasoner"]
+    assert any(m.get("skipped", 0) < m.get("samples", 0) for m in reasoner_rows)  # mixed answers -> gradients
+    assert any(m["valid_rate"] > 0 for m in metrics if m["role"] == "challenger")

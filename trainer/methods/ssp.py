@@ -152,6 +152,13 @@ def propose(ctx, tool, slots: list[Slot]) -> None:
                                min_searches=sec.min_searches)
 
 
+def rag_prompt(tokenizer, materials, question: str, max_tokens: int) -> list[int]:
+    """The RAG check's prompt, its materials cut so the whole prompt fits ``max_tokens``."""
+    head = len(tokenizer.encode(RAG_PROMPT.format(materials="", question=question), add_special_tokens=False))
+    text = truncate_to_tokens(format_materials(materials), tokenizer, max(max_tokens - head, 16))
+    return chat(tokenizer, None, RAG_PROMPT.format(materials=text, question=question))
+
+
 def rag_check(ctx, judge, slots: list[Slot], rng: random.Random) -> None:
     """Answer each filtered-in question from its Proposer's passages plus noise, without search."""
     sec, tok = ctx.config.ssp, ctx.policy.tokenizer
@@ -162,9 +169,7 @@ def rag_check(ctx, judge, slots: list[Slot], rng: random.Random) -> None:
     for s in todo:
         others = [o.proposer.passages for o in slots if o is not s]
         s.rag_materials, s.rag_noise = mix_noise(s.proposer.passages, others, sec.rag_noise_passages, rng)
-        head = len(tok.encode(RAG_PROMPT.format(materials="", question=s.question), add_special_tokens=False))
-        materials = truncate_to_tokens(format_materials(s.rag_materials), tok, max(sec.max_prompt_tokens - head, 16))
-        prompts.append(chat(tok, None, RAG_PROMPT.format(materials=materials, question=s.question)))
+        prompts.append(rag_prompt(tok, s.rag_materials, s.question, sec.max_prompt_tokens))
     outs = ctx.generator.generate(prompts, ctx.sampling_params(max_new_tokens=sec.rag_max_new_tokens))
     for s, c in zip(todo, outs):
         s.rag, s.rag_answer = c, parse_rag_answer(c.text)
