@@ -1,2 +1,17 @@
-"""REST routes of evals, mounted under /api/v1/ by apps/api/urls.py."""
-urlpatterns = []
+"""REST routes of evals and the run export, mounted under /api/v1/ by apps/api/urls.py."""
+from django.urls import path, re_path
+
+from apps.api import export
+from apps.evals import api
+
+urlpatterns = [
+    path("evals/", api.evals, name="api-evals"),
+    path("evals/benchmarks/", api.benchmarks, name="api-eval-benchmarks"),
+    path("evals/compare/", api.compare, name="api-eval-compare"),
+    path("evals/<int:job_id>/", api.eval_detail, name="api-eval"),
+    path("evals/<int:job_id>/samples/", api.eval_samples, name="api-eval-samples"),
+    path("evals/crossplay/<int:crossplay_id>/", api.crossplay_detail, name="api-crossplay"),
+    path("runs/<int:run_id>/crossplay/", api.run_crossplay, name="api-run-crossplay"),
+    re_path(r"^runs/(?P<run_id>\d+)/export/(?P<kind>[a-z_]+)\.(?P<fmt>[a-z0-9]+)$", export.export_run,
+            name="api-run-export"),
+]

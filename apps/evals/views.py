@@ -1,11 +1,169 @@
-from django.shortcuts import render
+"""Evals pages: the index (benchmarks, launch, recent evaluations), one evaluation with its samples,
+the compare view, cross-play matrices, and the run page's panel (``templates/evals/_run_panel.html``).
+
+Launch forms post here; with htmx from the run page they answer with the refreshed panel (errors
+shown in place), otherwise they redirect to what was created.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.accounts.roles import can, role_required
+from apps.corpora.models import Corpus
+from apps.evals import benchmarks as bench_service
+from apps.evals.compare import comparison
+from apps.evals.launch import EvalLaunchError, launch_crossplay, launch_eval
+from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
+from apps.runs.models import Run
+from apps.runs.services.launch import QueueUnavailable, available_models
+from trainer.evaluate import SCORING, BenchmarkError
+
+SAMPLES_PER_PAGE = 50
 
 
 def index(request):
-    return render(request, "empty.html", {
-        "title": "Evaluations",
-        "empty_headline": "No evaluations yet.",
-        "empty_hint": "Score a checkpoint or the base model on GSM8K, GPQA-Diamond, AIME 2025 or your own JSONL set.",
-        "action_url": "",
-        "action_label": "",
+    bench_service.ensure_builtins()
+    return render(request, "evals/index.html", {
+        "benchmarks": Benchmark.objects.select_related("corpus"),
+        "jobs": EvalJob.objects.select_related("run").prefetch_related("results__benchmark", "benchmarks")[:50],
+        "crossplays": CrossPlay.objects.select_related("run")[:20],
+        "models": available_models(), "corpora": Corpus.objects.order_by("name"), "scorings": SCORING,
+        "runs": Run.objects.order_by("-id")[:50], "can_launch": can(request.user, "launch_run"),
     })
+
+
+def panel_context(request, run: Run, error: str = "", notice: str = "") -> dict:
+    """The run page's evals panel: launch form, this run's evaluations, cross-play."""
+    bench_service.ensure_builtins()
+    checkpoints = [c for c in run.checkpoints.all()[:50] if Path(c.path).is_dir()]
+    jobs = list(run.evals.prefetch_related("results__benchmark")[:10])
+    crossplays = list(run.crossplays.all()[:5])
+    return {
+        "run": run, "checkpoints": checkpoints, "benchmarks": Benchmark.objects.all(), "jobs": jobs,
+        "crossplays": crossplays, "active": any(j.is_active for j in jobs + crossplays),
+        "can_launch": can(request.user, "launch_run"), "eval_error": error, "eval_notice": notice,
+        "auto": (run.config or {}).get("eval") or {},
+    }
+
+
+def run_panel(request, run_id: int):
+    run = get_object_or_404(Run, pk=run_id)
+    return render(request, "evals/_run_panel_body.html", panel_context(request, run))
+
+
+@require_POST
+@role_required("launch_run")
+def launch(request):
+    post = request.POST
+    run = Run.objects.filter(pk=post.get("run")).first() if str(post.get("run", "")).isdigit() else None
+    target = post.get("target") or ""
+    checkpoint = target[5:] if target.startswith("ckpt:") else None
+    model = target if target.startswith("base:") else None
+    try:
+        job = launch_eval(benchmarks=post.getlist("benchmarks"), model=model, checkpoint=checkpoint, run=run,
+                          limit=post.get("limit"), search=post.get("search") == "on", corpus=post.get("corpus"),
+                          queue=post.get("queue"), max_new_tokens=post.get("max_new_tokens"), user=request.user)
+    except (EvalLaunchError, QueueUnavailable) as exc:
+        return _answer(request, run, error=str(exc))
+    return _answer(request, run, notice=f"Evaluation {job.pk} queued on {job.queue}.", go=job)
+
+
+def _answer(request, run, error: str = "", notice: str = "", go=None):
+    if request.headers.get("HX-Request") and run is not None:
+        return render(request, "evals/_run_panel_body.html", panel_context(request, run, error, notice))
+    if error:
+        messages.error(request, error)
+        return redirect("runs:detail", run_id=run.pk) if run is not None else redirect("evals:index")
+    messages.success(request, notice)
+    if isinstance(go, CrossPlay):
+        return redirect("evals:crossplay", crossplay_id=go.pk)
+    return redirect("evals:job", job_id=go.pk)
+
+
+@require_POST
+@role_required("launch_run")
+def create_benchmark(request):
+    post = request.POST
+    try:
+        if post.get("kind") == "heldout":
+            corpus = Corpus.objects.filter(pk=post.get("corpus")).first() if str(post.get("corpus", "")).isdigit() \
+                else None
+            if corpus is None:
+                raise BenchmarkError("choose the corpus to build the held-out questions from")
+            bench = bench_service.heldout(post.get("name"), corpus, n=_number(post.get("n"), 200, "n"),
+                                          seed=_number(post.get("seed"), 0, "seed"), user=request.user,
+                                          scoring=post.get("scoring") or "exact")
+        else:
+            bench = bench_service.upload(post.get("name"), request.FILES.get("file"), post.get("scoring") or None,
+                                         user=request.user, title=post.get("title") or "")
+    except BenchmarkError as exc:
+        messages.error(request, f"Benchmark not created: {exc}")
+        return redirect("evals:index")
+    messages.success(request, f"Benchmark {bench.name} created with {bench.size} items.")
+    return redirect("evals:index")
+
+
+def _number(value, default: int, name: str) -> int:
+    if value in (None, ""):
+        return default
+    if not str(value).strip().isdigit():
+        raise BenchmarkError(f"{name} must be a whole number, got {value!r}")
+    return int(value)
+
+
+def job_detail(request, job_id: int):
+    job = get_object_or_404(EvalJob.objects.select_related("run", "checkpoint", "corpus", "owner"), pk=job_id)
+    results = list(job.results.select_related("benchmark"))
+    chosen = request.GET.get("benchmark") or (results[0].benchmark.name if results else "")
+    samples = EvalSample.objects.filter(result__job=job, result__benchmark__name=chosen).order_by("index")
+    if request.GET.get("correct") in ("true", "false"):
+        samples = samples.filter(correct=request.GET["correct"] == "true")
+    page = Paginator(samples, SAMPLES_PER_PAGE).get_page(request.GET.get("page"))
+    template = "evals/_job_status.html" if request.headers.get("HX-Request") else "evals/job.html"
+    return render(request, template, {"job": job, "results": results, "chosen": chosen, "page": page,
+                                      "correct": request.GET.get("correct", "")})
+
+
+def compare(request):
+    from apps.evals.api import compare_inputs
+
+    error, data = "", None
+    if request.GET.getlist("run"):
+        try:
+            runs, benches = compare_inputs(request.GET)
+            data = comparison(runs, benches)
+        except BenchmarkError as exc:
+            error = str(exc)
+    evaluated = Run.objects.filter(evals__isnull=False).distinct().order_by("-id")[:100]
+    return render(request, "evals/compare.html", {
+        "data": data, "error": error,
+        "runs": evaluated, "benchmarks": Benchmark.objects.all(),
+        "chosen_runs": [int(r) for v in request.GET.getlist("run") for r in v.split(",") if r.strip().isdigit()],
+        "chosen_benchmarks": [b for v in request.GET.getlist("benchmark") for b in v.split(",") if b.strip()],
+    }, status=400 if error else 200)
+
+
+@require_POST
+@role_required("launch_run")
+def crossplay_launch(request, run_id: int):
+    run = get_object_or_404(Run, pk=run_id)
+    post = request.POST
+    try:
+        job = launch_crossplay(run, post.getlist("checkpoints"), n_tasks=post.get("n_tasks"),
+                               answers_per_task=post.get("answers_per_task"),
+                               temperature=post.get("temperature") or 1.0, queue=post.get("queue"), user=request.user)
+    except (EvalLaunchError, QueueUnavailable) as exc:
+        return _answer(request, run, error=str(exc))
+    return _answer(request, run, notice=f"Cross-play {job.pk} queued on {job.queue}.", go=job)
+
+
+def crossplay_detail(request, crossplay_id: int):
+    job = get_object_or_404(CrossPlay.objects.select_related("run"), pk=crossplay_id)
+    template = "evals/_crossplay_body.html" if request.headers.get("HX-Request") else "evals/crossplay.html"
+    return render(request, template, {"job": job, "job_data": job.as_dict()})
+

@@ -75,6 +75,7 @@ class DjangoSink:
             Run.objects.filter(pk=self.run_id).update(checkpoint_path=str(path), heartbeat_at=timezone.now())
             RunEvent.objects.create(run_id=self.run_id, kind=RunEvent.Kind.NOTABLE, step=int(step),
                                     message=f"checkpoint at step {step}", data={"path": str(path)})
+        _after_checkpoint(self.run_id, int(step), str(path))
 
     def control(self) -> Control:
         self.flush()
@@ -294,6 +295,16 @@ def _enqueue_for_review(run_id: int, by_kind: dict[str, dict[str, dict]]) -> Non
         hook(run_id, records)
     except Exception:
         log.exception("review sampling failed for run %s; the samples are stored but not queued", run_id)
+
+
+def _after_checkpoint(run_id: int, step: int, path: str) -> None:
+    """Automatic evaluations (apps.evals, when the run's config has eval.every_checkpoints); never stops a run."""
+    if importlib.util.find_spec("apps.evals.launch") is None:
+        return
+    try:
+        importlib.import_module("apps.evals.launch").on_checkpoint(run_id, step, path)
+    except Exception:
+        log.exception("automatic evaluation hook failed for run %s step %s", run_id, step)
 
 
 def _pending_verdicts(run: Run) -> list:

@@ -1,0 +1,293 @@
+"""REST endpoints of evals (mounted under /api/v1/ by apps/evals/api_urls.py).
+
+- ``GET evals/benchmarks/``; ``POST evals/benchmarks/`` (multipart ``file`` + ``name`` [+ ``scoring``,
+  ``title``]: an uploaded JSONL; or JSON ``{"name", "corpus", "n", "seed"}``: a held-out cloze set)
+- ``GET evals/`` (``?run=&status=&limit=``), ``POST evals/`` (``benchmarks``, ``checkpoint`` id or
+  ``model`` ``base:<name>``, ``run``, ``limit``, ``search``, ``corpus``, ``queue``, ``max_new_tokens``)
+- ``GET evals/<id>/``; ``GET evals/<id>/samples/?benchmark=&correct=&offset=&limit=``
+- ``GET evals/compare/?run=1&run=2&benchmark=gsm8k`` (table rows and chart series)
+- ``GET|POST runs/<id>/crossplay/`` (POST: ``checkpoints`` ids, ``n_tasks``, ``answers_per_task``,
+  ``temperature``, ``queue``); ``GET evals/crossplay/<id>/``
+
+Reading is open to every logged-in user; launching and creating benchmarks need the researcher
+role (``launch_run``).
+"""
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from apps.accounts.roles import HasRole, can
+from apps.api.errors import error_response
+from apps.corpora.models import Corpus
+from apps.evals import benchmarks as bench_service
+from apps.evals.compare import comparison
+from apps.evals.launch import EvalLaunchError, launch_crossplay, launch_eval
+from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
+from apps.runs.models import Run
+from apps.runs.services.launch import QueueUnavailable
+from trainer.evaluate import SCORING, BenchmarkError
+
+BENCHMARK_EXAMPLE = {"id": 4, "name": "my-qa", "title": "my-qa", "kind": "upload", "scoring": "exact", "size": 120,
+                     "corpus": None, "description": "", "meta": {"filename": "my-qa.jsonl"},
+                     "created": "2025-01-01T00:00:00Z"}
+EVAL_EXAMPLE = {"id": 12, "url": "/evals/jobs/12/", "status": "finished", "model": "/var/runs/7/checkpoints/step-000050",
+                "label": "run 7 @ step 50", "run": 7, "checkpoint": 31, "step": 50, "benchmarks": ["gsm8k"],
+                "limit": 100, "search": False, "done": 100, "total": 100,
+                "results": [{"benchmark": "gsm8k", "scoring": "math", "n": 100, "correct": 41, "score": 0.41,
+                             "ci_low": 0.31, "ci_high": 0.51, "seconds": 812.0, "complete": True}]}
+LAUNCH = inline_serializer("EvalLaunch", {
+    "benchmarks": serializers.ListField(child=serializers.CharField(), help_text="gsm8k, gpqa-diamond, aime2025, ..."),
+    "checkpoint": serializers.IntegerField(required=False, help_text="A checkpoint id (see GET runs/<id>/)"),
+    "model": serializers.CharField(required=False, help_text="base:<model name>; default: the run's base model"),
+    "run": serializers.IntegerField(required=False),
+    "limit": serializers.IntegerField(required=False, help_text="First N items of each benchmark"),
+    "search": serializers.BooleanField(required=False, help_text="Answer with the search tool"),
+    "corpus": serializers.CharField(required=False, help_text="Search corpus (default: the run's)"),
+    "queue": serializers.ChoiceField(choices=["gpu", "cpu"], required=False),
+    "max_new_tokens": serializers.IntegerField(required=False),
+})
+BENCHMARK_CREATE = inline_serializer("BenchmarkCreate", {
+    "name": serializers.CharField(help_text="lowercase letters, digits, - and _"),
+    "file": serializers.FileField(required=False, help_text='JSONL: {"question", "answer", "choices"?} per line'),
+    "scoring": serializers.ChoiceField(choices=list(SCORING), required=False),
+    "title": serializers.CharField(required=False),
+    "corpus": serializers.CharField(required=False, help_text="Held-out set: the corpus to build cloze QA from"),
+    "n": serializers.IntegerField(required=False, help_text="Held-out set: number of questions (default 200)"),
+    "seed": serializers.IntegerField(required=False),
+})
+CROSSPLAY = inline_serializer("CrossPlayLaunch", {
+    "checkpoints": serializers.ListField(child=serializers.IntegerField(), help_text="Checkpoint ids of the run"),
+    "n_tasks": serializers.IntegerField(required=False, help_text="Valid tasks per challenger (default 8)"),
+    "answers_per_task": serializers.IntegerField(required=False, help_text="Reasoner answers per task (default 4)"),
+    "temperature": serializers.FloatField(required=False),
+    "queue": serializers.ChoiceField(choices=["gpu", "cpu"], required=False),
+})
+
+
+def _forbidden():
+    return error_response(HasRole("launch_run").message, status.HTTP_403_FORBIDDEN)
+
+
+@extend_schema(methods=["GET"], operation_id="evals_benchmarks", summary="List benchmarks",
+               responses={200: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("benchmarks", value={"results": [BENCHMARK_EXAMPLE]}, response_only=True)])
+@extend_schema(methods=["POST"], operation_id="evals_benchmarks_create",
+               summary="Upload a JSONL benchmark, or freeze a held-out cloze QA set from a corpus",
+               request={"multipart/form-data": BENCHMARK_CREATE, "application/json": BENCHMARK_CREATE},
+               responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("held-out", value={"name": "wiki-cloze", "corpus": "wikipedia", "n": 200},
+                                        request_only=True),
+                         OpenApiExample("created", value=BENCHMARK_EXAMPLE, response_only=True, status_codes=["201"]),
+                         OpenApiExample("bad file", value={"error": 'my.jsonl:3: "answer" is missing (fields present: '
+                                                                   "['question'])"}, response_only=True,
+                                        status_codes=["400"])])
+@api_view(["GET", "POST"])
+@permission_classes([IsAuthenticated])
+def benchmarks(request):
+    if request.method == "GET":
+        bench_service.ensure_builtins()
+        return Response({"results": [b.as_dict() for b in Benchmark.objects.select_related("corpus")]})
+    if not can(request.user, "launch_run"):
+        return _forbidden()
+    data = request.data
+    try:
+        if data.get("corpus") not in (None, ""):
+            corpus = _corpus(data.get("corpus"))
+            bench = bench_service.heldout(data.get("name"), corpus, n=_as_int(data.get("n"), 200, "n"),
+                                          seed=_as_int(data.get("seed"), 0, "seed"), user=request.user,
+                                          scoring=data.get("scoring") or "exact")
+        else:
+            bench = bench_service.upload(data.get("name"), request.FILES.get("file"), data.get("scoring"),
+                                         user=request.user, title=data.get("title") or "")
+    except BenchmarkError as exc:
+        return error_response(str(exc))
+    return Response(bench.as_dict(), status=status.HTTP_201_CREATED)
+
+
+def _as_int(value, default, name):
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise BenchmarkError(f"{name} must be an integer, got {value!r}") from None
+
+
+def _corpus(value) -> Corpus:
+    text = str(value).strip()
+    found = Corpus.objects.filter(name=text).first() or (Corpus.objects.filter(pk=int(text)).first()
+                                                         if text.isdigit() else None)
+    if found is None:
+        raise BenchmarkError(f"no corpus named {text!r}; see /corpora/")
+    return found
+
+
+@extend_schema(methods=["GET"], operation_id="evals_list", summary="List evaluations",
+               parameters=[OpenApiParameter("run", int), OpenApiParameter("status", str), OpenApiParameter("limit", int)],
+               responses={200: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("evaluations", value={"results": [EVAL_EXAMPLE]}, response_only=True)])
+@extend_schema(methods=["POST"], operation_id="evals_launch", summary="Evaluate a checkpoint or a base model",
+               request=LAUNCH, responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("checkpoint", value={"checkpoint": 31, "benchmarks": ["gsm8k"], "limit": 100},
+                                        request_only=True),
+                         OpenApiExample("base", value={"model": "base:smollm2-135m-instruct",
+                                                       "benchmarks": ["gsm8k", "aime2025"]}, request_only=True),
+                         OpenApiExample("queued", value=EVAL_EXAMPLE, response_only=True, status_codes=["201"])])
+@api_view(["GET", "POST"])
+@permission_classes([IsAuthenticated])
+def evals(request):
+    if request.method == "POST":
+        return _launch(request)
+    qs = EvalJob.objects.select_related("owner", "corpus").prefetch_related("benchmarks")
+    params = request.query_params
+    if params.get("run"):
+        if not str(params["run"]).isdigit():
+            return error_response(f"run must be a run id, got {params['run']!r}")
+        qs = qs.filter(run_id=int(params["run"]))
+    if params.get("status"):
+        qs = qs.filter(status=params["status"])
+    try:
+        limit = _as_int(params.get("limit"), 100, "limit")
+    except BenchmarkError as exc:
+        return error_response(str(exc))
+    return Response({"results": [j.as_dict() for j in qs[:max(1, min(limit, 1000))]]})
+
+
+def _launch(request):
+    if not can(request.user, "launch_run"):
+        return _forbidden()
+    body = request.data if isinstance(request.data, dict) else {}
+    run = None
+    if body.get("run") not in (None, ""):
+        run = Run.objects.filter(pk=body["run"]).first() if str(body["run"]).isdigit() else None
+        if run is None:
+            return error_response(f"no run {body['run']!r}", fields={"run": "unknown run"})
+    try:
+        job = launch_eval(benchmarks=body.get("benchmarks"), model=body.get("model"), checkpoint=body.get("checkpoint"),
+                          run=run, limit=body.get("limit"), search=body.get("search", False), corpus=body.get("corpus"),
+                          queue=body.get("queue"), max_new_tokens=body.get("max_new_tokens"), user=request.user)
+    except EvalLaunchError as exc:
+        return error_response(str(exc), fields=exc.as_dict())
+    except QueueUnavailable as exc:
+        return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
+    return Response(job.as_dict(), status=status.HTTP_201_CREATED)
+
+
+@extend_schema(operation_id="evals_detail", summary="One evaluation with its results per benchmark",
+               responses={200: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("evaluation", value=EVAL_EXAMPLE, response_only=True)])
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def eval_detail(request, job_id: int):
+    job = get_object_or_404(EvalJob.objects.select_related("owner", "corpus"), pk=job_id)
+    return Response(job.as_dict())
+
+
+@extend_schema(operation_id="evals_samples", summary="Sample-level outputs of an evaluation",
+               parameters=[OpenApiParameter("benchmark", str), OpenApiParameter("correct", bool),
+                           OpenApiParameter("offset", int), OpenApiParameter("limit", int)],
+               responses={200: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("samples", response_only=True, value={"count": 1, "results": [
+                   {"benchmark": "gsm8k", "index": 0, "id": "gsm8k-0", "question": "Janet's ducks ...", "gold": "18",
+                    "prediction": "18", "output": "... \\boxed{18}", "correct": True, "score": 1.0, "data": {}}]})])
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def eval_samples(request, job_id: int):
+    job = get_object_or_404(EvalJob, pk=job_id)
+    params = request.query_params
+    results = EvalResult.objects.filter(job=job)
+    if params.get("benchmark"):
+        results = results.filter(benchmark__name=params["benchmark"])
+    qs = EvalSample.objects.filter(result__in=results).select_related("result__benchmark").order_by("result_id", "index")
+    if params.get("correct") not in (None, ""):
+        if params["correct"] not in ("true", "false"):
+            return error_response(f"correct must be true or false, got {params['correct']!r}")
+        qs = qs.filter(correct=params["correct"] == "true")
+    try:
+        offset = _as_int(params.get("offset"), 0, "offset")
+        limit = _as_int(params.get("limit"), 100, "limit")
+    except BenchmarkError as exc:
+        return error_response(str(exc))
+    page = qs[max(offset, 0):max(offset, 0) + max(1, min(limit, 1000))]
+    return Response({"count": qs.count(), "results": [{"benchmark": s.result.benchmark.name, **s.as_dict()}
+                                                       for s in page]})
+
+
+@extend_schema(operation_id="evals_compare", summary="Base vs checkpoints vs other runs on the same benchmarks",
+               parameters=[OpenApiParameter("run", int, many=True, description="Run ids (repeat or comma-separate)"),
+                           OpenApiParameter("benchmark", str, many=True, description="Benchmark names")],
+               responses={200: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("comparison", response_only=True, value={
+                   "benchmarks": ["gsm8k"], "runs": [7], "rows": [
+                       {"label": "base:smollm2-135m-instruct", "run": None, "step": None,
+                        "cells": [{"score": 0.3, "ci_low": 0.21, "ci_high": 0.39, "n": 100, "job": 3, "scoring": "math"}]}],
+                   "series": [{"name": "run 7 · gsm8k", "run": 7, "benchmark": "gsm8k", "steps": [0, 50],
+                               "scores": [0.3, 0.41], "ci_low": [0.21, 0.31], "ci_high": [0.39, 0.51]}]})])
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def compare(request):
+    try:
+        runs, benches = compare_inputs(request.query_params)
+    except BenchmarkError as exc:
+        return error_response(str(exc))
+    return Response(comparison(runs, benches))
+
+
+def compare_inputs(params):
+    """(runs, benchmarks) from ``run`` / ``benchmark`` parameters (repeated or comma-separated)."""
+    raw_runs = [r for v in params.getlist("run") for r in v.split(",") if r.strip()]
+    if not all(r.strip().isdigit() for r in raw_runs):
+        raise BenchmarkError(f"run must be run ids, got {', '.join(raw_runs)}")
+    runs = list(Run.objects.filter(pk__in=[int(r) for r in raw_runs]).order_by("pk"))
+    missing = {int(r) for r in raw_runs} - {r.pk for r in runs}
+    if missing:
+        raise BenchmarkError(f"no run {', '.join(map(str, sorted(missing)))}")
+    names = [n for v in params.getlist("benchmark") for n in v.split(",") if n.strip()]
+    if not names:
+        names = list(EvalResult.objects.filter(job__run__in=runs, complete=True)
+                     .values_list("benchmark__name", flat=True).distinct()) or ["gsm8k"]
+    return runs, bench_service.find(names)
+
+
+@extend_schema(methods=["GET"], operation_id="runs_crossplay_list", summary="Cross-play matrices of a run",
+               responses={200: OpenApiTypes.OBJECT})
+@extend_schema(methods=["POST"], operation_id="runs_crossplay_launch",
+               summary="Cross-play: challenger i's tasks answered by solver j, for chosen checkpoints",
+               request=CROSSPLAY, responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("launch", value={"checkpoints": [31, 32, 33], "n_tasks": 16},
+                                        request_only=True)])
+@api_view(["GET", "POST"])
+@permission_classes([IsAuthenticated])
+def run_crossplay(request, run_id: int):
+    run = get_object_or_404(Run, pk=run_id)
+    if request.method == "GET":
+        return Response({"results": [c.as_dict() for c in run.crossplays.all()[:50]]})
+    if not can(request.user, "launch_run"):
+        return _forbidden()
+    body = request.data if isinstance(request.data, dict) else {}
+    try:
+        job = launch_crossplay(run, body.get("checkpoints"), n_tasks=body.get("n_tasks"),
+                               answers_per_task=body.get("answers_per_task"), temperature=body.get("temperature", 1.0),
+                               queue=body.get("queue"), user=request.user)
+    except EvalLaunchError as exc:
+        return error_response(str(exc), fields=exc.as_dict())
+    except QueueUnavailable as exc:
+        return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
+    return Response(job.as_dict(), status=status.HTTP_201_CREATED)
+
+
+@extend_schema(operation_id="evals_crossplay_detail", summary="One cross-play matrix",
+               responses={200: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("matrix", response_only=True, value={
+                   "id": 2, "run": 7, "status": "finished", "steps": [10, 20], "matrix": [[0.6, 0.7], [0.3, 0.45]],
+                   "cells_done": 4, "cells_total": 4})])
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def crossplay_detail(request, crossplay_id: int):
+    return Response(get_object_or_404(CrossPlay, pk=crossplay_id).as_dict())

@@ -1,0 +1,204 @@
+"""RQ jobs of evals (queues gpu / cpu): ``execute_eval`` and ``execute_crossplay``.
+
+``execute_eval(job_id)`` claims the job (queued -> running), loads the model once, and for each
+benchmark in turn answers its items (``trainer.evaluate.evaluate``), writing the samples of every
+batch as they come, then the result with its 95% bootstrap interval. ``execute_crossplay(id)``
+writes each chosen checkpoint's SPICE tasks from the run's corpus documents, then fills the
+matrix cell by cell (solver j on challenger i's tasks), saving after every cell. Failures are
+recorded on the row (``error``); a job never crashes its worker.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import socket
+import traceback
+
+from django.conf import settings
+from django.db import transaction
+
+from apps.evals.models import CrossPlay, EvalJob, EvalResult, EvalSample
+
+log = logging.getLogger("selfplay.evals")
+
+
+def _worker_name() -> str:
+    try:
+        from rq import get_current_job
+
+        job = get_current_job()
+        if job is not None and job.worker_name:
+            return job.worker_name
+    except Exception:
+        pass
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _allowed_dirs() -> list:
+    return [settings.MODELS_DIR]
+
+
+def _finite(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def execute_eval(job_id: int) -> str:
+    job = EvalJob.objects.filter(pk=job_id).first()
+    if job is None:
+        return f"eval {job_id} no longer exists"
+    if not job.claim(_worker_name()):
+        return f"eval {job_id} is {EvalJob.objects.get(pk=job_id).status}; nothing to do"
+    try:
+        _evaluate(job)
+    except Exception as exc:
+        log.warning("eval %s failed:\n%s", job.pk, traceback.format_exc())
+        job.fail(str(exc).strip() or type(exc).__name__)
+        return f"eval {job.pk} failed: {job.error}"
+    job.finish()
+    return f"eval {job.pk} finished"
+
+
+def _evaluate(job: EvalJob) -> None:
+    from trainer.evaluate import evaluate, frozen_judge, load_model
+    from trainer.rollout import SamplingParams
+
+    os.environ.setdefault("SELFPLAY_DATA_DIR", str(settings.DATA_DIR))
+    benches = list(job.benchmarks.order_by("name"))
+    plan = [(b, _items(b, job.limit)) for b in benches]
+    job.beat(total=sum(len(items) for _, items in plan), done=0)
+    loaded = load_model(job.model_spec, allowed_dirs=_allowed_dirs())
+    tool = _search_tool(job, loaded.tokenizer) if job.search else None
+    judge = None
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=job.max_new_tokens)
+    done = 0
+    for bench, items in plan:
+        if bench.scoring == "judge" or any(i.scoring == "judge" for i in items):
+            judge = judge or frozen_judge(loaded, allowed_dirs=_allowed_dirs())
+        result, _ = EvalResult.objects.update_or_create(job=job, benchmark=bench, defaults={
+            "scoring": bench.scoring, "n": 0, "correct": 0, "score": None, "ci_low": None, "ci_high": None,
+            "complete": False})
+        result.samples.all().delete()
+
+        def store(samples, n_done, n_total, result=result, offset=done):
+            EvalSample.objects.bulk_create([_sample_row(result, s) for s in samples])
+            job.beat(done=offset + n_done)
+            EvalResult.objects.filter(pk=result.pk).update(n=n_done)
+
+        out = evaluate(loaded.generator, loaded.tokenizer, items, bench.scoring, sampling=sampling, search_tool=tool,
+                       judge=judge, on_batch=store, name=bench.name)
+        done += len(items)
+        EvalResult.objects.filter(pk=result.pk).update(
+            n=out.n, correct=out.correct, score=_finite(out.score), ci_low=_finite(out.ci_low),
+            ci_high=_finite(out.ci_high), seconds=out.seconds, complete=True)
+
+
+def _items(bench, limit):
+    items = bench.items()
+    if bench.size != len(items):
+        type(bench).objects.filter(pk=bench.pk).update(size=len(items))
+    return items[:limit] if limit else items
+
+
+def _search_tool(job: EvalJob, tokenizer):
+    from apps.corpora.retriever import PgvectorRetriever
+    from trainer.tools.search import SearchTool
+
+    if job.corpus_id is None:
+        raise RuntimeError("the search corpus of this evaluation was deleted; launch it again with another corpus")
+    return SearchTool(PgvectorRetriever(job.corpus), tokenizer=tokenizer)
+
+
+def _sample_row(result: EvalResult, s: dict) -> EvalSample:
+    gold = s["gold"]
+    data = {k: s[k] for k in ("turns", "passages", "searches", "document_id") if k in s}
+    if isinstance(gold, list):
+        data["aliases"] = gold
+        gold = " | ".join(gold)
+    return EvalSample(result=result, index=s["index"], item_id=str(s["id"])[:200], question=_clean(s["question"]),
+                      gold=_clean(gold), prediction=None if s["prediction"] is None else _clean(s["prediction"]),
+                      output=_clean(s["output"]), correct=bool(s["correct"]), score=float(s["score"]),
+                      data=_json_clean(data))
+
+
+def _clean(text) -> str:
+    return "" if text is None else str(text).replace("\x00", "")
+
+
+def _json_clean(value):
+    if isinstance(value, dict):
+        return {str(k): _json_clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_clean(v) for v in value]
+    if isinstance(value, str):
+        return _clean(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# ---- cross-play ---------------------------------------------------------------------------------
+
+def execute_crossplay(crossplay_id: int) -> str:
+    job = CrossPlay.objects.filter(pk=crossplay_id).first()
+    if job is None:
+        return f"cross-play {crossplay_id} no longer exists"
+    if not job.claim(_worker_name()):
+        return f"cross-play {crossplay_id} is {CrossPlay.objects.get(pk=crossplay_id).status}; nothing to do"
+    try:
+        _crossplay(job)
+    except Exception as exc:
+        log.warning("cross-play %s failed:\n%s", job.pk, traceback.format_exc())
+        job.fail(str(exc).strip() or type(exc).__name__)
+        return f"cross-play {job.pk} failed: {job.error}"
+    job.finish()
+    return f"cross-play {job.pk} finished"
+
+
+def _crossplay(job: CrossPlay) -> None:
+    """Tasks of every challenger first (one model in memory at a time), then the cells row by row."""
+    import torch
+
+    from trainer.evaluate import challenger_tasks, load_model, solve_rate, spice_section
+    from trainer.rollout import SamplingParams
+
+    os.environ.setdefault("SELFPLAY_DATA_DIR", str(settings.DATA_DIR))
+    run = job.run
+    if run.corpus_id is None:
+        raise RuntimeError("the run's corpus was deleted; cross-play needs its documents")
+    section = spice_section((run.config or {}).get("spice") or {})
+    sampling = SamplingParams(temperature=job.temperature, max_new_tokens=job.max_new_tokens)
+    documents = _documents(run, job.n_tasks * 4, job.seed)
+    torch.manual_seed(job.seed)
+    n = len(job.checkpoints)
+    tasks = list(job.tasks) if len(job.tasks) == n else [None] * n
+    for i, ckpt in enumerate(job.checkpoints):
+        if tasks[i] is None:
+            loaded = load_model(ckpt["path"], allowed_dirs=_allowed_dirs())
+            written, tried = challenger_tasks(loaded, documents, job.n_tasks, sampling, section)
+            tasks[i] = {"step": ckpt["step"], "tasks": written, "attempts": tried}
+            CrossPlay.objects.filter(pk=job.pk).update(tasks=tasks)
+            del loaded
+    matrix = [list(row) for row in job.matrix] if len(job.matrix) == n else [[None] * n for _ in range(n)]
+    done = 0
+    for j, ckpt in enumerate(job.checkpoints):  # one solver loaded at a time answers every challenger's tasks
+        loaded = load_model(ckpt["path"], allowed_dirs=_allowed_dirs())
+        for i in range(n):
+            rate, _ = solve_rate(loaded, tasks[i]["tasks"], sampling, job.answers_per_task)
+            matrix[i][j] = rate
+            done += 1
+            with transaction.atomic():
+                CrossPlay.objects.filter(pk=job.pk).update(matrix=matrix, cells_done=done)
+            job.beat()
+        del loaded
+
+
+def _documents(run, n: int, seed: int):
+    from apps.corpora.retriever import PgDocumentSource
+
+    source = PgDocumentSource(run.corpus)
+    docs = source.sample(max(n, 1), random.Random(seed))
+    if not docs:
+        raise RuntimeError(f"corpus {run.corpus.name!r} has no documents")
+    return docs

@@ -1,0 +1,237 @@
+"""Starting evaluations: checks, the job rows, and their RQ jobs (queue gpu or cpu, like runs).
+
+- ``launch_eval(...)``: a checkpoint of a run (its folder must still exist: ``checkpoint.keep_last``
+  prunes old ones) or ``base:<model name>`` on one or more benchmarks, optionally with the search
+  tool over a corpus;
+- ``launch_crossplay(run, checkpoints, ...)``: the cross-play matrix of chosen checkpoints;
+- ``on_checkpoint(run_id, step, path)``: the DjangoSink's hook; when the run's config has
+  ``eval.every_checkpoints: N`` (and ``eval.benchmarks``), every N-th checkpoint of the run gets
+  an automatic evaluation. It never raises: a problem becomes a run event.
+
+Every problem is an ``EvalLaunchError`` whose ``field`` names the input to fix.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+from django.db import IntegrityError, transaction
+
+from apps.evals.benchmarks import find
+from apps.evals.models import CrossPlay, EvalJob
+from apps.runs.models import Checkpoint, Run
+from apps.runs.services.launch import QUEUES, QueueUnavailable, check_model
+from trainer.evaluate import BenchmarkError, ModelSpecError, describe_target
+
+log = logging.getLogger("selfplay.evals")
+JOB_TIMEOUT = 7 * 24 * 3600
+MAX_LIMIT = 100_000
+MAX_CROSSPLAY_CHECKPOINTS = 8
+
+
+class EvalLaunchError(ValueError):
+    def __init__(self, message: str, field: str = ""):
+        super().__init__(message)
+        self.field = field
+
+    def as_dict(self) -> dict:
+        return {self.field or "request": str(self)}
+
+
+def _checkpoint(value, run: Run | None) -> Checkpoint:
+    if isinstance(value, Checkpoint):
+        return value
+    qs = Checkpoint.objects.select_related("run")
+    if run is not None:
+        qs = qs.filter(run=run)
+    try:
+        return qs.get(pk=int(value))
+    except (TypeError, ValueError, Checkpoint.DoesNotExist):
+        where = f" of run {run.pk}" if run else ""
+        raise EvalLaunchError(f"no checkpoint {value!r}{where}; pick one from the run page", "checkpoint") from None
+
+
+def _on_disk(ckpt: Checkpoint) -> None:
+    if not Path(ckpt.path).is_dir():
+        raise EvalLaunchError(f"checkpoint step {ckpt.step} ({ckpt.path}) is no longer on disk: runs keep only their "
+                              "newest checkpoint.keep_last checkpoints; evaluate a newer one", "checkpoint")
+
+
+def _int(value, name: str, low: int, high: int, default=None):
+    if value in (None, ""):
+        return default
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise EvalLaunchError(f"{name} must be an integer between {low} and {high}, got {value!r}", name) from None
+    if not low <= number <= high:
+        raise EvalLaunchError(f"{name} must be between {low} and {high}, got {number}", name)
+    return number
+
+
+def _queue(queue, run: Run | None) -> str:
+    if queue in (None, ""):
+        return run.queue if run is not None and run.queue in QUEUES else "gpu"
+    if queue not in QUEUES:
+        raise EvalLaunchError(f"unknown queue {queue!r}; use gpu or cpu", "queue")
+    return queue
+
+
+def _target(model, checkpoint, run, web: bool) -> tuple[str, Run | None, Checkpoint | None, int | None]:
+    """(model spec, run, checkpoint, step) from a checkpoint, base:<name>/a model name, or the run's base."""
+    if checkpoint not in (None, ""):
+        ckpt = _checkpoint(checkpoint, run)
+        _on_disk(ckpt)
+        return ckpt.path, ckpt.run, ckpt, ckpt.step
+    if model in (None, "") and run is not None:
+        model = f"base:{run.model_name}"
+    if not isinstance(model, str) or not model.strip():
+        raise EvalLaunchError("choose what to evaluate: a checkpoint id, or model base:<model name> "
+                              "(e.g. base:smollm2-135m-instruct)", "model")
+    model = model.strip()
+    name = model[5:].strip() if model.startswith("base:") else None
+    if name is not None:
+        problem = check_model(name, web) if name else "base: needs a model name"
+        if problem:
+            raise EvalLaunchError(problem, "model")
+        return f"base:{name}", run, None, None
+    if web:
+        raise EvalLaunchError("through the web, give a checkpoint id or base:<model name>; checkpoint folders are "
+                              "for manage.py eval", "model")
+    try:
+        target = describe_target(model)
+    except ModelSpecError as exc:
+        raise EvalLaunchError(str(exc), "model") from None
+    return model, run, None, target.get("step")
+
+
+def launch_eval(*, benchmarks, model=None, checkpoint=None, run: Run | None = None, limit=None, search=False,
+                corpus=None, queue=None, max_new_tokens=512, user=None, auto: bool = False, web: bool = True,
+                enqueue_job: bool = True) -> EvalJob:
+    spec, run, ckpt, step = _target(model, checkpoint, run, web)
+    try:
+        found = find(benchmarks)
+    except BenchmarkError as exc:
+        raise EvalLaunchError(str(exc), "benchmarks") from None
+    limit = _int(limit, "limit", 1, MAX_LIMIT)
+    max_new_tokens = _int(max_new_tokens, "max_new_tokens", 1, 32768, 512)
+    search = search in (True, "true", "1", "on", 1)
+    corpus_obj = _search_corpus(corpus, run) if search else None
+    with transaction.atomic():
+        job = EvalJob.objects.create(
+            model_spec=spec, run=run, checkpoint=ckpt, step=step, limit=limit, search=search, corpus=corpus_obj,
+            max_new_tokens=max_new_tokens, auto=auto, queue=_queue(queue, run),
+            owner=user if getattr(user, "is_authenticated", False) else None,
+            label=spec if ckpt is None else f"run {run.pk} @ step {step}")
+        job.benchmarks.set(found)
+    if enqueue_job:
+        enqueue(job, "apps.evals.jobs.execute_eval")
+    return job
+
+
+def _search_corpus(corpus, run: Run | None):
+    from apps.corpora.models import Corpus
+
+    if corpus in (None, ""):
+        if run is not None and run.corpus_id:
+            return run.corpus
+        raise EvalLaunchError("search needs a corpus: give corpus (a name or id), or evaluate a run's checkpoint",
+                              "corpus")
+    if isinstance(corpus, Corpus):
+        return corpus
+    text = str(corpus).strip()
+    found = Corpus.objects.filter(name=text).first() or (
+        Corpus.objects.filter(pk=int(text)).first() if text.isdigit() else None)
+    if found is None:
+        raise EvalLaunchError(f"no corpus named {text!r}; see /corpora/", "corpus")
+    return found
+
+
+def launch_crossplay(run: Run, checkpoints, *, n_tasks=8, answers_per_task=4, temperature=1.0, max_new_tokens=None,
+                     seed=0, queue=None, user=None, enqueue_job: bool = True) -> CrossPlay:
+    if run.corpus_id is None:
+        raise EvalLaunchError("cross-play writes tasks from the run's corpus documents; this run has no corpus",
+                              "run")
+    if isinstance(checkpoints, (str, int)):
+        checkpoints = [c for c in str(checkpoints).split(",") if c.strip()]
+    chosen = [_checkpoint(c, run) for c in (checkpoints or [])]
+    chosen = sorted({c.pk: c for c in chosen}.values(), key=lambda c: c.step)
+    if not 1 <= len(chosen) <= MAX_CROSSPLAY_CHECKPOINTS:
+        raise EvalLaunchError(f"choose 1 to {MAX_CROSSPLAY_CHECKPOINTS} checkpoints of the run", "checkpoints")
+    for c in chosen:
+        _on_disk(c)
+    try:
+        temperature = float(temperature)
+    except (TypeError, ValueError):
+        raise EvalLaunchError(f"temperature must be a number, got {temperature!r}", "temperature") from None
+    if not 0 <= temperature <= 2:
+        raise EvalLaunchError("temperature must be between 0 and 2", "temperature")
+    default_tokens = int((run.config.get("rollout") or {}).get("max_new_tokens") or 512)
+    job = CrossPlay.objects.create(
+        run=run, checkpoints=[{"id": c.pk, "step": c.step, "path": c.path} for c in chosen],
+        n_tasks=_int(n_tasks, "n_tasks", 1, 512, 8), answers_per_task=_int(answers_per_task, "answers_per_task", 1, 64, 4),
+        temperature=temperature, max_new_tokens=_int(max_new_tokens, "max_new_tokens", 16, 32768, default_tokens),
+        seed=_int(seed, "seed", 0, 2**31 - 1, 0), queue=_queue(queue, run),
+        matrix=[[None] * len(chosen) for _ in chosen],
+        owner=user if getattr(user, "is_authenticated", False) else None)
+    if enqueue_job:
+        enqueue(job, "apps.evals.jobs.execute_crossplay")
+    return job
+
+
+def enqueue(job, func: str) -> str:
+    """Put ``func(job.pk)`` on the job's queue; the job fails with the reason when Redis refuses."""
+    import django_rq
+
+    job_id = f"{type(job).__name__.lower()}-{job.pk}-{uuid.uuid4().hex[:8]}"
+    try:
+        django_rq.get_queue(job.queue).enqueue(func, job.pk, job_id=job_id, job_timeout=JOB_TIMEOUT,
+                                               result_ttl=7 * 24 * 3600, failure_ttl=30 * 24 * 3600)
+    except Exception as exc:  # redis.ConnectionError and friends
+        message = (f"could not queue the job on {job.queue!r}: Redis is not reachable ({exc}); "
+                   "start it (manage.py services start) and launch again")
+        job.fail(message)
+        raise QueueUnavailable(message) from None
+    type(job).objects.filter(pk=job.pk).update(job_id=job_id)
+    job.job_id = job_id
+    return job_id
+
+
+# ---- automatic evaluations ------------------------------------------------------------------------
+
+def auto_settings(run: Run) -> tuple[int, list[str], dict]:
+    """(every N checkpoints, benchmark names, other options) from the run's ``eval`` config section."""
+    section = (run.config or {}).get("eval") or {}
+    every = int(section.get("every_checkpoints") or 0)
+    names = section.get("benchmarks") or []
+    options = {"limit": section.get("limit"), "search": bool(section.get("search")),
+               "max_new_tokens": section.get("max_new_tokens") or 512}
+    return every, list(names), options
+
+
+def on_checkpoint(run_id: int, step: int, path: str) -> EvalJob | None:
+    """Queue the automatic evaluation of this checkpoint when it is due; never raises."""
+    try:
+        run = Run.objects.get(pk=run_id)
+        every, names, options = auto_settings(run)
+        if every <= 0 or not names:
+            return None
+        ckpt = Checkpoint.objects.get(run=run, step=int(step))
+        nth = Checkpoint.objects.filter(run=run, step__lte=ckpt.step).count()
+        if nth % every or EvalJob.objects.filter(checkpoint=ckpt, auto=True).exists():
+            return None
+        job = launch_eval(benchmarks=names, checkpoint=ckpt, run=run, auto=True, web=False, **options)
+        run.notable(f"automatic evaluation {job.pk} of step {ckpt.step} queued ({', '.join(names)})",
+                    data={"eval_job": job.pk}, step=ckpt.step)
+        return job
+    except IntegrityError:  # the same checkpoint reported twice at once: one job is enough
+        return None
+    except Exception as exc:
+        log.warning("automatic evaluation of run %s step %s not queued: %s", run_id, step, exc)
+        try:
+            Run.objects.get(pk=run_id).notable(f"automatic evaluation of step {step} not queued: {exc}",
+                                               step=int(step))
+        except Exception:
+            pass
+        return None

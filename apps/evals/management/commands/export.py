@@ -1,0 +1,39 @@
+"""manage.py export RUN_ID --kind tasks|rubrics|attempts|grades|pairs|verdicts|config [--format jsonl|parquet]
+-o FILE [--role R] [--step-min N] [--step-max N] [--iteration-min N] [--iteration-max N]
+[--review approved|flagged|pending|none] [--valid true|false] [--after ID] [--limit N]
+
+The same stream as GET /api/v1/runs/<id>/export/<kind>.<format> (apps/api/export.py), written to a file.
+"""
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.api.export import FORMATS, KINDS, ExportError, write_file
+from apps.runs.models import Run
+
+FILTER_OPTIONS = ("role", "step_min", "step_max", "iteration_min", "iteration_max", "review", "valid", "after", "limit")
+
+
+class Command(BaseCommand):
+    help = "Export a run's tasks, rubrics, attempts, grades, preference pairs, verdicts or config as JSONL / Parquet."
+
+    def add_arguments(self, parser):
+        parser.add_argument("run_id", type=int, help="The run's id.")
+        parser.add_argument("--kind", required=True, choices=KINDS, help="What to export.")
+        parser.add_argument("--format", default="jsonl", choices=FORMATS, help="File format (default jsonl).")
+        parser.add_argument("-o", "--output", required=True, help="File to write.")
+        for name in FILTER_OPTIONS:
+            parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
+                                help=f"Filter {name} (see GET /api/v1/schema/ for the meaning).")
+
+    def handle(self, *args, run_id, kind, format, output, **options):
+        run = Run.objects.select_related("corpus").filter(pk=run_id).first()
+        if run is None:
+            raise CommandError(f"no run {run_id}; list them with the API (GET /api/v1/runs/) or at /runs/")
+        params = {k: str(options[k]) for k in FILTER_OPTIONS if options.get(k) is not None}
+        try:
+            written, plan = write_file(run, kind, format, output, params)
+        except ExportError as exc:
+            raise CommandError(str(exc)) from None
+        more = " (more rows after it: --after %s)" % plan.last_id if plan.has_more else ""
+        self.stderr.write(f"wrote {written} bytes to {output}; last {plan.cursor_field} {plan.last_id}{more}")

@@ -1,0 +1,196 @@
+"""The streaming export: every kind round-trips through datasets and pyarrow with the right rows
+and fields, filters, resuming, errors and permissions, and manage.py export."""
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from rest_framework.test import APIClient
+
+from apps.api.export import KINDS, arrow_schema, columns
+from apps.episodes.models import Attempt, Grade, Rubric, Task
+from apps.review.models import ReviewItem
+
+@pytest.fixture
+def run(filled_run):
+    return filled_run
+
+
+def client_for(user):
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def get(client, run, kind, fmt="jsonl", **params):
+    response = client.get(f"/api/v1/runs/{run.pk}/export/{kind}.{fmt}", params)
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    return response, body
+
+
+def load_jsonl(body: bytes, tmp_path, name="x.jsonl"):
+    import datasets
+
+    path = tmp_path / name
+    path.write_bytes(body)
+    return datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
+
+
+EXPECTED = {"tasks": 6, "rubrics": 6, "attempts": 24, "grades": 6, "verdicts": 3, "config": 1,
+            "pairs": 6 * 2}  # per task: 3 reasoner answers rewarded 1, 0, 0 -> 2 pairs; challenger alone -> none
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_round_trips_through_datasets_and_pyarrow(run, reader, tmp_path, kind):
+    client = client_for(reader)  # any logged-in user may export
+    response, body = get(client, run, kind)
+    assert response.status_code == 200 and response.streaming
+    assert response["Content-Type"] == "application/x-ndjson"
+    ds = load_jsonl(body, tmp_path)
+    assert ds.num_rows == EXPECTED[kind] and ds.column_names == [c for c, _ in columns(kind)]
+    response, body = get(client, run, kind, "parquet")
+    assert response.status_code == 200 and response["Content-Type"] == "application/vnd.apache.parquet"
+    table = pq.read_table(io.BytesIO(body))
+    assert table.num_rows == EXPECTED[kind] and table.schema.equals(arrow_schema(kind))
+    assert table.to_pylist() == [json.loads(line) for line in get(client, run, kind)[1].splitlines()]
+
+
+def test_attempt_rows_carry_turns_passages_and_token_masks(run, reader, tmp_path):
+    _, body = get(client_for(reader), run, "attempts", role="reasoner", step_min=2, step_max=2)
+    rows = list(load_jsonl(body, tmp_path))
+    assert len(rows) == 6 and {r["step"] for r in rows} == {2}
+    row = next(r for r in rows if r["key"] == "2:0:r1")
+    assert row["turns"] == [{"role": "assistant", "text": "<search>q1</search>"},
+                            {"role": "tool", "text": "<information>x</information>"}]
+    assert row["passages"] == [{"document_id": "d1", "chunk_id": "c1", "title": "T", "text": "p", "score": 1.0}]
+    assert row["token_ids"] == [0, 1] and row["loss_mask"] == [1, 1]
+    assert row["reward"] == 0.0 and json.loads(row["data"]) == {"boxed": "1"}
+    assert row["task_id"] == Task.objects.get(run=run, key="2:0").pk and row["task_valid"] is True
+    assert row["iteration"] is None
+
+
+def test_pairs_prefer_the_higher_reward(run, reader):
+    _, body = get(client_for(reader), run, "pairs", step_min=1, step_max=1)
+    rows = [json.loads(line) for line in body.splitlines()]
+    assert len(rows) == 4 and {r["role"] for r in rows} == {"reasoner"}
+    for r in rows:
+        assert r["chosen_reward"] > r["rejected_reward"] and r["chosen"] == "answer 0"
+        assert r["prompt"] == Task.objects.get(pk=r["task_id"]).question
+    assert sorted(r["rejected_key"] for r in rows if r["task_key"] == "1:0") == ["1:0:r1", "1:0:r2"]
+
+
+@pytest.mark.parametrize("kind, params, expected", [
+    ("tasks", {"valid": "true"}, 3),
+    ("tasks", {"valid": "false", "step_min": 2}, 2),
+    ("tasks", {"review": "flagged"}, 1),
+    ("tasks", {"review": "none"}, 4),
+    ("tasks", {"iteration_min": 1, "iteration_max": 1}, 4),  # steps 2 and 3 record iteration 1
+    ("attempts", {"role": "challenger"}, 6),
+    ("attempts", {"review": "approved"}, 4),  # task 2:0's challenger attempt and 3 answers
+    ("attempts", {"valid": "false"}, 12),
+    ("rubrics", {"review": "pending"}, 1),
+    ("grades", {"step_max": 1}, 2),
+    ("verdicts", {"review": "flagged"}, 1),
+    ("pairs", {"valid": "true"}, 6),
+    ("pairs", {"role": "challenger"}, 0),
+])
+def test_filters(run, reader, kind, params, expected):
+    response, body = get(client_for(reader), run, kind, **params)
+    assert response.status_code == 200
+    assert len(body.splitlines()) == expected
+
+
+def test_review_status_columns(run, reader):
+    _, body = get(client_for(reader), run, "tasks")
+    status = {r["key"]: r["review_status"] for r in map(json.loads, body.splitlines())}
+    assert status["1:0"] == "flagged" and status["2:0"] == "approved" and status["3:0"] == ""
+    _, body = get(client_for(reader), run, "rubrics")
+    assert {r["key"]: r["review_status"] for r in map(json.loads, body.splitlines())}["3:1:k"] == "pending"
+
+
+def test_resume_with_after_and_limit(run, reader):
+    client = client_for(reader)
+    ids = list(Attempt.objects.filter(run=run).order_by("id").values_list("id", flat=True))
+    response, body = get(client, run, "attempts", limit=10)
+    first = [json.loads(line)["id"] for line in body.splitlines()]
+    assert first == ids[:10]
+    assert response["X-Export-Last-Id"] == str(ids[9]) and response["X-Export-Has-More"] == "true"
+    assert response["X-Export-Cursor-Field"] == "id"
+    response, body = get(client, run, "attempts", after=response["X-Export-Last-Id"])
+    assert [json.loads(line)["id"] for line in body.splitlines()] == ids[10:]
+    assert response["X-Export-Has-More"] == "false" and response["X-Export-Last-Id"] == str(ids[-1])
+    # parquet in parts
+    response, body = get(client, run, "attempts", "parquet", after=ids[-4])
+    assert pq.read_table(io.BytesIO(body)).column("id").to_pylist() == ids[-3:]
+    response, body = get(client, run, "pairs", limit=1)
+    assert response["X-Export-Cursor-Field"] == "task_id"
+    assert {json.loads(line)["task_id"] for line in body.splitlines()} == {int(response["X-Export-Last-Id"])}
+
+
+def test_an_empty_selection_is_an_empty_file(run, reader):
+    response, body = get(client_for(reader), run, "tasks", step_min=99)
+    assert response.status_code == 200 and body == b"" and response["X-Export-Last-Id"] == ""
+    response, body = get(client_for(reader), run, "tasks", "parquet", step_min=99)
+    assert pq.read_table(io.BytesIO(body)).num_rows == 0
+
+
+@pytest.mark.parametrize("kind, params, message", [
+    ("tasks", {"step_min": "abc"}, "step_min must be an integer, got 'abc'"),
+    ("tasks", {"valid": "maybe"}, "valid must be true or false"),
+    ("tasks", {"review": "liked"}, "review must be one of approved, flagged, pending, none"),
+    ("rubrics", {"role": "solver"}, "filter 'role' does not apply to rubrics"),
+    ("config", {"step_min": 1}, "does not apply to config"),
+    ("tasks", {"colour": "red"}, "unknown filter 'colour'"),
+    ("tasks", {"step_min": 5, "step_max": 2}, "step_min (5) is larger than step_max (2)"),
+    ("tasks", {"limit": 0}, "limit must be at least 1"),
+    ("widgets", {}, "unknown export kind 'widgets'"),
+])
+def test_a_bad_filter_is_a_400_with_a_message(run, reader, kind, params, message):
+    response, body = get(client_for(reader), run, kind, **params)
+    assert response.status_code == 400
+    assert message in json.loads(body)["error"]
+
+
+def test_a_bad_format_or_run(run, reader):
+    response, body = get(client_for(reader), run, "tasks", "csv")
+    assert response.status_code == 400 and "jsonl or .parquet" in json.loads(body)["error"]
+    response = client_for(reader).get("/api/v1/runs/999999/export/tasks.jsonl")
+    assert response.status_code == 404
+
+
+def test_anonymous_users_cannot_export(run):
+    response = APIClient().get(f"/api/v1/runs/{run.pk}/export/tasks.jsonl")
+    assert response.status_code in (401, 403)
+    assert "Authentication required" in response.json()["error"]
+
+
+def test_the_export_command_writes_the_same_stream(run, tmp_path, capsys):
+    out = tmp_path / "grades.parquet"
+    call_command("export", str(run.pk), "--kind", "grades", "--format", "parquet", "-o", str(out))
+    assert pq.read_table(out).num_rows == Grade.objects.filter(run=run).count()
+    out = tmp_path / "r.jsonl"
+    call_command("export", str(run.pk), "--kind", "rubrics", "-o", str(out), "--step-min", "3")
+    assert len(out.read_text().splitlines()) == Rubric.objects.filter(run=run, step__gte=3).count()
+    with pytest.raises(CommandError, match="does not apply to rubrics"):
+        call_command("export", str(run.pk), "--kind", "rubrics", "-o", str(out), "--role", "x")
+    with pytest.raises(CommandError, match="no run 999999"):
+        call_command("export", "999999", "--kind", "tasks", "-o", str(out))
+
+
+def test_the_schema_documents_the_export(reader):
+    response = client_for(reader).get("/api/v1/schema/?format=json")
+    paths = response.json()["paths"]
+    route = next(v for k, v in paths.items() if "export" in k)
+    op = route["get"]
+    assert op["operationId"] == "runs_export"
+    assert {p["name"] for p in op["parameters"]} >= {"role", "step_min", "step_max", "review", "valid", "after", "limit"}
+    assert "application/x-ndjson" in op["responses"]["200"]["content"]
+    assert "X-Export-Last-Id" in op["description"]
+    for path in ("/api/v1/evals/", "/api/v1/evals/benchmarks/", "/api/v1/evals/compare/",
+                 "/api/v1/runs/{run_id}/crossplay/"):
+        assert path in paths, path
