@@ -78,7 +78,7 @@ def default_run_dir(cfg: Config) -> Path:
 def make_generator(cfg: Config, policy):
     if cfg.rollout.backend == "vllm":
         try:
-            from trainer.rollout.vllm import VLLMGenerator
+            from trainer.rollout.vllm_backend import VLLMGenerator
         except ImportError as exc:
             raise RuntimeError(f"rollout.backend=vllm is not available ({exc}); install the gpu extra "
                                "or set rollout.backend=hf") from None

@@ -1,0 +1,276 @@
+"""``VLLMGenerator``: the vLLM backend of the ``Generator`` protocol (``rollout.backend: vllm``).
+
+Two placements (written against vLLM 0.24's API; vLLM 0.20-0.26 pin the device's torch 2.11):
+
+- ``colocate`` (default): vLLM runs IN this process on the trainer's GPU (V1 engine with
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0``), taking ``rollout.gpu_memory_utilization`` of the card.
+  After each optimizer step the trainer's weights are pushed without touching the disk:
+  ``llm.apply_model(lambda m: m.load_weights(...))`` on bf16 copies of the parameters (LoRA
+  adapters are merged first). ``sleep=True`` frees vLLM's KV cache (and weights) between
+  rollouts (``llm.sleep(level=2)`` / ``wake_up``) so the update pass gets the memory back.
+- ``separate``: vLLM's engine runs in its own process on another GPU (``vllm_device``); weights
+  travel GPU to GPU by NCCL broadcast through vLLM's weight-transfer engine
+  (``init_weight_transfer_engine`` / ``update_weights`` on vLLM's side,
+  ``NCCLWeightTransferEngine.trainer_send_weights`` on ours).
+
+When to sync: every ``generate`` compares the parameters' in-place version counters with those
+seen at the last push; an optimizer step (torch or DeepSpeed, which write the weights in
+place) bumps them, so the push happens exactly once per step, before the next rollout.
+
+Safety: after every push ``verify()`` scores a fixed token sequence with vLLM (prompt
+log-probs) and with the trainer's model, and raises ``WeightSyncError`` when the mean absolute
+difference exceeds ``check_tol`` (bf16 kernels differ by ~1e-2; a stale or mis-mapped weight
+gives ~1 or more). Log-probs of sampled tokens come back in vLLM's ``processed_logprobs``
+mode: ``log_softmax(logits / T)`` like HFGenerator, except that vLLM takes them after
+``min_tokens``' EOS masking and top-p (a small, known difference the trainer's recomputation
+removes). ``truncated_is_weights`` gives the optional truncated importance-sampling
+correction between the trainer's and vLLM's log-probs.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+import torch
+
+from trainer.rollout.types import Completion, SamplingParams
+
+MODES = ("colocate", "separate")
+
+
+class WeightSyncError(RuntimeError):
+    """vLLM's log-probs no longer match the trainer's after a weight push."""
+
+
+def truncated_is_weights(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
+    """Per-token truncated importance weights min(pi_trainer / pi_rollout, cap).
+
+    Both [B, L] log-probs of the sampled tokens (the trainer's before the update, vLLM's at
+    sampling time). log ratio 0.5 -> e^0.5 = 1.65; log ratio 2 -> e^2 = 7.39, capped at 2.
+    """
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    return torch.exp(trainer_logp - rollout_logp).clamp(max=cap).detach()
+
+
+def _completion_of(out, params: SamplingParams, tokenizer, eos_ids: set[int]) -> Completion:
+    """One vLLM CompletionOutput -> our Completion (ids never cut; logprob of each sampled token)."""
+    ids = list(out.token_ids)
+    lps = []
+    for tok, entry in zip(ids, out.logprobs or []):
+        lp = entry.get(tok) if entry else None
+        lps.append(float(lp.logprob) if lp is not None else float("nan"))
+    if len(lps) != len(ids):
+        raise RuntimeError(f"vLLM returned {len(lps)} logprobs for {len(ids)} tokens; request logprobs=0")
+    stop = out.stop_reason if isinstance(out.stop_reason, str) else None
+    if out.finish_reason == "length":
+        reason = "length"
+    elif stop is not None:
+        reason = "stop"
+    elif ids and ids[-1] in eos_ids:
+        reason = "eos"
+    else:
+        reason = "stop"
+    return Completion(prompt_ids=[], completion_ids=ids, logprobs=lps,
+                      text=tokenizer.decode(ids, skip_special_tokens=True), finish_reason=reason, stop=stop,
+                      temperature=params.logprob_temperature)
+
+
+def _weights_for_vllm(model) -> list[tuple[str, torch.Tensor]]:
+    """(HF name, bf16 tensor) of the full model, LoRA merged, tied head skipped."""
+    base = model
+    merged = None
+    if hasattr(model, "peft_config"):  # LoRA: push W + scale * B @ A
+        import copy
+
+        merged = copy.deepcopy(model).merge_and_unload()
+        base = merged
+    tied = getattr(base.config, "tie_word_embeddings", False)
+    out = []
+    for name, p in base.state_dict().items():
+        if tied and name == "lm_head.weight":
+            continue
+        out.append((name, p.detach().to(torch.bfloat16)))
+    return out
+
+
+def _param_versions(model) -> tuple[int, ...]:
+    return tuple(p._version for p in model.parameters())
+
+
+class VLLMGenerator:
+    """Batched sampling through vLLM with weights kept in step with the trainer's model."""
+
+    def __init__(self, model, tokenizer, model_path: str, *, mode: str = "colocate", gpu_memory_utilization: float = 0.35,
+                 max_model_len: int | None = None, seed: int = 0, sleep: bool = False, check_tol: float = 0.05,
+                 vllm_device: int = 1, autocast_dtype: torch.dtype | None = torch.bfloat16, enforce_eager: bool = False,
+                 llm_kwargs: dict | None = None):
+        if mode not in MODES:
+            raise ValueError(f"vLLM mode must be one of {MODES}, got {mode!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.mode = mode
+        self.sleep = sleep and mode == "colocate"
+        self.check_tol = check_tol
+        self.autocast_dtype = autocast_dtype
+        self.eos_ids = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if isinstance(gen_eos, int):
+            self.eos_ids.add(gen_eos)
+        elif gen_eos:
+            self.eos_ids.update(int(i) for i in gen_eos)
+        self._group = None
+        self._asleep = False
+        self._versions: tuple[int, ...] | None = None
+        self.last_check: dict = {}
+        self.stats = {"syncs": 0, "sync_seconds": 0.0, "verify_seconds": 0.0}
+        kwargs = dict(model=str(model_path), dtype="bfloat16", gpu_memory_utilization=gpu_memory_utilization,
+                      seed=seed, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
+                      enforce_eager=enforce_eager, tokenizer=str(model_path))
+        if max_model_len:
+            kwargs["max_model_len"] = int(max_model_len)
+        kwargs.update(llm_kwargs or {})
+        self.llm = self._start(kwargs, vllm_device)
+        self.sync_weights()  # the trainer's weights may already differ from the files
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_policy(cls, policy, cfg) -> "VLLMGenerator":
+        r = cfg.rollout
+        return cls(policy.model, policy.tokenizer, policy.path, mode=getattr(r, "vllm_mode", "colocate"),
+                   gpu_memory_utilization=r.gpu_memory_utilization, seed=cfg.seed,
+                   sleep=bool(getattr(r, "vllm_sleep", False)), autocast_dtype=policy.autocast_dtype or torch.bfloat16)
+
+    def _start(self, kwargs: dict, vllm_device: int):
+        from vllm import LLM
+
+        if self.mode == "colocate":
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in this process: load_weights in place
+            return LLM(enable_sleep_mode=self.sleep, **kwargs)
+        from vllm.config import WeightTransferConfig
+
+        old = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(vllm_device)  # the engine process sees only its GPU
+        try:
+            llm = LLM(weight_transfer_config=WeightTransferConfig(backend="nccl"), **kwargs)
+        finally:
+            if old is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = old
+        self._init_nccl(llm)
+        return llm
+
+    def _init_nccl(self, llm) -> None:
+        """Rendezvous of the trainer (rank 0) and vLLM's worker (rank 1) for weight broadcasts."""
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+
+        from trainer.distributed import free_port
+
+        info = {"master_address": "127.0.0.1", "master_port": free_port(), "rank_offset": 1, "world_size": 2}
+        worker = threading.Thread(target=llm.init_weight_transfer_engine, args=({"init_info": info},))
+        worker.start()
+        self._group = NCCLWeightTransferEngine.trainer_init(info)
+        worker.join()
+
+    # -- weights ----------------------------------------------------------------------------
+    def _wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def needs_sync(self) -> bool:
+        return self._versions != _param_versions(self.model)
+
+    def sync_weights(self) -> None:
+        """Push the trainer's current weights into vLLM (no disk), then verify them."""
+        import time
+
+        t0 = time.perf_counter()
+        weights = _weights_for_vllm(self.model)
+        if self.mode == "colocate":
+            self._wake()
+            self.llm.apply_model(lambda m: m.load_weights(iter(weights)))
+        else:
+            self._send_nccl(weights)
+        self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+        self._versions = _param_versions(self.model)
+        del weights
+        self.stats["syncs"] += 1
+        self.stats["sync_seconds"] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self.verify()
+        self.stats["verify_seconds"] += time.perf_counter() - t1
+
+    def _send_nccl(self, weights) -> None:
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+
+        info = {"names": [n for n, _ in weights], "dtype_names": [str(t.dtype).removeprefix("torch.") for _, t in weights],
+                "shapes": [list(t.shape) for _, t in weights], "packed": True}
+        self.llm.start_weight_update()
+        receiver = threading.Thread(target=self.llm.update_weights, args=({"update_info": info},))
+        receiver.start()
+        NCCLWeightTransferEngine.trainer_send_weights(iter(weights), {"group": self._group, "packed": True})
+        receiver.join()
+        self.llm.finish_weight_update()
+
+    def probe_ids(self, n: int = 48) -> list[int]:
+        """A fixed, deterministic token sequence (a sentence of the tokenizer, repeated)."""
+        text = "The quick brown fox jumps over the lazy dog. " * 8
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][:n]
+        return ids if len(ids) >= 2 else list(range(100, 100 + n))
+
+    def verify(self) -> dict:
+        """vLLM's vs the trainer's log-probs of ``probe_ids``; raises WeightSyncError if apart."""
+        from vllm import SamplingParams as VSP
+
+        ids = self.probe_ids()
+        out = self.llm.generate([{"prompt_token_ids": ids}], VSP(max_tokens=1, prompt_logprobs=0, temperature=1.0),
+                                use_tqdm=False)[0]
+        ours_v = torch.tensor([float(d[t].logprob) for d, t in zip(out.prompt_logprobs[1:], ids[1:])])
+        ours_t = self._trainer_logprobs(ids)
+        diff = (ours_v - ours_t).abs()
+        self.last_check = {"mean_abs": float(diff.mean()), "max_abs": float(diff.max()), "tokens": len(ids) - 1}
+        if not self.last_check["mean_abs"] <= self.check_tol:
+            raise WeightSyncError(
+                f"vLLM and the trainer disagree after the weight push: mean |logprob diff| "
+                f"{self.last_check['mean_abs']:.4f} > {self.check_tol} (max {self.last_check['max_abs']:.3f}) on a "
+                "fixed sequence; the weights did not arrive (name mapping, dtype, LoRA merge) - stopping")
+        return self.last_check
+
+    @torch.no_grad()
+    def _trainer_logprobs(self, ids: list[int]) -> torch.Tensor:
+        device = next(self.model.parameters()).device
+        x = torch.tensor([ids], device=device)
+        ctx = torch.autocast(device.type, dtype=self.autocast_dtype) if self.autocast_dtype else contextlib.nullcontext()
+        with ctx:
+            logits = self.model(input_ids=x).logits[0, :-1].float()  # [L-1, V]
+        return torch.log_softmax(logits, -1).gather(1, x[0, 1:, None]).squeeze(1).cpu()
+
+    # -- the Generator protocol ---------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams, use_adapter: bool = True) -> list[Completion]:
+        if not use_adapter:
+            raise ValueError("rollout.backend=vllm samples the current policy only; a frozen-base role "
+                             "(use_adapter=False) needs rollout.backend=hf or a second generator on the frozen copy")
+        if not prompts:
+            return []
+        from vllm import SamplingParams as VSP
+
+        if self.needs_sync():
+            self.sync_weights()
+        self._wake()
+        vsp = VSP(n=1, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
+                  min_tokens=min(params.min_new_tokens, params.max_new_tokens), stop=list(params.stop) or None,
+                  stop_token_ids=sorted(self.eos_ids), include_stop_str_in_output=True, logprobs=0,
+                  skip_special_tokens=True)
+        outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], vsp, use_tqdm=False)
+        if self.sleep:  # hand the KV cache (and the weights, to CPU) back to the update pass
+            self.llm.sleep(level=1)
+            self._asleep = True
+        result = []
+        for p, o in zip(prompts, outs):
+            c = _completion_of(o.outputs[0], params, self.tokenizer, self.eos_ids)
+            c.prompt_ids = list(p)
+            result.append(c)
+        return result
