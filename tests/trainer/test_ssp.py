@@ -157,6 +157,32 @@ def test_load_answers_txt_and_jsonl(tmp_path):
         load_answers(tmp_path / "missing.txt")
 
 
+# ---- batch refill ------------------------------------------------------------------------------
+
+def test_failed_slots_are_refilled_from_the_buffer_and_valid_ones_solve_their_own():
+    from trainer.config import load_config
+    from trainer.methods.ssp import Slot, assign_questions
+    from trainer.methods.ssp_tasks import FilterResult
+
+    sec = load_config({"method": "ssp"}).ssp
+    ok, bad = FilterResult(True, "ok"), FilterResult(False, "too_short")
+    slots = [Slot("5:0", "Paris", 2, 0, filter=ok, question="Q0", rag_ok=True),
+             Slot("5:1", "Rome", 2, 1, filter=ok, question="Q1", rag_ok=False),  # failed the RAG check
+             Slot("5:2", "Oslo", 2, 2, filter=bad, question="Q2")]
+    buffer = ReplayBuffer(reset_every=10)
+    buffer.add([{"key": "3:7", "question": "old?", "answer": "Lima"}])
+    assign_questions(slots, buffer, sec, random.Random(0))
+    assert slots[0].solve == {"key": "5:0", "question": "Q0", "answer": "Paris", "replayed": False}
+    assert slots[1].solve == slots[2].solve == {"key": "3:7", "question": "old?", "answer": "Lima", "replayed": True}
+    empty = [Slot("6:0", "Paris", 2, 0, filter=bad)]
+    assign_questions(empty, ReplayBuffer(reset_every=10), sec, random.Random(0))
+    assert empty[0].solve is None  # nothing to replay yet: the slot stays empty
+    sec.batch_fill = "none"
+    no_fill = [Slot("6:1", "Paris", 2, 0, filter=bad)]
+    assign_questions(no_fill, buffer, sec, random.Random(0))
+    assert no_fill[0].solve is None
+
+
 # ---- end to end on a tiny model -----------------------------------------------------------------
 
 import json  # noqa: E402
@@ -202,3 +228,67 @@ def test_ssp_runs_three_steps_on_a_random_model_and_reports_every_question(tiny_
     metrics = _rows(tmp_path / "run", "metrics.jsonl")
     assert {m["role"] for m in metrics} == {"proposer", "solver"}
     assert [m["step"] for m in metrics if m["role"] == "proposer"] == [1, 2, 3]
+
+
+def test_ssp_valid_path_with_a_model_taught_to_search_and_ask(tiny_config, tiny_model_dir, tmp_path):
+    """A tiny model taught: for "Castle Drogo", two searches then a good question; for "Devon", a
+    too-short question at once; the RAG answer; and a Solver answer right half of the time. Then
+    one question per step passes the filter and the RAG check, the other slot is refilled from
+    the replay buffer from step 2 on, the Solver trains on both, and the Proposer's reward is
+    1 - the Solver's mean."""
+    from transformers import AutoTokenizer
+
+    from tests.trainer.taught import pair, teach
+    from trainer.methods.ssp import rag_prompt
+    from trainer.methods.ssp_tasks import PROPOSER_SYSTEM, PROPOSER_USER, SOLVER_SYSTEM, SOLVER_USER
+    from trainer.prompts import chat
+    from trainer.tools.search import SearchTool
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
+    tool = SearchTool(InMemoryRetriever(DOCS), k=1, tokenizer=tok)
+    found = [tool.search([q])[0] for q in ("lutyens garden", "home colonial stores")]
+    info = [enc(f"\n\n{tool.format(p)}\n\n") for p in found]
+    question = ("Which country house in Devon was designed by the garden architect of Hestercombe for the founder "
+                "of the Home and Colonial Stores?")
+    good = [(chat(tok, PROPOSER_SYSTEM, PROPOSER_USER.format(answer="Castle Drogo", n=2)), False),
+            (enc("<search> lutyens garden </search>"), True), (info[0], False),
+            (enc("<search> home colonial stores </search>"), True), (info[1], False),
+            (enc(f"<question> {question} </question>"), True)]
+    short = pair(chat(tok, PROPOSER_SYSTEM, PROPOSER_USER.format(answer="Devon", n=2)), enc("<question> Who? </question>"))
+    passages = [found[0][0], found[1][0]]
+    rag = [pair(rag_prompt(tok, order, question, 512), enc("Lutyens built it.\nAnswer: Castle Drogo") + [tok.eos_token_id])
+           for order in (passages, passages[::-1])]
+    asked = chat(tok, SOLVER_SYSTEM, SOLVER_USER.format(question=question))
+    solver = [pair(asked, enc(f"<answer> {a} </answer>")) for a in ("Castle Drogo", "Devon")]  # 50/50
+    taught = teach(tiny_model_dir, tmp_path / "taught", [good, short, *rag, *solver])
+
+    answers = tmp_path / "answers.txt"
+    answers.write_text("Castle Drogo\nDevon\n")
+    cfg = _ssp_config(tiny_config, taught, answer_source="list", answers_path=str(answers), required_searches=[2],
+                      top_k=1, rag_max_new_tokens=24, judge="frozen_base")  # asked whenever exact match fails
+    cfg["rollout"].update(temperature=0.3, max_new_tokens=320)
+    result = _run(cfg, tmp_path / "run")
+    assert result.steps == 3
+    samples = _rows(tmp_path / "run", "samples.jsonl")
+    tasks = {t["key"]: t for t in samples if t["kind"] == "task"}
+    valid = [t for t in tasks.values() if t["valid"]]
+    assert valid and all(t["answer"] == "Castle Drogo" and t["data"]["rag_verdict"] is True for t in valid)
+    assert all(t["data"]["queries"] == ["lutyens garden", "home colonial stores"] for t in valid)
+    short_ones = [t for t in tasks.values() if t["answer"] == "Devon"]
+    assert short_ones and all(t["data"]["filter_reason"] == "too_short" for t in short_ones)
+    attempts = [r for r in samples if r["kind"] == "attempt"]
+    rewards = {a["task_key"]: a["reward"] for a in attempts if a["role"] == "proposer"}
+    for t in valid:  # the Proposer's reward is 1 - the mean of its own question's Solver rewards
+        own = [a["reward"] for a in attempts if a["role"] == "solver" and a["data"]["slot"] == t["key"]]
+        assert own and rewards[t["key"]] == pytest.approx(1 - sum(own) / len(own))
+    assert all(rewards[t["key"]] == 0.0 for t in short_ones)
+    replayed = [t for t in short_ones if t["data"]["solved_question"]]
+    assert replayed and all(tasks[t["data"]["solved_question"]]["valid"] for t in replayed)
+    assert all(tasks[t["data"]["solved_question"]]["step"] < t["step"] for t in replayed)
+    solver_rewards = {a["reward"] for a in attempts if a["role"] == "solver"}
+    assert solver_rewards == {0.0, 1.0}
+    metrics = _rows(tmp_path / "run", "metrics.jsonl")
+    assert all("judge_failure_rate" in m for m in metrics if m["role"] == "proposer")
+    assert any(m["role"] == "solver" and m["skipped"] < m["samples"] for m in metrics)
+    assert any(m["role"] == "proposer" and m["replayed_slots"] > 0 for m in metrics)

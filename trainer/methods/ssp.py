@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from trainer.algos import get_advantage
+from trainer.judge import make_judge
 from trainer.methods.replay import ReplayBuffer
 from trainer.methods.review import ReviewState
 from trainer.methods.ssp_tasks import (
@@ -118,24 +119,15 @@ def draw_answers(ctx, n: int, rng: random.Random, answer_list: list[str] | None)
 # ---- equivalence: exact match, then the judge ---------------------------------------------------
 
 def judged(judge, items: list[tuple[str, str | None, str]]) -> list[bool]:
-    """(question, prediction, gold) -> correct: normalized exact match first, the judge for the rest."""
+    """(question, prediction, gold) -> correct: normalized exact match first, the judge for the rest
+    (a judge that fails to answer counts as Wrong)."""
     out = [pred is not None and exact_match(pred, gold) for _, pred, gold in items]
     ask = [i for i, (_, pred, _) in enumerate(items) if not out[i] and pred and pred.strip()]
     if ask and judge is not None:
-        verdicts = judge.equivalent([items[i][0] for i in ask], [items[i][1] for i in ask], [items[i][2] for i in ask])
+        verdicts = judge.equivalent_batch([(items[i][0], items[i][2], items[i][1]) for i in ask])
         for i, v in zip(ask, verdicts):
-            out[i] = bool(v)
+            out[i] = v is True
     return out
-
-
-def make_judge(ctx):
-    """The configured answer judge (None = exact match only)."""
-    sec = ctx.config.ssp
-    if sec.judge == "exact":
-        return None
-    from trainer.judge import make_equivalence_judge
-
-    return make_equivalence_judge(ctx, kind=sec.judge, endpoint=sec.judge_endpoint, model=sec.judge_model)
 
 
 # ---- the phases of one step ---------------------------------------------------------------------
@@ -243,7 +235,7 @@ def run_ssp(ctx) -> None:
     if ctx.retriever is None:
         raise RuntimeError("SSP needs a search tool: set corpus.path (standalone) or launch it on a corpus (web)")
     tool = SearchTool(ctx.retriever, k=sec.top_k, tokenizer=ctx.policy.tokenizer)
-    judge = make_judge(ctx)
+    judge = make_judge(ctx, sec.judge, sec.judge_endpoint, sec.judge_model)  # None for judge=exact
     answer_list = load_answers(sec.answers_path) if sec.answer_source == "list" else None
     review, buffer = ReviewState(), ReplayBuffer(sec.replay_reset_every)
     review.load_state_dict(ctx.state.get("review", {}))
@@ -274,7 +266,8 @@ def run_ssp(ctx) -> None:
         updated = update(ctx, {SOLVER: solver_chunks, PROPOSER: proposer_chunks})
         for role, values in step_metrics(slots, buffer).items():
             ctx.log(step, role, {**updated.get(role, {}), **values})
-        ctx.log(step, PROPOSER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1})
+        ctx.log(step, PROPOSER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
+                                 "judge_failure_rate": judge.failure_rate() if judge else 0.0})
         ctx.samples(step, records(step, slots))
         buffer.add({"key": s.key, "question": s.question, "answer": s.answer, "step": step} for s in slots if s.valid)
         buffer.end_step(step)
