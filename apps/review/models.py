@@ -133,17 +133,6 @@ def _check(item: ReviewItem, verdict, edit, reason) -> tuple[str, str, str]:
     return verdict, edit, reason
 
 
-def verdicts_of_run(run_number: int, kind: str | None = None) -> dict[tuple[str, str], dict]:
-    """{(kind, key): {"verdict", "edit", "reason", "reviewer", "reviewed_at"}} of a run's reviewed items
-    (for exports: a sample's review verdict by its key)."""
-    qs = ReviewItem.objects.filter(run_number=run_number).exclude(status=ReviewStatus.PENDING)
-    if kind:
-        qs = qs.filter(kind=kind)
-    return {(i.kind, i.key): {"verdict": i.verdict, "edit": i.edit or None, "reason": i.reason,
-                              "reviewer": i.reviewer_name or None, "reviewed_at": i.reviewed_at}
-            for i in qs.only("kind", "key", "status", "edit", "reason", "reviewer_name", "reviewed_at")}
-
-
 class HarnessEdit(models.Model):
     """A SCORE evaluator harness written by a person, handed to the recipe at the next step boundary."""
 

@@ -141,3 +141,60 @@ def test_a_flagged_question_is_not_trained_on_in_the_next_step(tiny_config, tiny
     for t in again:  # ... and the recipe, told at the step boundary, kept it out of training
         assert not t.valid and t.data["invalid_reason"] == "flagged by a reviewer" and not t.data["reasoner_group"]
     assert not Task.objects.filter(run=run, step=2, valid=True, data__reasoner_group=True).exists()
+
+
+SCORE_CORPUS = [
+    {"title": "Castle doctrine", "text": "The castle doctrine lets a person use force to defend their home against "
+     "an intruder without a duty to retreat."},
+    {"title": "Self-defense", "text": "Self-defense law differs between states; most require proportional force."},
+]
+EDITED = {"dimension_constraints": {"k": 2, "must_include": ["citation"], "weight_min": 0.2, "weight_max": 0.4},
+          "process_constraints": {"require_gap_analysis": False, "require_verification": False,
+                                  "citation_cross_check": True, "min_number_of_tool_call": 0},
+          "notes": "Check that every citation supports its claim."}
+
+
+class ResearcherAtTheBoundary(DjangoSink):
+    """A real DjangoSink; after step 1 the run's owner saves a harness on the run page (the API)."""
+
+    def __init__(self, run: Run, researcher):
+        super().__init__(run)
+        self.api = APIClient()
+        self.api.force_authenticate(researcher)
+        self.edited = False
+
+    def control(self):
+        self.flush()
+        if not self.edited and self._max_step == 1:
+            response = self.api.post(f"/api/v1/review/runs/{self.run_id}/harness/", {"harness": EDITED}, format="json")
+            assert response.status_code == 201, response.json()
+            self.edited = True
+        return super().control()
+
+
+def test_a_harness_edited_mid_run_drives_the_score_recipe_from_its_next_refresh(tiny_config, researcher, tmp_path):
+    import json
+
+    from apps.review import harness as run_harness
+    from trainer.tools.bm25 import InMemoryRetriever
+    from trainer.tools.corpus import JsonlDocumentSource
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in SCORE_CORPUS))
+    cfg = tiny_config("score", train={"steps": 3, "prompts_per_step": 2}, rollout={"max_new_tokens": 24, "group_size": 2},
+                      score={"max_tool_calls": 2, "evaluator_max_turns": 2, "evaluator_max_new_tokens": 24,
+                             "harness_every": 2, "max_tool_tokens": 32, "dimensions": 3, "meta_harness": "human"})
+    run = Run.objects.create(method="score", model_name="tiny", config=cfg, owner=researcher, total_steps=3)
+    run.mark_running("test")
+    assert run_harness.current(run)["source"] == "config"
+    sink = ResearcherAtTheBoundary(run, researcher)
+    train(cfg, sink=sink, run_dir=tmp_path / "run", retriever=InMemoryRetriever.from_jsonl(path),
+          documents=JsonlDocumentSource.from_jsonl(path))
+    sink.close()
+    now = run_harness.current(run)  # what the run page shows: the recipe's newest harness event
+    assert now["source"] == "recipe" and now["harness"] == EDITED and now["driver"] == "human" and now["step"] == 2
+    assert run_harness.pending(run) is None  # handed over
+    step3 = Task.objects.filter(run=run, step=3)
+    assert step3 and all(t.data["rubric"]["dimensions"][0]["name"] == "citation" for t in step3)
+    assert all(t.data["rubric"]["dimensions"][0]["name"] != "citation" for t in Task.objects.filter(run=run, step=1))
+    assert run.events.filter(kind="verdict", message__contains="takes effect at the next harness refresh").count() == 1
