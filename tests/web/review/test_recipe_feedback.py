@@ -1,11 +1,15 @@
-"""A reviewer's flag during a running run reaches the REAL SPICE recipe at the next step boundary.
+"""Human review reaching the REAL recipes through a real DjangoSink at the next step boundary.
 
-The run trains a tiny model for 2 steps through a real DjangoSink and the corpus's pgvector
-document source. Right after step 1's samples are stored (the run is still running, before the
-step boundary's ``control()``), a reviewer flags one of its tasks through the API. The recipe's
-review state, checkpointed after step 2, then holds the flagged key; with a model taught to write
-one valid MCQ for every document, the same question written again in step 2 is invalid
-("flagged by a reviewer") and never a Reasoner group.
+- SPICE (tiny model, 2 steps, the corpus's pgvector document source): right after step 1's
+  samples are stored (the run is still running, before the step boundary's ``control()``), a
+  reviewer flags one of its tasks through the API. The recipe's review state, checkpointed after
+  step 2, holds the flagged key; with a model taught to write one valid MCQ for every document,
+  the same question written again in step 2 is invalid ("flagged by a reviewer") and never a
+  Reasoner group.
+- SCORE (tiny model, 3 steps, harness refresh every 2): the run's owner saves a harness through
+  the API after step 1; the recipe applies it at its step-2 refresh, the run page's "current
+  harness" follows, and step 3's rubrics obey it.
+- SCOPE: a rubric a reviewer edits is the text the Judge grades against next.
 """
 from __future__ import annotations
 
@@ -198,3 +202,64 @@ def test_a_harness_edited_mid_run_drives_the_score_recipe_from_its_next_refresh(
     assert step3 and all(t.data["rubric"]["dimensions"][0]["name"] == "citation" for t in step3)
     assert all(t.data["rubric"]["dimensions"][0]["name"] != "citation" for t in Task.objects.filter(run=run, step=1))
     assert run.events.filter(kind="verdict", message__contains="takes effect at the next harness refresh").count() == 1
+
+
+def test_a_rubric_edited_by_a_reviewer_is_what_the_scope_judge_grades_next(tiny_config, make_run, reviewer, tmp_path):
+    """SCOPE's rubric-override path: a pool task whose rubric a reviewer edits through the API is
+    graded against the edited text at the next grading (the Judge's own calls are recorded)."""
+    import json
+
+    from tests.trainer.test_scope import CORPUS, _task, scope_config
+    from trainer.config import load_config
+    from trainer.context import RecipeContext
+    from trainer.engine import make_engine
+    from trainer.methods.scope import Attempt as ScopeAttempt
+    from trainer.methods.scope import Scope
+    from trainer.methods.scope import Task as ScopeTask
+    from trainer.models import load_policy
+    from trainer.rollout.types import Trajectory
+    from trainer.runner import make_generator
+    from trainer.tools.bm25 import InMemoryRetriever
+    from trainer.tools.corpus import JsonlDocumentSource
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in CORPUS))
+    cfg = load_config(scope_config(tiny_config, path))
+    run = make_run("scope", review={"tasks": 0.0, "rubrics": 1.0, "grades": 0.0, "suspicious": []})
+    sink = DjangoSink(run)
+    policy = load_policy(cfg)
+    ctx = RecipeContext(config=cfg, policy=policy, generator=make_generator(cfg, policy),
+                        engine=make_engine(cfg, policy), sink=sink, retriever=InMemoryRetriever.from_jsonl(path),
+                        documents=JsonlDocumentSource.from_jsonl(path))
+    scope = Scope(ctx)
+    task = _task()  # key 1:c0.0, rubrics 1:c0.0:r0..r2 "Identifies point j."
+    ctx.state["pool"] = [task.to_state()]
+    sink.samples(1, [{"kind": "task", "key": task.key, "role": "challenger", "step": 1, "question": task.question,
+                      "answer": "", "valid": True, "pass_rate": None, "data": {}}]
+                 + [{"kind": "rubric", "key": r.key, "task_key": task.key, "step": 1, "text": r.text,
+                     "priority": r.priority, "data": {}} for r in task.rubrics])
+    ctx.verdicts.extend(sink.control().verdicts)  # nothing reviewed yet: the step boundary hands nothing
+
+    api = APIClient()
+    api.force_authenticate(reviewer)
+    item = ReviewItem.objects.get(run_number=run.pk, kind="rubric", key="1:c0.0:r1")
+    assert api.post(f"/api/v1/review/items/{item.pk}/", {"verdict": "approve", "edit": "Names the 2015 cause."},
+                    format="json").status_code == 200
+    ctx.verdicts.extend(sink.control().verdicts)  # what ctx.steps() does at the next step boundary
+    scope.apply_verdicts()
+    assert ctx.state["rubric_edits"] == {"1:c0.0:r1": "Names the 2015 cause."}
+
+    asked = []
+    grade_batch = scope.judge.grade_batch
+
+    def recording(items, **kwargs):  # the real Judge call, with its inputs recorded
+        asked.extend(rubric for _, _, rubric in items)
+        return grade_batch(items, **kwargs)
+
+    scope.judge.grade_batch = recording
+    pooled = ScopeTask.from_state(ctx.state["pool"][0])
+    answer = ScopeAttempt(Trajectory(prompt_ids=[1], final="The ship sank in a hurricane.",
+                                     turns=[{"role": "assistant", "text": "x"}]))
+    scope.judge_grades([pooled], {pooled.key: [answer]})
+    assert asked == ["Identifies point 0.", "Names the 2015 cause.", "Identifies point 2."]
+    assert answer.rubric_keys == ["1:c0.0:r0", "1:c0.0:r1", "1:c0.0:r2"] and len(answer.grades) == 3
