@@ -146,3 +146,14 @@ def test_a_score_run_page_shows_the_harness_and_its_owner_edits_it(client, make_
     assert 'id="harness-pending"' in ok.content.decode()
     assert DjangoSink(run).control().harness["notes"] == "cite sources"
     assert "handed to the recipe" in client.get(f"/runs/{run.pk}/").content.decode()
+
+
+def test_an_item_of_a_deleted_run_still_shows_its_snapshot(client, queued, reviewer):
+    grade = ReviewItem.objects.get(kind="grade", key="1:t0:a0:g0")
+    grade.review(reviewer, "flag", reason="judge too lenient")
+    number = queued.pk
+    queued.delete()
+    client.force_login(reviewer)
+    html = client.get(f"/review/?item={grade.pk}&status=all").content.decode()
+    assert f"run {number} (deleted)" in html and "judge too lenient" in html
+    assert "Which year? &lt;script&gt;" in html and "States the year 1969." in html and "Grade 1.00" in html
