@@ -318,3 +318,34 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
     reasoner_rows = [m for m in metrics if m["role"] == "reasoner"]
     assert any(m.get("skipped", 0) < m.get("samples", 0) for m in reasoner_rows)  # mixed answers -> gradients
     assert any(m["valid_rate"] > 0 for m in metrics if m["role"] == "challenger")
+
+
+def test_a_review_flag_reaches_the_recipe_and_survives_checkpoint_and_resume(tiny_config, tiny_model_dir, tmp_path):
+    import torch
+
+    from trainer.checkpoint import latest_checkpoint
+    from trainer.sink import Control, NullSink
+
+    class Reviewer(NullSink):
+        """A reviewer who flags one task of step 1 at the first step boundary."""
+
+        def __init__(self):
+            self.sent = False
+
+        def control(self):
+            verdicts = [] if self.sent else [Verdict("task", "1:d1:0", "flag", reason="copied from the text")]
+            self.sent = True
+            return Control(verdicts=verdicts)
+
+    cfg = _spice_config(tiny_config, tiny_model_dir)
+    cfg["train"]["steps"] = 2
+    run(cfg, sink=Reviewer(), documents=JsonlDocumentSource(DOCS[:1]), run_dir=tmp_path / "run")
+
+    def flagged():
+        state = torch.load(latest_checkpoint(tmp_path / "run") / "state.pt", weights_only=True)
+        return state["recipe"]["review"]["flagged_keys"]
+
+    assert flagged() == ["1:d1:0"]
+    result = run(cfg, documents=JsonlDocumentSource(DOCS[:1]), run_dir=tmp_path / "run", resume=True,
+                 overrides=["train.steps=3"])
+    assert result.steps == 3 and flagged() == ["1:d1:0"]  # restored from the checkpoint, not sent again

@@ -195,7 +195,8 @@ DOCS = [Document("d1", "Castle Drogo", "Castle Drogo is a country house in Devon
                  "Edwin Lutyens for Julius Drewe and built between 1911 and 1930."),
         Document("d2", "Hestercombe House", "The Edwardian garden of Hestercombe House was laid out by Gertrude Jekyll "
                  "and Edwin Lutyens between 1904 and 1906."),
-        Document("d3", "Julius Drewe", "Julius Drewe founded the Home and Colonial Stores and retired a rich man at 33."),
+        Document("d3", "Julius Drewe", "Julius Drewe founded the Home and Colonial Stores and retired a rich man "
+                 "at 33."),
         Document("d4", "Devon", "Devon is a county in South West England between Cornwall and Dorset.")]
 
 
@@ -230,47 +231,55 @@ def test_ssp_runs_three_steps_on_a_random_model_and_reports_every_question(tiny_
     assert [m["step"] for m in metrics if m["role"] == "proposer"] == [1, 2, 3]
 
 
-def test_ssp_valid_path_with_a_model_taught_to_search_and_ask(tiny_config, tiny_model_dir, tmp_path):
-    """A tiny model taught: for "Castle Drogo", two searches then a good question; for "Devon", a
-    too-short question at once; the RAG answer; and a Solver answer right half of the time. Then
-    one question per step passes the filter and the RAG check, the other slot is refilled from
-    the replay buffer from step 2 on, the Solver trains on both, and the Proposer's reward is
-    1 - the Solver's mean."""
-    from transformers import AutoTokenizer
+QUESTION = ("Which country house in Devon was designed by the garden architect of Hestercombe for the founder "
+            "of the Home and Colonial Stores?")
 
-    from tests.trainer.taught import pair, teach
+
+def ssp_lessons(tok, retriever, top_k: int = 1, max_prompt_tokens: int = 512) -> list:
+    """What a tiny model must be taught for the SSP valid path over ``retriever``: for "Castle
+    Drogo", two searches then QUESTION; for "Devon", a too-short question at once; the RAG
+    answer for every order of the passages found; a Solver answer right half of the time."""
+    import itertools
+
+    from tests.trainer.taught import pair
     from trainer.methods.ssp import rag_prompt
-    from trainer.methods.ssp_tasks import PROPOSER_SYSTEM, PROPOSER_USER, SOLVER_SYSTEM, SOLVER_USER
+    from trainer.methods.ssp_tasks import PROPOSER_SYSTEM, PROPOSER_USER, SOLVER_SYSTEM, SOLVER_USER, unique_passages
     from trainer.prompts import chat
     from trainer.tools.search import SearchTool
 
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
-    tool = SearchTool(InMemoryRetriever(DOCS), k=1, tokenizer=tok)
+    tool = SearchTool(retriever, k=top_k, tokenizer=tok)
     found = [tool.search([q])[0] for q in ("lutyens garden", "home colonial stores")]
     info = [enc(f"\n\n{tool.format(p)}\n\n") for p in found]
-    question = ("Which country house in Devon was designed by the garden architect of Hestercombe for the founder "
-                "of the Home and Colonial Stores?")
     good = [(chat(tok, PROPOSER_SYSTEM, PROPOSER_USER.format(answer="Castle Drogo", n=2)), False),
             (enc("<search> lutyens garden </search>"), True), (info[0], False),
             (enc("<search> home colonial stores </search>"), True), (info[1], False),
-            (enc(f"<question> {question} </question>"), True)]
-    short = pair(chat(tok, PROPOSER_SYSTEM, PROPOSER_USER.format(answer="Devon", n=2)), enc("<question> Who? </question>"))
-    passages = [found[0][0], found[1][0]]
-    rag = [pair(rag_prompt(tok, order, question, 512), enc("Lutyens built it.\nAnswer: Castle Drogo") + [tok.eos_token_id])
-           for order in (passages, passages[::-1])]
-    asked = chat(tok, SOLVER_SYSTEM, SOLVER_USER.format(question=question))
+            (enc(f"<question> {QUESTION} </question>"), True)]
+    short = pair(chat(tok, PROPOSER_SYSTEM, PROPOSER_USER.format(answer="Devon", n=2)),
+                 enc("<question> Who? </question>"))
+    passages = unique_passages([p for ps in found for p in ps])
+    rag = [pair(rag_prompt(tok, list(order), QUESTION, max_prompt_tokens),
+                enc("Lutyens built it.\nAnswer: Castle Drogo") + [tok.eos_token_id])
+           for order in itertools.permutations(passages)]
+    asked = chat(tok, SOLVER_SYSTEM, SOLVER_USER.format(question=QUESTION))
     solver = [pair(asked, enc(f"<answer> {a} </answer>")) for a in ("Castle Drogo", "Devon")]  # 50/50
-    taught = teach(tiny_model_dir, tmp_path / "taught", [good, short, *rag, *solver])
+    return [good, short, *rag, *solver]
 
+
+def taught_ssp_config(tiny_config, model_dir, tmp_path) -> dict:
     answers = tmp_path / "answers.txt"
     answers.write_text("Castle Drogo\nDevon\n")
-    cfg = _ssp_config(tiny_config, taught, answer_source="list", answers_path=str(answers), required_searches=[2],
+    cfg = _ssp_config(tiny_config, model_dir, answer_source="list", answers_path=str(answers), required_searches=[2],
                       top_k=1, rag_max_new_tokens=24, judge="frozen_base")  # asked whenever exact match fails
     cfg["rollout"].update(temperature=0.3, max_new_tokens=320)
-    result = _run(cfg, tmp_path / "run")
-    assert result.steps == 3
-    samples = _rows(tmp_path / "run", "samples.jsonl")
+    return cfg
+
+
+def check_taught_ssp_run(run_dir) -> None:
+    """One question per step passes the filter and the RAG check, the other slot is refilled from
+    the replay buffer from step 2 on, the Solver trains on both, and the Proposer's reward is
+    1 - the Solver's mean."""
+    samples = _rows(run_dir, "samples.jsonl")
     tasks = {t["key"]: t for t in samples if t["kind"] == "task"}
     valid = [t for t in tasks.values() if t["valid"]]
     assert valid and all(t["answer"] == "Castle Drogo" and t["data"]["rag_verdict"] is True for t in valid)
@@ -286,9 +295,20 @@ def test_ssp_valid_path_with_a_model_taught_to_search_and_ask(tiny_config, tiny_
     replayed = [t for t in short_ones if t["data"]["solved_question"]]
     assert replayed and all(tasks[t["data"]["solved_question"]]["valid"] for t in replayed)
     assert all(tasks[t["data"]["solved_question"]]["step"] < t["step"] for t in replayed)
-    solver_rewards = {a["reward"] for a in attempts if a["role"] == "solver"}
-    assert solver_rewards == {0.0, 1.0}
-    metrics = _rows(tmp_path / "run", "metrics.jsonl")
+    assert {a["reward"] for a in attempts if a["role"] == "solver"} == {0.0, 1.0}
+    metrics = _rows(run_dir, "metrics.jsonl")
     assert all("judge_failure_rate" in m for m in metrics if m["role"] == "proposer")
     assert any(m["role"] == "solver" and m["skipped"] < m["samples"] for m in metrics)
     assert any(m["role"] == "proposer" and m["replayed_slots"] > 0 for m in metrics)
+
+
+def test_ssp_valid_path_with_a_model_taught_to_search_and_ask(tiny_config, tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from tests.trainer.taught import teach
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    taught = teach(tiny_model_dir, tmp_path / "taught", ssp_lessons(tok, InMemoryRetriever(DOCS)))
+    result = _run(taught_ssp_config(tiny_config, taught, tmp_path), tmp_path / "run")
+    assert result.steps == 3
+    check_taught_ssp_run(tmp_path / "run")

@@ -186,7 +186,8 @@ def solve(ctx, tool, judge, slots: list[Slot]) -> None:
     todo = [s for s in slots if s.solve]
     if not todo:
         return
-    prompts = [chat(tok, SOLVER_SYSTEM, SOLVER_USER.format(question=s.solve["question"])) for s in todo for _ in range(G)]
+    asks = [chat(tok, SOLVER_SYSTEM, SOLVER_USER.format(question=s.solve["question"])) for s in todo]
+    prompts = [p for p in asks for _ in range(G)]
     trajs = multi_turn_rollout(ctx.generator, tok, prompts, ctx.sampling_params(), tool, max_turns=sec.max_turns,
                                query_tag="search", final_tag="answer")
     correct = judged(judge, [(todo[i // G].solve["question"], t.final, todo[i // G].solve["answer"])
