@@ -493,10 +493,12 @@ def describe_target(spec: str) -> dict:
             "step": step, "lora": lora}
 
 
-def load_model(spec: str, device: str = "auto", allowed_dirs=None, dtype: str = "auto") -> LoadedModel:
+def load_model(spec: str, device: str = "auto", allowed_dirs=None, dtype: str = "auto",
+               local_models=None) -> LoadedModel:
     """Weights for ``spec``: ``base:<model name>`` (resolved like a run's model), a checkpoint
     folder (``.../step-000012`` with ``model/`` inside; a LoRA adapter is put on its base), or a
-    Hugging Face model folder."""
+    Hugging Face model folder. ``local_models``: a folder whose sub-folders a bare base name may
+    also mean (the web's models directory)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -508,7 +510,10 @@ def load_model(spec: str, device: str = "auto", allowed_dirs=None, dtype: str = 
     torch_dtype = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16,
                    "float16": torch.float16}[dtype]
     if target["kind"] == "base" or target["lora"]:
-        weights = resolve_model(target["base"], allowed_dirs)
+        base = target["base"]
+        if local_models and "/" not in base and (Path(local_models) / base / "config.json").is_file():
+            base = str(Path(local_models) / base)
+        weights = resolve_model(base, allowed_dirs)
     else:
         weights = Path(target["path"])
     model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch_dtype).to(dev).eval()
@@ -524,14 +529,15 @@ def load_model(spec: str, device: str = "auto", allowed_dirs=None, dtype: str = 
                        base=target["base"], is_lora=target["lora"])
 
 
-def frozen_judge(loaded: LoadedModel, allowed_dirs=None, **kw):
+def frozen_judge(loaded: LoadedModel, allowed_dirs=None, local_models=None, **kw):
     """The judge of ``scoring=judge``: the frozen base (LoRA: the adapter switched off; else the
     base model loaded beside the checkpoint)."""
     from trainer.judge import Judge
 
     if loaded.is_lora:
         return Judge.from_generator(loaded.generator, loaded.tokenizer, use_adapter=False, **kw)
-    base = loaded if loaded.label.startswith("base:") else load_model(f"base:{loaded.base}", allowed_dirs=allowed_dirs)
+    base = loaded if loaded.label.startswith("base:") else load_model(f"base:{loaded.base}", allowed_dirs=allowed_dirs,
+                                                                      local_models=local_models)
     return Judge.from_generator(base.generator, base.tokenizer, use_adapter=True, **kw)
 
 

@@ -40,6 +40,13 @@ def _allowed_dirs() -> list:
     return [settings.MODELS_DIR]
 
 
+def _load(spec: str):
+    """A model as the web resolves it: bare names may be folders of the models directory."""
+    from trainer.evaluate import load_model
+
+    return load_model(spec, allowed_dirs=_allowed_dirs(), local_models=settings.MODELS_DIR)
+
+
 def _finite(x):
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
@@ -61,21 +68,21 @@ def execute_eval(job_id: int) -> str:
 
 
 def _evaluate(job: EvalJob) -> None:
-    from trainer.evaluate import evaluate, frozen_judge, load_model
+    from trainer.evaluate import evaluate, frozen_judge
     from trainer.rollout import SamplingParams
 
     os.environ.setdefault("SELFPLAY_DATA_DIR", str(settings.DATA_DIR))
     benches = list(job.benchmarks.order_by("name"))
     plan = [(b, _items(b, job.limit)) for b in benches]
     job.beat(total=sum(len(items) for _, items in plan), done=0)
-    loaded = load_model(job.model_spec, allowed_dirs=_allowed_dirs())
+    loaded = _load(job.model_spec)
     tool = _search_tool(job, loaded.tokenizer) if job.search else None
     judge = None
     sampling = SamplingParams(temperature=0.0, max_new_tokens=job.max_new_tokens)
     done = 0
     for bench, items in plan:
         if bench.scoring == "judge" or any(i.scoring == "judge" for i in items):
-            judge = judge or frozen_judge(loaded, allowed_dirs=_allowed_dirs())
+            judge = judge or frozen_judge(loaded, allowed_dirs=_allowed_dirs(), local_models=settings.MODELS_DIR)
         result, _ = EvalResult.objects.update_or_create(job=job, benchmark=bench, defaults={
             "scoring": bench.scoring, "n": 0, "correct": 0, "score": None, "ci_low": None, "ci_high": None,
             "complete": False})
@@ -160,7 +167,7 @@ def _crossplay(job: CrossPlay) -> None:
     """Tasks of every challenger first (one model in memory at a time), then the cells row by row."""
     import torch
 
-    from trainer.evaluate import challenger_tasks, load_model, solve_rate, spice_section
+    from trainer.evaluate import challenger_tasks, solve_rate, spice_section
     from trainer.rollout import SamplingParams
 
     os.environ.setdefault("SELFPLAY_DATA_DIR", str(settings.DATA_DIR))
@@ -175,7 +182,7 @@ def _crossplay(job: CrossPlay) -> None:
     tasks = list(job.tasks) if len(job.tasks) == n else [None] * n
     for i, ckpt in enumerate(job.checkpoints):
         if tasks[i] is None:
-            loaded = load_model(ckpt["path"], allowed_dirs=_allowed_dirs())
+            loaded = _load(ckpt["path"])
             written, tried = challenger_tasks(loaded, documents, job.n_tasks, sampling, section)
             tasks[i] = {"step": ckpt["step"], "tasks": written, "attempts": tried}
             CrossPlay.objects.filter(pk=job.pk).update(tasks=tasks)
@@ -183,7 +190,7 @@ def _crossplay(job: CrossPlay) -> None:
     matrix = [list(row) for row in job.matrix] if len(job.matrix) == n else [[None] * n for _ in range(n)]
     done = 0
     for j, ckpt in enumerate(job.checkpoints):  # one solver loaded at a time answers every challenger's tasks
-        loaded = load_model(ckpt["path"], allowed_dirs=_allowed_dirs())
+        loaded = _load(ckpt["path"])
         for i in range(n):
             rate, _ = solve_rate(loaded, tasks[i]["tasks"], sampling, job.answers_per_task)
             matrix[i][j] = rate

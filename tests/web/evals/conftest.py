@@ -21,6 +21,7 @@ from tests.web.runs.conftest import (  # noqa: E402,F401  (fixtures)
     smollm2_tokenizer,
     tiny_model_dir,
     tiny_prompts_path,
+    tiny_grpo,
     web_dirs,
 )
 
