@@ -102,6 +102,7 @@ RQ_QUEUES = {
     name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 7 * 24 * 3600}
     for name in ("gpu", "cpu", "default")
 }
+RQ = {"WORKER_CLASS": "apps.runs.workers.SelfplayWorker"}
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -7,6 +7,7 @@ app_name = "runs"
 urlpatterns = [
     path("", views.index, name="index"),
     path("new/", views.new, name="new"),
+    path("workers/", views.workers, name="workers"),
     path("<int:run_id>/", views.detail, name="detail"),
     path("<int:run_id>/controls/", views.controls, name="controls"),
     path("<int:run_id>/samples/", views.samples, name="samples"),

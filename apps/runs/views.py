@@ -104,3 +104,10 @@ def samples(request, run_id: int):
         "tasks": Task.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
         "attempts": Attempt.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
     })
+
+
+def workers(request):
+    """RQ workers alive, their queues and GPUs, the job each runs, and what is queued."""
+    from apps.runs.workers import workers_overview
+
+    return render(request, "runs/workers.html", workers_overview())
