@@ -336,3 +336,12 @@ def test_a_harness_edited_by_a_person_replaces_the_harness_at_the_next_refresh(t
     assert versions[-1]["data"]["harness"] == edited and versions[-1]["data"]["driver"] == "human"
     step3 = [t for t in samples if t["kind"] == "task" and t["step"] == 3]
     assert step3 and all([d["name"] for d in t["data"]["rubric"]["dimensions"]][0] == "citation" for t in step3)
+
+
+def test_entropy_collapse_stops_the_run_with_an_event_record(tiny_config, corpus_path, tmp_path):
+    # a floor above any possible entropy: collapsed from step 1, patience 2 -> the run ends after step 2
+    result = _run_score(tiny_config, corpus_path, tmp_path / "run", entropy_floor=1e9, entropy_patience=2)
+    assert result.steps == 2 and result.stopped and result.final_checkpoint.endswith("step-000002")
+    events = [r for r in _rows(tmp_path / "run", "samples.jsonl") if r["kind"] == "event"]
+    stop = [e for e in events if e["data"].get("reason") == "entropy_collapse"]
+    assert len(stop) == 1 and stop[0]["step"] == 2 and "early stop" in stop[0]["message"]
