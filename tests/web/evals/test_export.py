@@ -194,3 +194,28 @@ def test_the_schema_documents_the_export(reader):
     for path in ("/api/v1/evals/", "/api/v1/evals/benchmarks/", "/api/v1/evals/compare/",
                  "/api/v1/runs/{run_id}/crossplay/"):
         assert path in paths, path
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_under_asgi_the_export_streams_page_by_page(filled_run, reader, monkeypatch):
+    """Under ASGI the body is an async iterator fed one page at a time (a sync iterator would be
+    collected into one list by Django before sending)."""
+    from asgiref.sync import sync_to_async
+    from django.test import AsyncClient
+    from rest_framework.authtoken.models import Token
+
+    from apps.api import export
+
+    monkeypatch.setattr(export, "PAGE", 5)
+    token = await sync_to_async(lambda: Token.objects.create(user=reader).key)()
+    response = await AsyncClient().get(f"/api/v1/runs/{filled_run.pk}/export/attempts.jsonl",
+                                       headers={"Authorization": f"Token {token}"})
+    assert response.status_code == 200 and response.is_async
+    chunks = [chunk async for chunk in response.streaming_content]
+    assert len(chunks) == 5  # 24 rows in pages of 5
+    lines = b"".join(chunks).splitlines()
+    assert len(lines) == 24 and json.loads(lines[-1])["id"] == int(response["X-Export-Last-Id"])
+    from django.db import connections
+
+    await sync_to_async(lambda: connections.close_all())()  # the pages' thread's connection, as a server would
