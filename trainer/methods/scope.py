@@ -209,8 +209,13 @@ class Scope:
                  for d in docs]
         prompts = [chat(self.tok, None, challenger_prompt(t, ty, n))
                    for t, ty, n in zip(texts, types, searches) for _ in range(group)]
-        trajs = multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
-                                   max_turns=max(searches) + 1, final_tag="task")
+        trajs: list = [None] * len(prompts)
+        for n in sorted(set(searches)):  # n searches, then the task: n + 1 turns
+            rows = [k for k in range(len(prompts)) if searches[k // group] == n]
+            for k, tr in zip(rows, multi_turn_rollout(self.ctx.generator, self.tok, [prompts[k] for k in rows],
+                                                      self.ctx.sampling_params(), self.tool, max_turns=n + 1,
+                                                      final_tag="task")):
+                trajs[k] = tr
         out = []
         for i, (d, text, ty, n) in enumerate(zip(docs, texts, types, searches)):
             row = []
@@ -239,7 +244,7 @@ class Scope:
         """n Solver rollouts per task, each graded on each of the task's (edited) rubrics."""
         if not tasks:
             return {}
-        prompts = [chat(self.tok, None, solver_prompt(t.question, self.sec.search_reward_turns))
+        prompts = [chat(self.tok, None, solver_prompt(t.question, max(self.sec.max_turns - 1, 1)))
                    for t in tasks for _ in range(n)]
         trajs = multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
                                    max_turns=self.sec.max_turns)

@@ -53,8 +53,6 @@ Checklist:
 </think>
 <task><question>The task for the solver. Withhold anything that can be searched for.</question></task>"""
 
-SEARCHES_DONE = "Your searches are complete. Now write the final task in <task><question>...</question></task>."
-
 SOLVER_TEMPLATE = """Answer the given question. Reason inside <think> and </think> first every time you receive new \
 information. After reasoning, if some knowledge is missing, call a search engine with <search> query </search>; it \
 returns the top results between <information> and </information>. You can search at most {max_searches} times, so \
