@@ -1,0 +1,94 @@
+"""Our vLLM backend on the GPU (needs vLLM staged, see benchmarks/gpu/vllm_stage.sh):
+
+1. rollout throughput: ``VLLMGenerator.generate`` vs bare ``LLM.generate`` on the same engine,
+   64 rows (8 prompts x 8) x 256 new tokens forced, temperature 1 (target: ours >= 80% of bare);
+2. weight push after an in-place change of the trainer's weights (what an optimizer step does):
+   seconds per push and the log-prob check (vLLM vs trainer on a fixed sequence);
+3. the check fails loudly: a deliberately wrong weight pushed into vLLM must raise WeightSyncError.
+
+    python benchmarks/gpu/bench_vllm.py [--reps 3]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from bench_grpo import PROMPTS, TOKENS
+from common import emit, make_model_dir, median, tokenizer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--util", type=float, default=0.35)
+    args = ap.parse_args()
+
+    from transformers import AutoModelForCausalLM
+    from vllm import SamplingParams as VSP
+
+    from trainer.prompts import chat
+    from trainer.rollout.types import SamplingParams
+    from trainer.rollout.vllm_backend import VLLMGenerator, WeightSyncError
+
+    path = make_model_dir("llama-321m", "/tmp/bench_models/llama-321m")
+    tok = tokenizer()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).cuda()
+    t0 = time.perf_counter()
+    gen = VLLMGenerator(model, tok, path, gpu_memory_utilization=args.util)
+    emit("vllm", {"what": "engine start + first push", "value": round(time.perf_counter() - t0, 2),
+                  "note": f"check {gen.last_check}"})
+    prompts = [chat(tok, "You are a helpful assistant.", p) for p in PROMPTS for _ in range(8)]
+    params = SamplingParams(temperature=1.0, max_new_tokens=TOKENS, min_new_tokens=TOKENS)
+    bare = VSP(n=1, temperature=1.0, max_tokens=TOKENS, min_tokens=TOKENS)
+    n_tokens = len(prompts) * TOKENS
+
+    def ours():
+        out = gen.generate(prompts, params)
+        assert all(len(c.completion_ids) == TOKENS for c in out)
+
+    def plain():
+        gen.llm.generate([{"prompt_token_ids": p} for p in prompts], bare, use_tqdm=False)
+
+    times = {"ours": [], "bare": []}
+    ours(), plain()  # warm-up (CUDA graphs, allocator)
+    for _ in range(args.reps):  # alternate so drift hurts both alike
+        for name, fn in (("ours", ours), ("bare", plain)):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - t)
+    t_ours, t_bare = median(times["ours"]), median(times["bare"])
+    emit("vllm", {"what": "rollout 64x256 ours", "value": round(n_tokens / t_ours), "note": f"tok/s ({t_ours:.3f} s)"})
+    emit("vllm", {"what": "rollout 64x256 bare", "value": round(n_tokens / t_bare), "note": f"tok/s ({t_bare:.3f} s)"})
+    emit("vllm", {"what": "ours / bare throughput", "value": round(t_bare / t_ours, 3), "note": "target >= 0.8"})
+
+    # an in-place change of every weight, as an optimizer step makes
+    pushes = []
+    for _ in range(2):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 1e-3)
+        assert gen.needs_sync()
+        t = time.perf_counter()
+        gen.sync_weights()
+        pushes.append(time.perf_counter() - t)
+    emit("vllm", {"what": "weight push + check (s)", "value": round(median(pushes), 3),
+                  "note": f"last check {gen.last_check}"})
+
+    # a wrong weight inside vLLM must be caught
+    bad = [("model.layers.0.mlp.down_proj.weight",
+            torch.randn_like(model.model.layers[0].mlp.down_proj.weight, dtype=torch.bfloat16) * 0.5)]
+    gen.llm.apply_model(lambda m: m.load_weights(iter(bad)))
+    try:
+        gen.verify()
+        caught = "NOT caught"
+    except WeightSyncError as exc:
+        caught = f"caught: {str(exc)[:80]}"
+    emit("vllm", {"what": "corrupted push detected", "value": caught.startswith("caught"), "note": caught})
+
+
+if __name__ == "__main__":
+    main()
