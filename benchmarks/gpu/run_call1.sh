@@ -15,10 +15,10 @@ step() {  # step NAME SECONDS script args...
   local rc=$?
   echo "== $name rc=$rc $((SECONDS - t0))s"; grep -E "^RESULT|Error|error:" "$OUT/$name.log" | tail -4 | cut -c1-400
 }
-step mfu 170 benchmarks/gpu/bench_update_mfu.py --reps 3
-step ours 150 benchmarks/gpu/bench_grpo.py --engine torch --steps 5
-step trl 200 benchmarks/gpu/bench_trl.py --steps 5
-step ds 200 benchmarks/gpu/bench_ds_update.py --engine deepspeed --zero 2
-step ds3 120 benchmarks/gpu/bench_ds_update.py --engine deepspeed --zero 3
-step torch_eng 90 benchmarks/gpu/bench_ds_update.py --engine torch
+step mfu 130 benchmarks/gpu/bench_update_mfu.py --reps 3
+step ours 110 benchmarks/gpu/bench_grpo.py --engine torch --steps 5
+step trl 140 benchmarks/gpu/bench_trl.py --steps 5
+step ds 90 benchmarks/gpu/bench_ds_update.py --engine deepspeed --zero 2
+step ds3 60 benchmarks/gpu/bench_ds_update.py --engine deepspeed --zero 3
+step torch_eng 45 benchmarks/gpu/bench_ds_update.py --engine torch
 python3 benchmarks/gpu/summarize.py
