@@ -345,3 +345,40 @@ def test_entropy_collapse_stops_the_run_with_an_event_record(tiny_config, corpus
     events = [r for r in _rows(tmp_path / "run", "samples.jsonl") if r["kind"] == "event"]
     stop = [e for e in events if e["data"].get("reason") == "entropy_collapse"]
     assert len(stop) == 1 and stop[0]["step"] == 2 and "early stop" in stop[0]["message"]
+
+
+def test_the_endpoint_driver_talks_to_an_openai_compatible_server_through_the_judge_client():
+    """A real HTTP server on the loopback answers like /v1/chat/completions."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from trainer.judge import EndpointClient
+
+    proposal = _harness(k=5, must=("citation",), tools=2)
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body)
+            reply = {"choices": [{"message": {"role": "assistant", "content": json.dumps(proposal)}}]}
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = EndpointClient(f"http://127.0.0.1:{server.server_port}/v1", model="meta", retries=0, timeout=10)
+        update = EndpointDriver(client.chat, POOL, 10).next(_harness(), HarnessStats(consistency=0.4))
+    finally:
+        server.shutdown()
+    assert update.changed and update.harness == proposal
+    assert seen[0]["model"] == "meta" and seen[0]["messages"][0]["role"] == "system"
+    assert '"consistency": 0.4' in seen[0]["messages"][1]["content"]
