@@ -149,7 +149,31 @@ class EvalConfig(Section):
     max_new_tokens: int = Field(512, ge=1, description="Token budget of one answer.")
 
 
+class WatchdogConfig(Section):
+    """Health rules the web platform checks at every step boundary (the trainer itself ignores it).
+
+    A rule fires when its condition holds for ``window`` consecutive reported steps of a role; it
+    writes a watchdog event on the run page, and pauses the run when it is listed in ``pause_on``.
+    """
+
+    enabled: bool = Field(True, description="Check the health rules at every step boundary.")
+    window: int = Field(3, ge=1, description="Consecutive steps a condition must hold before its rule fires.")
+    entropy_min: float = Field(0.05, ge=0, description="Entropy collapse: mean token entropy below this.")
+    zero_variance_max: float = Field(
+        0.9, ge=0, le=1, description="Dead groups: share of groups with zero reward variance above this.")
+    length_factor: float = Field(
+        3.0, gt=1, description="Length runaway: mean response length above this multiple of the first steps' median.")
+    heldout_metric: str = Field(
+        "heldout_accuracy", description="Metric name of the held-out check (reported by evals) for the "
+        "reward-up / held-out-down rule.")
+    heldout_drop: float = Field(
+        0.05, ge=0, description="Reward rising while the held-out metric falls by more than this over the window.")
+    pause_on: list[Literal["entropy_collapse", "zero_variance", "length_runaway", "reward_heldout_divergence"]] = Field(
+        ["entropy_collapse", "length_runaway"], description="Rules that pause the run when they fire.")
+
+
 _SHARED = {
+    "watchdog": WatchdogConfig,
     "model": ModelConfig, "rollout": RolloutConfig, "train": TrainConfig,
     "checkpoint": CheckpointConfig, "data": DataConfig, "corpus": CorpusConfig, "review": ReviewConfig,
     "eval": EvalConfig,
@@ -173,6 +197,7 @@ class Config(BaseModel):
     corpus: CorpusConfig = Field(default_factory=CorpusConfig, description="Standalone search corpus.")
     review: ReviewConfig = Field(default_factory=ReviewConfig, description="Human review sampling (web platform).")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Automatic checkpoint evaluations (web platform).")
+    watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig, description="Health rules (web platform).")
     grpo: SECTIONS["grpo"] | None = Field(None, description="GRPO settings.")
     spice: SECTIONS["spice"] | None = Field(None, description="SPICE settings.")
     ssp: SECTIONS["ssp"] | None = Field(None, description="SSP settings.")

@@ -79,10 +79,20 @@ class DjangoSink:
 
     def control(self) -> Control:
         self.flush()
+        self._watchdog()
         run = Run.objects.only("id", "status", "requested").get(pk=self.run_id)
         stop = run.requested == "cancel" or run.status != Status.RUNNING
         return Control(pause=run.requested == "pause", stop=stop, verdicts=self._review(_pending_verdicts, run) or [],
                        harness=self._review(_pending_harness, run))
+
+    def _watchdog(self) -> None:
+        """Health rules at the step boundary; a rule that pauses sets the request read just below."""
+        from apps.runs.watchdog import check_run
+
+        try:
+            check_run(Run.objects.get(pk=self.run_id))
+        except Exception as exc:  # the watchdog must never be what stops training
+            log.warning("watchdog check failed for run %s: %s", self.run_id, exc)
 
     def _review(self, hook, run: Run):
         """A review hook's answer; a failing hook is logged (once as a run event) and never stops training."""
