@@ -117,9 +117,22 @@ def bench_embed(texts: list[str], reps: int) -> dict:
                 reference = vectors
             else:
                 cosine = (reference * vectors).sum(1) / np.linalg.norm(reference, axis=1)
+    def neighbours(v):  # each text's 10 nearest other texts
+        sims = v @ v.T
+        np.fill_diagonal(sims, -2)
+        return np.argsort(-sims, axis=1)[:, :K].tolist()
+
+    overlap = recall_at_k(neighbours(vectors), neighbours(reference))
     return {"texts": len(texts), "default_texts_per_s": round(best["default"], 1), "ours_texts_per_s": round(best["ours"], 1),
             "speedup": round(best["ours"] / best["default"], 2), "min_cosine_to_default": round(float(cosine.min()), 5),
-            "precision": ours.precision, "batch_size": ours.batch_size}
+            "neighbour_overlap@10_with_default": round(overlap, 4), "precision": ours.precision,
+            "threads": ours.threads, "default_threads": torch_threads(), "batch_size": ours.batch_size}
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def bench_ingest(n_docs: int) -> dict:

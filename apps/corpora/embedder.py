@@ -1,13 +1,15 @@
 """The sentence embedder: all-MiniLM-L6-v2 from its package by default, any local
 sentence-transformers folder by name; loaded once per process.
 
-Speed (measured in benchmarks/search.py, recorded in benchmarks/RESULTS.md): the default
-`SentenceTransformer.encode` already sorts texts by length; what we add is
-  * bf16 autocast on CPUs that have native bf16 (AVX512-BF16 / AMX): ~3x on this EPYC, the
-    embeddings keep a cosine of >= 0.9999 to the fp32 ones, so neighbours do not change;
-  * larger batches (64) inside `torch.inference_mode()`;
-  * one torch thread per core (SELFPLAY_EMBED_THREADS overrides).
-SELFPLAY_EMBED_PRECISION=fp32|bf16|auto (default auto) forces a precision.
+Speed (benchmarks/search.py, numbers in benchmarks/RESULTS.md): `SentenceTransformer.encode`
+already sorts texts by length, so what we add is
+  * bf16 weights on CPUs with native bf16 (AVX512-BF16 / AMX): ~2x; embeddings keep a cosine
+    >= 0.996 to the fp32 ones and the same nearest neighbours (measured);
+  * batches of 64 inside `torch.inference_mode()`;
+  * half the cores for torch (1 here): the ingest worker shares the machine with Postgres and
+    the web server, and on this 2-core box one thread beat two by ~1.3x under load. The thread
+    count is set around each encode call and restored, so a trainer in the same process keeps its own.
+SELFPLAY_EMBED_PRECISION=fp32|bf16|auto (default auto) and SELFPLAY_EMBED_THREADS override.
 SELFPLAY_EMBEDDER names the default embedder for new corpora.
 """
 from __future__ import annotations
@@ -64,8 +66,7 @@ class Embedder:
 
         self.name = name
         self.path = resolve_path(name)
-        threads = int(os.environ.get("SELFPLAY_EMBED_THREADS", "0")) or (os.cpu_count() or 1)
-        torch.set_num_threads(threads)
+        self.threads = int(os.environ.get("SELFPLAY_EMBED_THREADS", "0")) or max(1, (os.cpu_count() or 1) // 2)
         try:
             self.model = SentenceTransformer(str(self.path), device="cpu", local_files_only=True)
         except Exception as exc:  # noqa: BLE001 - any load failure becomes a readable error
@@ -77,6 +78,10 @@ class Embedder:
                              else self.model.get_sentence_embedding_dimension())
         wanted = (precision or os.environ.get("SELFPLAY_EMBED_PRECISION", "auto")).lower()
         self.precision = ("bf16" if _bf16_supported() else "fp32") if wanted == "auto" else wanted
+        if self.precision not in ("fp32", "bf16"):
+            raise EmbedderError(f"SELFPLAY_EMBED_PRECISION must be fp32, bf16 or auto (got {wanted!r}).")
+        if self.precision == "bf16":
+            self.model.to(torch.bfloat16)
         self.batch_size = batch_size
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -84,11 +89,17 @@ class Embedder:
 
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        with _lock, torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16,
-                                                            enabled=self.precision == "bf16"):
-            vectors = self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
-                                        normalize_embeddings=True, show_progress_bar=False)
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        with _lock, torch.inference_mode():
+            before = torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+            try:
+                vectors = self.model.encode(texts, batch_size=self.batch_size, convert_to_tensor=True,
+                                            normalize_embeddings=True, show_progress_bar=False)
+            finally:
+                torch.set_num_threads(before)
+        vectors = vectors.float()
+        vectors = vectors / vectors.norm(dim=1, keepdim=True).clamp_min(1e-12)  # exact unit length after bf16
+        return np.ascontiguousarray(vectors.numpy(), dtype=np.float32)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])

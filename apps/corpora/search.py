@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import connection
 
 from apps.corpora.embedder import embedder_for
 
@@ -87,11 +87,23 @@ def dense(corpus, queries: list[str], n: int, ef_search: int = EF_SEARCH) -> lis
     return dense_by_vectors(corpus.pk, vectors, n, ef_search)
 
 
+def _vector_settings(cur, ef: int) -> None:
+    """hnsw.ef_search, iterative scans, and no JIT (a big table's cost estimate would JIT-compile every
+    query). Outside a transaction they are set once per connection (each round trip counts on a busy
+    CPU); inside one, SET LOCAL, since a rollback would undo a session SET."""
+    settings = f"hnsw.ef_search = {int(ef)}; SET{{local}} hnsw.iterative_scan = strict_order; SET{{local}} jit = off"
+    if connection.in_atomic_block:
+        cur.execute(("SET LOCAL " + settings).format(local=" LOCAL"))
+        return
+    raw = connection.connection
+    if getattr(raw, "_selfplay_ef_search", None) != ef:
+        cur.execute(("SET " + settings).format(local=""))
+        raw._selfplay_ef_search = ef
+
+
 def dense_by_vectors(corpus_id: int, vectors: np.ndarray, n: int, ef_search: int = EF_SEARCH) -> list[list[Hit]]:
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(f"SET LOCAL hnsw.ef_search = {int(max(ef_search, 2 * n))}")
-        cur.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-        cur.execute("SET LOCAL jit = off")  # a large table's cost estimate would otherwise JIT-compile each query
+    with connection.cursor() as cur:
+        _vector_settings(cur, max(ef_search, 2 * n))
         cur.execute(DENSE_SQL, [[vector_literal(v) for v in vectors], corpus_id, n])
         return _group(cur.fetchall(), len(vectors))
 
