@@ -86,7 +86,9 @@ def make_generator(cfg: Config, policy):
     from trainer.rollout import HFGenerator
 
     # No seed: sampling draws from the global torch RNG, which checkpoints save and restore.
-    return HFGenerator(policy.model, policy.tokenizer)
+    # from_policy also takes the policy's autocast (bf16 on GPU), so rollout log-probs match ours.
+    build = getattr(HFGenerator, "from_policy", None)
+    return build(policy) if build else HFGenerator(policy.model, policy.tokenizer)
 
 
 def _standalone_retriever(cfg: Config):

@@ -134,3 +134,22 @@ def test_kl_to_the_frozen_base_with_lora(tiny_config):
     assert first["kl"] == pytest.approx(0.0, abs=1e-6)  # adapter B starts at 0: policy == base
     second = policy_update(policy, engine, _group(), cfg)["solver"]
     assert second["kl"] > 0
+
+
+def test_sampling_draws_from_the_softmax_and_reports_its_logprobs():
+    """The generator's inverse-CDF sampler (trainer/rollout/hf.py, edited for speed by core)."""
+    from trainer.rollout.hf import sample_tokens
+
+    logits = torch.tensor([[0.0, 1.0, 2.0, float("-inf"), 0.5]]).repeat(40000, 1)  # [B, V]
+    g = torch.Generator().manual_seed(0)
+    tokens, logps = sample_tokens(logits, 1.0, 1.0, None, g)
+    freq = torch.bincount(tokens, minlength=5).float() / len(tokens)
+    torch.testing.assert_close(freq, torch.softmax(logits[0], -1), atol=0.01, rtol=0)
+    torch.testing.assert_close(logps, torch.log_softmax(logits, -1).gather(1, tokens[:, None]).squeeze(1))
+    banned, _ = sample_tokens(logits, 1.0, 1.0, [2], g)
+    assert not (banned == 2).any() and not (banned == 3).any()
+    nucleus, _ = sample_tokens(logits, 1.0, 0.5, None, g)  # token 2 alone holds 0.54 >= 0.5
+    assert (nucleus == 2).all()
+    again, _ = sample_tokens(logits[:8], 0.7, 1.0, None, torch.Generator().manual_seed(1))
+    same, _ = sample_tokens(logits[:8], 0.7, 1.0, None, torch.Generator().manual_seed(1))
+    assert torch.equal(again, same)
