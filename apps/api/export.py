@@ -23,8 +23,10 @@ with ``?after=<cursor value of the last complete line>``; a Parquet one with ``?
 id of the previous complete file (use ``limit`` to download in parts).
 
 Memory stays constant: pages of ``PAGE`` rows are read by keyset (``id > last``) and each page is
-encoded and sent before the next is read; Parquet writes one row group per page through
-``pyarrow.parquet.ParquetWriter`` into a buffer that is drained after every group.
+encoded and sent before the next is read. JSONL lines are built by Postgres in the page query
+(``apps/api/export_sql.py``: the server's Python only joins them); Parquet converts each page to
+one row group of ``pyarrow.parquet.ParquetWriter`` writing into a buffer drained after every group.
+The view and its OpenAPI description are in ``apps/api/export_view.py``.
 """
 from __future__ import annotations
 
@@ -35,22 +37,15 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from django.db.models import Exists, F, Func, OuterRef, Q, Subquery, TextField, Value
+from django.db import connection
+from django.db.models import Exists, F, OuterRef, Q, Subquery, TextField, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
-from django.db.models.expressions import RawSQL
 
-from django.http import StreamingHttpResponse
-from django.shortcuts import get_object_or_404
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework.decorators import api_view, permission_classes
-from rest_framework.permissions import IsAuthenticated
 
-from apps.api.errors import error_response
+from apps.api.export_sql import lines_sql
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.review.models import ReviewItem
-from apps.runs.models import Run
 
 PAGE = 2000
 FORMATS = ("jsonl", "parquet")
@@ -159,51 +154,49 @@ def _b(v) -> str:
     return "null" if v is None else ("true" if v else "false")
 
 
-def _raw(v) -> str:  # JSON text made by Postgres holding only strings and integers
-    return v if v else "[]"
+def _jtext(v) -> str:
+    """A JSON value as Postgres ``->>`` gives it: strings as they are, other values as JSON text."""
+    return "" if v is None else v if isinstance(v, str) else json.dumps(v)
 
 
-def _passages_json(v) -> str:
-    if not v or v == "[]":
-        return "[]"
-    return json.dumps(_passages(v))
+def _objects(v, keys: tuple[str, ...]) -> list[dict]:
+    items = json.loads(v) if isinstance(v, str) else v
+    return [{k: _jtext(o.get(k)) for k in keys} for o in (items if isinstance(items, list) else [])
+            if isinstance(o, dict)]
 
 
-def _passages(v) -> list:
-    """Passages as {document_id, chunk_id, title, text: str, score: float}; other shapes are skipped."""
-    out = []
-    for p in json.loads(v) if isinstance(v, str) else (v or []):
-        if isinstance(p, dict):
-            score = p.get("score")
-            score = float(score) if isinstance(score, (int, float)) and math.isfinite(score) else None
-            out.append({"document_id": str(p.get("document_id") or ""), "chunk_id": str(p.get("chunk_id") or ""),
-                        "title": str(p.get("title") or ""), "text": str(p.get("text") or ""), "score": score})
+def _turns(v) -> list[dict]:
+    return _objects(v, ("role", "text"))
+
+
+def _passages(v) -> list[dict]:
+    """{document_id, chunk_id, title, text: str, score: float or None}, from the JSON objects of a list."""
+    items = json.loads(v) if isinstance(v, str) else v
+    out = _objects(items, ("document_id", "chunk_id", "title", "text"))
+    scores = [o.get("score") for o in (items if isinstance(items, list) else []) if isinstance(o, dict)]
+    for row, score in zip(out, scores):
+        ok = isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)
+        row["score"] = float(score) if ok else None
     return out
 
 
-def _list(v):
-    return json.loads(v) if isinstance(v, str) else list(v or [])
-
-
 def _iteration(v):
-    try:
-        return int(v) if v not in (None, "") else None
-    except (TypeError, ValueError):
-        return None
+    text = str(v) if v is not None else ""
+    return int(text) if text.lstrip("-").isdigit() and len(text) <= 19 else None
 
 
 TURN = pa.struct([("role", pa.string()), ("text", pa.string())])
 PASSAGE = pa.struct([("document_id", pa.string()), ("chunk_id", pa.string()), ("title", pa.string()),
                      ("text", pa.string()), ("score", pa.float64())])
-TYPES = {  # code -> (arrow type, JSON encoder, python value for arrow)
+TYPES = {  # code -> (arrow type, JSON encoder of a Python value: pairs and config, Python value for arrow)
     "int": (pa.int64(), _i, lambda v: None if v is None else int(v)),
     "float": (pa.float64(), _f, lambda v: None if v is None or not math.isfinite(float(v)) else float(v)),
     "str": (pa.string(), _s, lambda v: "" if v is None else str(v)),
     "bool": (pa.bool_(), _b, lambda v: None if v is None else bool(v)),
     "iteration": (pa.int64(), lambda v: _i(_iteration(v)), _iteration),
-    "turns": (pa.list_(TURN), _raw, _list),
-    "passages": (pa.list_(PASSAGE), _passages_json, _passages),
-    "ints": (pa.list_(pa.int64()), _raw, _list),
+    "turns": (pa.list_(TURN), lambda v: json.dumps(_turns(v)), _turns),
+    "passages": (pa.list_(PASSAGE), lambda v: json.dumps(_passages(v)), _passages),
+    "ints": (pa.list_(pa.int64()), lambda v: json.dumps(list(v or [])), lambda v: list(v or [])),
 }
 
 # kind -> [(column, type code, source: a model field or an annotation below)]
@@ -220,8 +213,8 @@ COLUMNS = {
     "attempts": [("id", "int", "id"), ("run_id", "int", "run_id"), ("key", "str", "key"),
                  ("task_key", "str", "task_key"), ("task_id", "int", "task_id"), ("role", "str", "role"),
                  ("step", "int", "step"), ("iteration", "iteration", "x_iteration"), ("text", "str", "text"),
-                 ("reward", "float", "reward"), ("turns", "turns", "x_turns"), ("passages", "passages", "x_passages"),
-                 ("token_ids", "ints", "x_token_ids"), ("loss_mask", "ints", "x_loss_mask"),
+                 ("reward", "float", "reward"), ("turns", "turns", "turns"), ("passages", "passages", "passages"),
+                 ("token_ids", "ints", "token_ids"), ("loss_mask", "ints", "loss_mask"),
                  ("data", "str", "x_data"), ("task_valid", "bool", "task__valid")],
     "grades": [("id", "int", "id"), ("run_id", "int", "run_id"), ("key", "str", "key"),
                ("attempt_key", "str", "attempt_key"), ("rubric_key", "str", "rubric_key"), ("step", "int", "step"),
@@ -254,10 +247,6 @@ def arrow_schema(kind: str) -> pa.Schema:
 
 # ---- querysets -----------------------------------------------------------------------------------
 
-_TURNS_SQL = """(SELECT coalesce(json_agg(json_build_object('role', coalesce(t.v->>'role', ''),
-  'text', coalesce(t.v->>'text', '')) ORDER BY t.n), '[]'::json)::text
-  FROM jsonb_array_elements(CASE WHEN jsonb_typeof({table}.turns) = 'array' THEN {table}.turns ELSE '[]'::jsonb END)
-  WITH ORDINALITY AS t(v, n) WHERE jsonb_typeof(t.v) = 'object')"""
 MODELS = {"tasks": Task, "rubrics": Rubric, "attempts": Attempt, "grades": Grade, "verdicts": ReviewItem}
 REVIEW_KIND = {"tasks": "task", "rubrics": "rubric", "grades": "grade", "attempts": "task", "pairs": "task"}
 
@@ -299,12 +288,6 @@ def queryset(kind: str, run, f: Filters):
             qs = qs.annotate(x_review=Coalesce(Subquery(items.values("status")[:1]), Value(""), output_field=text))
             if kind == "rubrics":
                 qs = qs.annotate(x_edit=Coalesce(Subquery(items.values("edit")[:1]), Value(""), output_field=text))
-        if kind == "attempts":
-            table = Attempt._meta.db_table
-            qs = qs.annotate(
-                x_turns=RawSQL(_TURNS_SQL.format(table=table), []), x_passages=_json_text("passages"),
-                x_token_ids=Cast(Func(F("token_ids"), function="array_to_json"), TextField()),
-                x_loss_mask=Cast(Func(F("loss_mask"), function="array_to_json"), TextField()))
         if f.iteration_min is not None:
             qs = qs.filter(data__iteration__gte=f.iteration_min)
         if f.iteration_max is not None:
@@ -376,14 +359,47 @@ def pages(p: Plan):
     if p.kind == "pairs":
         yield from _pair_pages(p)
         return
-    sources = [src for _, _, src in COLUMNS[p.kind]]
-    qs = queryset(p.kind, p.run, p.filters).filter(id__lte=p.last_id).order_by("id").values_list(*sources)
+    qs, names = _aliased(p)
     cursor = p.filters.after
     while True:
-        rows = list(qs.filter(id__gt=cursor)[:PAGE])
+        rows = list(qs.filter(id__gt=cursor).values_list(*names)[:PAGE])
         if not rows:
             return
         yield rows
+        cursor = rows[-1][0]
+        if len(rows) < PAGE:
+            return
+
+
+def _aliased(p: Plan):
+    """The plan's rows in cursor order with its columns selected as c0, c1, ... (and those names)."""
+    names = [f"c{i}" for i in range(len(COLUMNS[p.kind]))]
+    exprs = {name: F(src) for name, (_, _, src) in zip(names, COLUMNS[p.kind])}
+    return queryset(p.kind, p.run, p.filters).filter(id__lte=p.last_id).order_by("id").values(**exprs), names
+
+
+def line_pages(p: Plan):
+    """Lists of JSONL lines made by Postgres (apps/api/export_sql.py), PAGE at a time; pairs and
+    config lines are encoded here."""
+    if p.kind in ("pairs", "config"):
+        encoders = [TYPES[code][1] for _, code, _ in COLUMNS[p.kind]]
+        template = "{" + ",".join(f"{json.dumps(name)}:%s" for name, _, _ in COLUMNS[p.kind]) + "}"
+        for rows in pages(p):
+            yield [template % tuple(enc(v) for enc, v in zip(encoders, row)) for row in rows]
+        return
+    if p.last_id is None:
+        return
+    qs, _ = _aliased(p)
+    cols = columns(p.kind)
+    cursor = p.filters.after
+    while True:
+        sql, params = qs.filter(id__gt=cursor)[:PAGE].query.sql_with_params()
+        with connection.cursor() as cur:
+            cur.execute(lines_sql(cols, sql), params)
+            rows = cur.fetchall()
+        if not rows:
+            return
+        yield [line for _, line in rows]
         cursor = rows[-1][0]
         if len(rows) < PAGE:
             return
@@ -435,11 +451,9 @@ def pairs_of(tasks: list[tuple], role: str | None) -> list[tuple]:
 
 def jsonl_chunks(p: Plan):
     """Bytes of the JSONL file, one chunk per page."""
-    cols = COLUMNS[p.kind]
-    encoders = [TYPES[code][1] for _, code, _ in cols]
-    template = "{" + ",".join(f"{json.dumps(name)}:%s" for name, _, _ in cols) + "}\n"
-    for rows in pages(p):
-        yield "".join(template % tuple(enc(v) for enc, v in zip(encoders, row)) for row in rows).encode()
+    for lines in line_pages(p):
+        if lines:
+            yield ("\n".join(lines) + "\n").encode()
 
 
 class _Drain(io.RawIOBase):
@@ -506,93 +520,3 @@ def write_file(run, kind: str, fmt: str, path, params=None) -> tuple[int, Plan]:
             fh.write(chunk)
             written += len(chunk)
     return written, p
-
-
-# ---- the view ------------------------------------------------------------------------------------
-
-def _for_handler(request, chunks):
-    """An async iterator under ASGI (Django would otherwise buffer a sync iterator into one list);
-    the sync generator itself under WSGI and the test client."""
-    from django.core.handlers.asgi import ASGIRequest
-
-    if not isinstance(getattr(request, "_request", request), ASGIRequest):
-        return chunks
-    from asgiref.sync import sync_to_async
-
-    done = object()
-    step = sync_to_async(lambda: next(chunks, done), thread_sensitive=True)
-
-    async def agen():
-        while (chunk := await step()) is not done:
-            yield chunk
-
-    return agen()
-
-
-EXAMPLE_ATTEMPT = ('{"id": 41, "run_id": 7, "key": "3:12:0:r1", "task_key": "3:12:0", "task_id": 17, '
-                   '"role": "reasoner", "step": 3, "iteration": null, "text": "... \\\\boxed{4}", "reward": 1.0, '
-                   '"turns": [{"role": "assistant", "text": "... \\\\boxed{4}"}], "passages": [], '
-                   '"token_ids": [1, 2, 3], "loss_mask": [1, 1, 1], "data": "{\\"boxed\\": \\"4\\"}", '
-                   '"task_valid": true}')
-EXAMPLE_PAIR = ('{"task_id": 17, "task_key": "3:12:0", "role": "reasoner", "step": 3, "prompt": "What is 2+2?", '
-                '"answer": "4", "chosen": "\\\\boxed{4}", "rejected": "\\\\boxed{5}", "chosen_reward": 1.0, '
-                '"rejected_reward": 0.0, "chosen_key": "3:12:0:r1", "rejected_key": "3:12:0:r0"}')
-
-
-def _schema():
-    columns_doc = "; ".join(f"**{k}**: " + ", ".join(f"{n} ({c})" for n, c in columns(k)) for k in KINDS)
-    q = OpenApiParameter.QUERY
-    return extend_schema(
-        operation_id="runs_export",
-        summary="Stream a run's data as JSONL or Parquet",
-        description=(__doc__.split("\n\n", 1)[1] + "\n\nColumns (type codes: int, float, str, bool, iteration = "
-                     "int or null, turns = list of {role, text}, passages = list of {document_id, chunk_id, title, "
-                     "text, score}, ints = list of integers): " + columns_doc),
-        parameters=[
-            OpenApiParameter("kind", str, OpenApiParameter.PATH, enum=list(KINDS), description="What to export."),
-            OpenApiParameter("fmt", str, OpenApiParameter.PATH, enum=list(FORMATS), description="File format."),
-            OpenApiParameter("role", str, q, description="Only this role (tasks, attempts, pairs).",
-                             examples=[OpenApiExample("reasoner", value="reasoner")]),
-            OpenApiParameter("step_min", int, q, description="Steps from (inclusive)."),
-            OpenApiParameter("step_max", int, q, description="Steps up to (inclusive)."),
-            OpenApiParameter("iteration_min", int, q, description="data.iteration from (where recorded)."),
-            OpenApiParameter("iteration_max", int, q, description="data.iteration up to."),
-            OpenApiParameter("review", str, q, enum=list(REVIEW_VALUES),
-                             description="Review status of the sample (its task's for attempts and pairs)."),
-            OpenApiParameter("valid", bool, q, description="The task's validity (tasks, attempts, pairs)."),
-            OpenApiParameter("after", int, q, description="Resume: only rows whose cursor (X-Export-Cursor-Field) "
-                                                          "is larger."),
-            OpenApiParameter("limit", int, q, description="At most this many rows (tasks for pairs)."),
-        ],
-        responses={
-            (200, "application/x-ndjson"): OpenApiResponse(
-                OpenApiTypes.STR, description="One JSON object per line; headers X-Export-Cursor-Field, "
-                                              "X-Export-Last-Id, X-Export-Has-More.",
-                examples=[OpenApiExample("attempts.jsonl line", value=EXAMPLE_ATTEMPT, media_type="application/x-ndjson"),
-                          OpenApiExample("pairs.jsonl line", value=EXAMPLE_PAIR, media_type="application/x-ndjson")]),
-            (200, "application/vnd.apache.parquet"): OpenApiResponse(
-                OpenApiTypes.BINARY, description="A Parquet file with the same columns, one row group per page."),
-            400: OpenApiResponse(OpenApiTypes.OBJECT, description="A bad filter, kind or format.", examples=[
-                OpenApiExample("bad filter", value={"error": "step_min must be an integer, got 'abc'"})]),
-            401: OpenApiResponse(OpenApiTypes.OBJECT, description="Not logged in / no token."),
-            404: OpenApiResponse(OpenApiTypes.OBJECT, description="No such run."),
-        },
-    )
-
-
-@_schema()
-@api_view(["GET"])
-@permission_classes([IsAuthenticated])
-def export_run(request, run_id: int, kind: str, fmt: str):
-    """Any logged-in user may export (reading is open to every account)."""
-    run = get_object_or_404(Run.objects.select_related("corpus"), pk=run_id)
-    try:
-        if fmt not in FORMATS:
-            raise ExportError(f"format must be .jsonl or .parquet, got .{fmt}")
-        p = plan(kind, run, parse_filters(kind, request.query_params))
-    except ExportError as exc:
-        return error_response(str(exc))
-    response = StreamingHttpResponse(_for_handler(request, stream(p, fmt)), content_type=CONTENT_TYPES[fmt])
-    for name, value in headers(p, fmt).items():
-        response[name] = value
-    return response

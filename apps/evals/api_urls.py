@@ -1,7 +1,7 @@
 """REST routes of evals and the run export, mounted under /api/v1/ by apps/api/urls.py."""
 from django.urls import path, re_path
 
-from apps.api import export
+from apps.api import export_view
 from apps.evals import api
 
 urlpatterns = [
@@ -12,6 +12,6 @@ urlpatterns = [
     path("evals/<int:job_id>/samples/", api.eval_samples, name="api-eval-samples"),
     path("evals/crossplay/<int:crossplay_id>/", api.crossplay_detail, name="api-crossplay"),
     path("runs/<int:run_id>/crossplay/", api.run_crossplay, name="api-run-crossplay"),
-    re_path(r"^runs/(?P<run_id>\d+)/export/(?P<kind>[a-z_]+)\.(?P<fmt>[a-z0-9]+)$", export.export_run,
+    re_path(r"^runs/(?P<run_id>\d+)/export/(?P<kind>[a-z_]+)\.(?P<fmt>[a-z0-9]+)$", export_view.export_run,
             name="api-run-export"),
 ]

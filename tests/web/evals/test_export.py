@@ -219,3 +219,36 @@ async def test_under_asgi_the_export_streams_page_by_page(filled_run, reader, mo
     from django.db import connections
 
     await sync_to_async(lambda: connections.close_all())()  # the pages' thread's connection, as a server would
+
+
+def test_odd_stored_values_keep_one_type_per_column_in_both_formats(run, reader, tmp_path):
+    """Rows written by other code paths: non-finite and whole-number floats, turns and passages of
+    any shape, a non-integer iteration. JSONL (built by Postgres) and Parquet (built in Python)
+    agree, and datasets reads the JSONL."""
+    Attempt.objects.filter(run=run).delete()
+    odd = [
+        dict(reward=float("nan"), turns=[{"role": "assistant", "text": "a", "extra": 1}, "junk", {"text": 5}],
+             passages=[{"document_id": 7, "score": 2}, {"title": "t", "score": "high"}, 3], data={"iteration": "x"}),
+        dict(reward=float("inf"), turns={"not": "a list"}, passages={"x": 1}, data={"iteration": 2}),
+        dict(reward=2.0, turns=[], passages=[{"document_id": "d", "chunk_id": "c", "title": "T", "text": "x",
+                                              "score": 0.25}], data={"iteration": 1.5}),
+        dict(reward=None, turns=[{"role": None, "text": "tab\tnewline\n\"quote\" \\ é"}], passages=[], data={}),
+    ]
+    for i, fields in enumerate(odd):
+        Attempt.objects.create(run=run, key=f"odd{i}", role="solver", step=9, token_ids=[1, i], loss_mask=[0, 1],
+                               **fields)
+    client = client_for(reader)
+    _, body = get(client, run, "attempts")
+    from_jsonl = [json.loads(line) for line in body.splitlines()]
+    _, parquet = get(client, run, "attempts", "parquet")
+    assert pq.read_table(io.BytesIO(parquet)).to_pylist() == from_jsonl
+    assert [r["reward"] for r in from_jsonl] == [None, None, 2.0, None]
+    assert b'"reward":2.0' in body  # a float stays a float literal
+    assert from_jsonl[0]["turns"] == [{"role": "assistant", "text": "a"}, {"role": "", "text": "5"}]
+    assert from_jsonl[0]["passages"] == [
+        {"document_id": "7", "chunk_id": "", "title": "", "text": "", "score": 2.0},
+        {"document_id": "", "chunk_id": "", "title": "t", "text": "", "score": None}]
+    assert from_jsonl[1]["turns"] == [] and from_jsonl[1]["passages"] == []
+    assert [r["iteration"] for r in from_jsonl] == [None, 2, None, None]
+    assert from_jsonl[3]["turns"][0]["text"] == "tab\tnewline\n\"quote\" \\ é"
+    assert load_jsonl(body, tmp_path).num_rows == 4

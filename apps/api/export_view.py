@@ -1,0 +1,105 @@
+"""The export view: ``GET /api/v1/runs/<id>/export/<kind>.jsonl|.parquet`` (streamed), with its
+OpenAPI description. What it sends is built in apps/api/export.py."""
+from __future__ import annotations
+
+from django.http import StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.permissions import IsAuthenticated
+
+from apps.api import export
+from apps.api.errors import error_response
+from apps.api.export import (
+    CONTENT_TYPES, FORMATS, KINDS, REVIEW_VALUES, ExportError, columns, headers, parse_filters, plan, stream,
+)
+from apps.runs.models import Run
+
+
+def _for_handler(request, chunks):
+    """An async iterator under ASGI (Django would otherwise buffer a sync iterator into one list);
+    the sync generator itself under WSGI and the test client."""
+    from django.core.handlers.asgi import ASGIRequest
+
+    if not isinstance(getattr(request, "_request", request), ASGIRequest):
+        return chunks
+    from asgiref.sync import sync_to_async
+
+    done = object()
+    step = sync_to_async(lambda: next(chunks, done), thread_sensitive=True)
+
+    async def agen():
+        while (chunk := await step()) is not done:
+            yield chunk
+
+    return agen()
+
+
+EXAMPLE_ATTEMPT = ('{"id": 41, "run_id": 7, "key": "3:12:0:r1", "task_key": "3:12:0", "task_id": 17, '
+                   '"role": "reasoner", "step": 3, "iteration": null, "text": "... \\\\boxed{4}", "reward": 1.0, '
+                   '"turns": [{"role": "assistant", "text": "... \\\\boxed{4}"}], "passages": [], '
+                   '"token_ids": [1, 2, 3], "loss_mask": [1, 1, 1], "data": "{\\"boxed\\": \\"4\\"}", '
+                   '"task_valid": true}')
+EXAMPLE_PAIR = ('{"task_id": 17, "task_key": "3:12:0", "role": "reasoner", "step": 3, "prompt": "What is 2+2?", '
+                '"answer": "4", "chosen": "\\\\boxed{4}", "rejected": "\\\\boxed{5}", "chosen_reward": 1.0, '
+                '"rejected_reward": 0.0, "chosen_key": "3:12:0:r1", "rejected_key": "3:12:0:r0"}')
+
+
+def _schema():
+    columns_doc = "; ".join(f"**{k}**: " + ", ".join(f"{n} ({c})" for n, c in columns(k)) for k in KINDS)
+    q = OpenApiParameter.QUERY
+    return extend_schema(
+        operation_id="runs_export",
+        summary="Stream a run's data as JSONL or Parquet",
+        description=(export.__doc__.split("\n\n", 1)[1] + "\n\nColumns (type codes: int, float, str, bool, iteration = "
+                     "int or null, turns = list of {role, text}, passages = list of {document_id, chunk_id, title, "
+                     "text, score}, ints = list of integers): " + columns_doc),
+        parameters=[
+            OpenApiParameter("kind", str, OpenApiParameter.PATH, enum=list(KINDS), description="What to export."),
+            OpenApiParameter("fmt", str, OpenApiParameter.PATH, enum=list(FORMATS), description="File format."),
+            OpenApiParameter("role", str, q, description="Only this role (tasks, attempts, pairs).",
+                             examples=[OpenApiExample("reasoner", value="reasoner")]),
+            OpenApiParameter("step_min", int, q, description="Steps from (inclusive)."),
+            OpenApiParameter("step_max", int, q, description="Steps up to (inclusive)."),
+            OpenApiParameter("iteration_min", int, q, description="data.iteration from (where recorded)."),
+            OpenApiParameter("iteration_max", int, q, description="data.iteration up to."),
+            OpenApiParameter("review", str, q, enum=list(REVIEW_VALUES),
+                             description="Review status of the sample (its task's for attempts and pairs)."),
+            OpenApiParameter("valid", bool, q, description="The task's validity (tasks, attempts, pairs)."),
+            OpenApiParameter("after", int, q, description="Resume: only rows whose cursor (X-Export-Cursor-Field) "
+                                                          "is larger."),
+            OpenApiParameter("limit", int, q, description="At most this many rows (tasks for pairs)."),
+        ],
+        responses={
+            (200, "application/x-ndjson"): OpenApiResponse(
+                OpenApiTypes.STR, description="One JSON object per line; headers X-Export-Cursor-Field, "
+                                              "X-Export-Last-Id, X-Export-Has-More.",
+                examples=[OpenApiExample("attempts.jsonl line", value=EXAMPLE_ATTEMPT, media_type="application/x-ndjson"),
+                          OpenApiExample("pairs.jsonl line", value=EXAMPLE_PAIR, media_type="application/x-ndjson")]),
+            (200, "application/vnd.apache.parquet"): OpenApiResponse(
+                OpenApiTypes.BINARY, description="A Parquet file with the same columns, one row group per page."),
+            400: OpenApiResponse(OpenApiTypes.OBJECT, description="A bad filter, kind or format.", examples=[
+                OpenApiExample("bad filter", value={"error": "step_min must be an integer, got 'abc'"})]),
+            401: OpenApiResponse(OpenApiTypes.OBJECT, description="Not logged in / no token."),
+            404: OpenApiResponse(OpenApiTypes.OBJECT, description="No such run."),
+        },
+    )
+
+
+@_schema()
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def export_run(request, run_id: int, kind: str, fmt: str):
+    """Any logged-in user may export (reading is open to every account)."""
+    run = get_object_or_404(Run.objects.select_related("corpus"), pk=run_id)
+    try:
+        if fmt not in FORMATS:
+            raise ExportError(f"format must be .jsonl or .parquet, got .{fmt}")
+        p = plan(kind, run, parse_filters(kind, request.query_params))
+    except ExportError as exc:
+        return error_response(str(exc))
+    response = StreamingHttpResponse(_for_handler(request, stream(p, fmt)), content_type=CONTENT_TYPES[fmt])
+    for name, value in headers(p, fmt).items():
+        response[name] = value
+    return response
