@@ -46,7 +46,7 @@ def filtered(params) -> tuple[dict, object]:
     """(the filters as given, the queryset) for run / kind / status; ValidationError for bad values."""
     run = params.get("run") or ""
     kind = params.get("kind") or ""
-    state = params.get("status", ReviewStatus.PENDING)
+    state = params.get("status") or ReviewStatus.PENDING
     qs = ReviewItem.objects.all()
     if run:
         qs = qs.filter(run_number=_int(run, "run"))
@@ -54,7 +54,7 @@ def filtered(params) -> tuple[dict, object]:
         if kind not in Kind.values:
             raise ValidationError({"kind": f"unknown kind {kind!r}; use one of {', '.join(Kind.values)}"})
         qs = qs.filter(kind=kind)
-    if state and state != "all":
+    if state != "all":
         if state not in ReviewStatus.values:
             raise ValidationError({"status": f"unknown status {state!r}; use one of "
                                              f"{', '.join(ReviewStatus.values)} or all"})

@@ -62,7 +62,7 @@ def _current(request, qs) -> ReviewItem | None:
     qs = qs.select_related("run", "task", "rubric", "grade")
     after = request.GET.get("after")
     if after and after.isdigit():
-        return qs.filter(pk__gt=int(after)).first() or qs.exclude(pk=int(after)).first()
+        return qs.filter(pk__gt=int(after)).first() or qs.first()  # past the end: wrap around
     return qs.first()
 
 

@@ -157,3 +157,13 @@ def test_an_item_of_a_deleted_run_still_shows_its_snapshot(client, queued, revie
     html = client.get(f"/review/?item={grade.pk}&status=all").content.decode()
     assert f"run {number} (deleted)" in html and "judge too lenient" in html
     assert "Which year? &lt;script&gt;" in html and "States the year 1969." in html and "Grade 1.00" in html
+
+
+def test_next_skips_ahead_and_wraps_around(client, queued, reviewer):
+    client.force_login(reviewer)
+    first, second = ReviewItem.objects.filter(run_number=queued.pk, kind="task").order_by("id")
+    base = f"/review/?run={queued.pk}&kind=task"
+    assert f'data-item="{second.pk}"' in client.get(f"{base}&after={first.pk}").content.decode()
+    assert f'data-item="{first.pk}"' in client.get(f"{base}&after={second.pk}").content.decode()
+    first.review(reviewer, "approve")  # the only pending one left is shown even when skipped past
+    assert f'data-item="{second.pk}"' in client.get(f"{base}&after={second.pk}").content.decode()

@@ -110,8 +110,9 @@ def test_a_flag_between_steps_reaches_the_spice_recipe(tiny_config, tiny_model_d
 
 def test_a_flagged_question_is_not_trained_on_in_the_next_step(tiny_config, tiny_model_dir, corpus, researcher,
                                                                reviewer, tmp_path):
-    taught_mod = pytest.importorskip("tests.trainer.taught")
     from transformers import AutoTokenizer
+
+    from tests.trainer.taught import pair, teach
 
     from trainer.config import load_config
     from trainer.methods.spice import challenger_prompt, continue_chat
@@ -125,13 +126,14 @@ def test_a_flagged_question_is_not_trained_on_in_the_next_step(tiny_config, tiny
     choice = tok.encode('{"suitable_for_mcq": true, "suitable_for_free_form": false}', add_special_tokens=False) + eos
     mcq = tok.encode(f'{{"multiple_choice_question": "{QUESTION}", "multiple_choice_correct": "D"}}',
                      add_special_tokens=False) + eos
-    examples = []
-    for doc in Document.objects.filter(corpus=corpus):
+    sequences = []
+    for doc in Document.objects.filter(corpus=corpus):  # both Challenger turns of one conversation per document
         first = challenger_prompt(tok, TrainerDocument(str(doc.pk), doc.title, doc.text), sec)
-        examples += [(first, choice), (first + choice + continue_chat(tok, MCQ_PROMPT, True), mcq)]
+        sequences.append([(first, False), (choice, True), (continue_chat(tok, MCQ_PROMPT, True), False), (mcq, True)])
     task = SpiceTask("mcq", "mcq", QUESTION, "D")
-    examples.append((chat(tok, None, reasoner_prompt(task)), tok.encode("So \\boxed{D}", add_special_tokens=False) + eos))
-    taught = taught_mod.teach(tiny_model_dir, tmp_path / "taught", examples, steps=400)
+    sequences.append(pair(chat(tok, None, reasoner_prompt(task)),
+                          tok.encode("So \\boxed{D}", add_special_tokens=False) + eos))
+    taught = teach(tiny_model_dir, tmp_path / "taught", sequences, target_loss=0.05)
 
     cfg = _config(tiny_config, taught, temperature=0.3)
     run = _run_row(cfg, corpus, researcher)
