@@ -97,9 +97,10 @@ def main() -> None:
     run_ours(model, tokenizer, prompts[: args.group], 4)  # warm-up both paths
     run_generate(model, tokenizer, prompts[: args.group], 4)
     ours, ref = [], []
-    for _ in range(args.reps):
+    for rep in range(args.reps):
         ours.append(run_ours(model, tokenizer, prompts, args.tokens))
         ref.append(run_generate(model, tokenizer, prompts, args.tokens))
+        print(f"rep {rep}: ours {ours[-1][0]:.2f}s, generate {ref[-1][0]:.2f}s", file=sys.stderr, flush=True)
     best_ours = min(ours)
     best_ref = min(ref)
     result = {

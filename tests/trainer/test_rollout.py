@@ -357,3 +357,14 @@ def test_a_tiny_model_that_learned_to_search_runs_the_loop_end_to_end(tiny, tok,
     mask = torch.tensor(t.loss_mask, dtype=torch.bool)
     assert torch.allclose(torch.tensor(t.logprobs)[mask], ref[mask], atol=1e-4)
     assert all(lp == 0.0 for lp, m in zip(t.logprobs, t.loss_mask) if not m)
+
+
+def test_autocast_generation_matches_an_autocast_reforward(tiny, tok):
+    from types import SimpleNamespace
+
+    policy = SimpleNamespace(model=tiny, tokenizer=tok, autocast_dtype=torch.bfloat16)
+    gen = HFGenerator.from_policy(policy, seed=0)
+    [out] = gen.generate(prompts_of(tok, ["bf16?"]), SamplingParams(max_new_tokens=6, min_new_tokens=6))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = forward_logprobs(tiny, out.prompt_ids, out.completion_ids, 1.0)
+    assert torch.allclose(torch.tensor(out.logprobs), ref, atol=5e-2)

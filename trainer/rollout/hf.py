@@ -16,7 +16,8 @@ Logprobs are ``log_softmax(logits / T)`` of the sampled token (see trainer/rollo
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+import inspect
+from contextlib import contextmanager, nullcontext
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
@@ -76,9 +77,13 @@ class _GrowingLayer(DynamicLayer):
         return self.length
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Select / repeat batch rows (copies only the filled positions)."""
         if self.is_initialized:
-            self._kbuf = self._kbuf.index_select(0, beam_idx)
-            self._vbuf = self._vbuf.index_select(0, beam_idx)
+            for name in ("_kbuf", "_vbuf"):
+                old = getattr(self, name)
+                new = old.new_empty(len(beam_idx), old.shape[1], self.capacity, old.shape[3])
+                torch.index_select(old[:, :, : self.length], 0, beam_idx, out=new[:, :, : self.length])
+                setattr(self, name, new)
             self._refresh_views()
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
@@ -135,6 +140,13 @@ def _eval_mode(model):
         model.train(was_training)
 
 
+def cache_argument(model) -> str:
+    """The forward() keyword for the KV cache: ``cache`` in recent transformers,
+    ``past_key_values`` before (a peft wrapper passes keywords through to its base model)."""
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+
+
 def eos_ids_of(model, tokenizer) -> list[int]:
     """Every token id that ends a sequence: the tokenizer's EOS plus the generation config's."""
     ids: set[int] = set()
@@ -171,26 +183,28 @@ def sample_tokens(
     """Sample one token per row. Returns (tokens [B], logprobs [B]).
 
     The logprob is ``log_softmax(logits / T)[token]`` (T = 1 for greedy), computed before
-    ``banned`` tokens are masked and before top-p truncation.
+    ``banned`` tokens are masked and before top-p truncation. Sampling inverts the CDF of the
+    unnormalized probabilities with one uniform number per row (what ``torch.multinomial``
+    does), so a step costs a few passes over the vocabulary.
     """
     logits = logits.float()  # [B, V]
     t = temperature if temperature > 0 else 1.0
     scaled = logits / t if t != 1.0 else logits  # [B, V]
-    log_z = torch.logsumexp(scaled, dim=-1)  # [B]
-    pick_from = scaled
-    if banned:
-        pick_from = scaled.clone()
-        pick_from[:, banned] = float("-inf")
+    peak = scaled.amax(dim=-1, keepdim=True)  # [B, 1]
+    weights = (scaled - peak).exp_()  # [B, V], unnormalized probabilities
+    log_z = weights.sum(dim=-1).log_() + peak.squeeze(1)  # [B]
     if temperature == 0:
+        pick_from = scaled.index_fill(1, torch.tensor(banned, device=scaled.device), float("-inf")) if banned else scaled
         tokens = pick_from.argmax(dim=-1)  # [B]
     else:
         if top_p < 1.0:
-            pick_from = top_p_filter(pick_from, top_p)
-        # Inverse-CDF draw from softmax(pick_from): one uniform per row. (An exponential race needs
-        # B x V random numbers, which torch draws on ONE thread: ~half of a CPU decode step.)
-        cdf = torch.exp(pick_from - log_z[:, None]).cumsum(dim=-1)  # [B, V] unnormalised, 0 mass where -inf
-        u = (1.0 - torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device)) * cdf[:, -1:]  # (0, total]
-        tokens = torch.searchsorted(cdf, u).squeeze(1).clamp_(max=cdf.shape[1] - 1)  # [B] first cdf >= u
+            filtered = scaled.index_fill(1, torch.tensor(banned, device=scaled.device), float("-inf")) if banned else scaled
+            weights = (top_p_filter(filtered, top_p) - peak).exp_()  # [B, V]
+        elif banned:
+            weights[:, banned] = 0.0
+        cdf = weights.cumsum_(dim=-1)  # [B, V], in place: weights are not needed again
+        u = torch.rand(cdf.shape[0], 1, device=cdf.device, generator=generator) * cdf[:, -1:]  # [B, 1]
+        tokens = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)  # [B]
     logprobs = scaled.gather(1, tokens[:, None]).squeeze(1) - log_z  # [B]
     return tokens, logprobs
 
@@ -224,7 +238,9 @@ class HFGenerator:
     ``prefill_tokens`` bounds how many prompt tokens go through one prefill forward;
     ``compact_ratio``: finished rows are dropped from the batch once at most this fraction
     of the current rows is still running. ``seed`` gives the sampler its own RNG (otherwise
-    the global torch RNG is used, which checkpoints capture).
+    the global torch RNG is used, which checkpoints capture). ``autocast_dtype`` runs the
+    forward passes under ``torch.autocast`` (bf16 on GPU with float32 weights), the way the
+    trainer computes its logprobs; ``from_policy`` takes it from the policy.
     """
 
     def __init__(
@@ -235,6 +251,7 @@ class HFGenerator:
         seed: int | None = None,
         prefill_tokens: int = 16384,
         compact_ratio: float = 0.75,
+        autocast_dtype: torch.dtype | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -246,6 +263,18 @@ class HFGenerator:
         if seed is not None:
             self.rng = torch.Generator(device=self._device()).manual_seed(seed)
         self.last_stats: dict = {}
+        self._cache_kw = cache_argument(model)
+        self.autocast_dtype = autocast_dtype
+
+    @classmethod
+    def from_policy(cls, policy, **kw) -> "HFGenerator":
+        """A generator over a ``trainer.models.Policy`` (its model, tokenizer and autocast)."""
+        return cls(policy.model, policy.tokenizer, autocast_dtype=getattr(policy, "autocast_dtype", None), **kw)
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return nullcontext()
+        return torch.autocast(self._device().type, dtype=self.autocast_dtype)
 
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -272,7 +301,8 @@ class HFGenerator:
             if len(max_new_tokens) != len(prompts):
                 raise ValueError("max_new_tokens must have one entry per prompt")
             limits = [max(0, min(int(m), params.max_new_tokens)) for m in max_new_tokens]
-        with torch.inference_mode(), _eval_mode(self.model), adapter_disabled(self.model, use_adapter):
+        with torch.inference_mode(), _eval_mode(self.model), adapter_disabled(self.model, use_adapter), \
+                self._autocast():
             ids, lps, reasons, stops = self._decode(prompts, params, limits)
         t = params.logprob_temperature
         return [
@@ -309,11 +339,11 @@ class HFGenerator:
                 input_ids=ids[s : s + rows_per_chunk],
                 attention_mask=mask[s : s + rows_per_chunk],
                 position_ids=positions[s : s + rows_per_chunk],
-                cache=cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **{self._cache_kw: cache},
             )
-            caches.append(out.past_key_values)
+            caches.append(cache)  # filled in place
             logits.append(out.logits[:, -1, :])
         cache = _concat_caches(caches, capacity)
         return cache, torch.cat(logits, dim=0), mask, positions[:, -1] + 1
@@ -380,10 +410,10 @@ class HFGenerator:
                 input_ids=tokens[:, None],
                 attention_mask=mask,
                 position_ids=next_pos[:, None],
-                cache=cache,
                 use_cache=True,
+                **{self._cache_kw: cache},
             )
-            cache, logits = out.past_key_values, out.logits[:, -1, :]
+            logits = out.logits[:, -1, :]  # the cache was updated in place
             next_pos = next_pos + 1
         return out_ids, out_lps, reasons, stops
 
