@@ -64,11 +64,10 @@ def trl_trainer(model_path: Path, rows: list[dict], args, on_step_end):
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.methods.grpo import answer_of
-    from trainer.verify import math_equal
+    from trainer.methods.grpo import score
 
-    def reward(completions, answer, **kwargs):
-        return [float(math_equal(answer_of(c[-1]["content"]), a)) for c, a in zip(completions, answer)]
+    def reward(completions, answer, **kwargs):  # the same scoring as our recipe
+        return [score(c[-1]["content"], a, "math") for c, a in zip(completions, answer)]
 
     class Interleave(TrainerCallback):
         def on_step_end(self, *a, **k):

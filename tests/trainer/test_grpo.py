@@ -7,7 +7,7 @@ import trainer
 from trainer.__main__ import main
 from trainer.data import DataError, load_prompt_set
 from trainer.methods import METHODS
-from trainer.methods.grpo import answer_of, reward_stats
+from trainer.methods.grpo import answer_of, reward_stats, score
 from trainer.verify import VERIFIERS
 
 STEP_METRICS = {"reward_mean", "reward_std", "zero_variance_groups", "entropy", "response_length", "clip_frac",
@@ -59,6 +59,15 @@ def test_prompt_sets_and_answers(tmp_path):
         load_prompt_set("bundled:mmlu")
     assert answer_of("so \\boxed{42}.") == "42" and answer_of("<answer>7</answer>") == "7"
     assert answer_of("It is 5") == "It is 5"
+
+
+def test_scoring_reads_the_boxed_answer_or_the_last_number():
+    assert score("2 + 3 = \\boxed{5}", "5", "math") == 1.0
+    assert score("she sells 1,234 eggs, then 18.", "18", "math") == 1.0  # last number, numerically
+    assert score("first 18, then 20", "18", "math") == 0.0
+    assert score("no number here", "4", "math") == 0.0
+    assert score("\\boxed{\\frac{1}{2}}", "0.5", "math") == 1.0  # boxed answers go to math-verify
+    assert score("The answer is (C)", "C", "mcq") == 1.0 and score("<answer>Paris</answer>", "paris", "exact") == 1.0
 
 
 def test_reward_stats_and_registry():

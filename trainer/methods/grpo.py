@@ -13,6 +13,7 @@ rollout's log-probs are the "old" ones; token-mean loss over the step; KL only w
 """
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -32,6 +33,29 @@ def answer_of(text: str) -> str:
     whole text (math-verify and the MCQ parser then find the final answer in it)."""
     found = extract_boxed(text) or extract_tag(text, "answer")
     return found if found is not None else text
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def _as_number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", "").strip().rstrip("."))
+    except ValueError:
+        return None
+
+
+def score(text: str, gold: str, reward: str) -> float:
+    """1.0 if ``text`` answers ``gold`` under the ``reward`` verifier, else 0.0.
+
+    Ours: with the math verifier, a numeric gold answer and no boxed/<answer> answer, the last
+    number of the text is compared numerically (the usual GSM8K reading), instead of asking
+    math-verify to parse the whole text (about 50 ms a call, most of a CPU step's scoring)."""
+    found = extract_boxed(text) or extract_tag(text, "answer")
+    if found is None and reward == "math" and _as_number(gold) is not None:
+        numbers = _NUMBER.findall(text)
+        return float(bool(numbers) and _as_number(numbers[-1]) == _as_number(gold))
+    return float(VERIFIERS[reward](found if found is not None else text, gold))
 
 
 def next_batch(ctx, data: list[dict], n: int) -> list[dict]:
@@ -69,7 +93,6 @@ def run_grpo(ctx) -> None:
 def grpo_step(ctx, step: int, batch: list[dict]) -> dict[str, float]:
     """One GRPO step on ``batch`` (records with prompt and answer); returns the logged metrics."""
     cfg, sec = ctx.config, ctx.config.grpo
-    verify = VERIFIERS[cfg.reward]
     G, n = cfg.rollout.group_size, len(batch)
     prompts = [chat(ctx.policy.tokenizer, sec.system_prompt, row["prompt"]) for row in batch]
 
@@ -77,7 +100,7 @@ def grpo_step(ctx, step: int, batch: list[dict]) -> dict[str, float]:
     completions = ctx.generator.generate([p for p in prompts for _ in range(G)], ctx.sampling_params())
     gen_seconds = time.perf_counter() - t0
 
-    rewards = torch.tensor([float(verify(answer_of(c.text), batch[i // G]["answer"]))
+    rewards = torch.tensor([score(c.text, batch[i // G]["answer"], cfg.reward)
                             for i, c in enumerate(completions)]).view(n, G)  # [n, G]
     adv = get_advantage(sec.advantage)(rewards).flatten()  # [n * G]
     samples = [Sample(prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
