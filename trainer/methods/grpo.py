@@ -28,10 +28,15 @@ from trainer.verify import VERIFIERS, extract_boxed, extract_tag
 ROLE = "solver"
 
 
+def final_answer(text: str) -> str | None:
+    """The last boxed answer, else the last <answer> tag, else None."""
+    return extract_boxed(text) or extract_tag(text, "answer")
+
+
 def answer_of(text: str) -> str:
-    """What the verifier compares: the last boxed answer, else the last <answer> tag, else the
-    whole text (math-verify and the MCQ parser then find the final answer in it)."""
-    found = extract_boxed(text) or extract_tag(text, "answer")
+    """What the verifier compares: the final answer, else the whole text (math-verify and the
+    MCQ parser then find the answer in it)."""
+    found = final_answer(text)
     return found if found is not None else text
 
 
@@ -51,7 +56,7 @@ def score(text: str, gold: str, reward: str) -> float:
     Ours: with the math verifier, a numeric gold answer and no boxed/<answer> answer, the last
     number of the text is compared numerically (the usual GSM8K reading), instead of asking
     math-verify to parse the whole text (about 50 ms a call, most of a CPU step's scoring)."""
-    found = extract_boxed(text) or extract_tag(text, "answer")
+    found = final_answer(text)
     if found is None and reward == "math" and _as_number(gold) is not None:
         numbers = _NUMBER.findall(text)
         return float(bool(numbers) and _as_number(numbers[-1]) == _as_number(gold))
