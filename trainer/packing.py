@@ -150,7 +150,7 @@ def _use_flash(q: torch.Tensor) -> bool:
     if not q.is_cuda or q.dtype not in (torch.bfloat16, torch.float16):
         return False
     try:
-        import torch.nn.attention.varlen  # noqa: F401
+        from torch.nn.attention import varlen  # noqa: F401
     except ImportError:
         return False
     return True

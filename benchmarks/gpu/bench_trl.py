@@ -51,16 +51,18 @@ def main() -> None:
         use_vllm=args.vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3, seed=0,
         disable_tqdm=True, log_completions=False, dataloader_num_workers=0, shuffle_dataset=False,
     )
-    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=reward, args=cfg, train_dataset=data)
+    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=reward, args=cfg, train_dataset=data,
+                          callbacks=[Timer()])
     reset_peak()
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
     steps = [b - a for a, b in zip([t0] + stamps[:-1], stamps)]
+    trl_times = [float(h["step_time"]) for h in trainer.state.log_history if "step_time" in h]
     lengths = [h.get("completions/mean_length") for h in trainer.state.log_history if "completions/mean_length" in h]
     emit("grpo_step", {
         "impl": "trl-1.16" + ("-vllm" if args.vllm else "-hf"), "step_s": median(steps[1:] or steps),
-        "all_step_s": [round(s, 3) for s in steps], "steps": len(steps), "response_length": lengths[-1] if lengths else None,
+        "all_step_s": [round(s, 3) for s in steps], "trl_logged_step_time": trl_times, "steps": len(steps), "response_length": lengths[-1] if lengths else None,
         "peak_mem_gb": peak_mem_gb(), "wall_s": wall,
         "config": {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 4, "gc": args.gc},
     })

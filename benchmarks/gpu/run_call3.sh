@@ -3,9 +3,9 @@
 #   run(command="bash benchmarks/gpu/run_call3.sh", carry=[".gpu_vllm/p2", ".gpu_vllm/deps", ".gpu_assets"])
 # (.gpu_wheels were installed into /tmp/site by run_call1.sh on this warm machine)
 cd "$(dirname "$0")/../.."
-bash benchmarks/gpu/vllm_stage.sh | tail -3
+rm -rf /tmp/site/openai /tmp/site/openai-3*; bash benchmarks/gpu/vllm_stage.sh | tail -3
 source benchmarks/gpu/setup.sh > /dev/null || exit 1
-python3 -c "import vllm, vllm.entrypoints.llm; print('vllm', vllm.__version__)" 2>&1 | tail -4 || exit 5
+python3 -c "import vllm, vllm.entrypoints.llm; print('vllm', vllm.__version__)" 2>&1 | tail -4
 step() {  # step NAME SECONDS script args...
   local name=$1 secs=$2; shift 2
   local t0=$SECONDS
@@ -14,6 +14,11 @@ step() {  # step NAME SECONDS script args...
   echo "== $name rc=$rc $((SECONDS - t0))s"; grep -E "^RESULT|Error|error:" "$OUT/$name.log" | tail -6 | cut -c1-500
   [ $rc -ne 0 ] && tail -25 "$OUT/$name.log" | cut -c1-300
 }
-step vllm 240 benchmarks/gpu/bench_vllm.py --reps 3
-step ours_vllm 200 benchmarks/gpu/bench_grpo.py --engine torch --backend vllm --steps 6
+#step mfu 100 benchmarks/gpu/bench_update_mfu.py --reps 3
+step trl 100 benchmarks/gpu/bench_trl.py --steps 5
+#step ds3 60 benchmarks/gpu/bench_ds_update.py --engine deepspeed --zero 3
+#step torch_eng 45 benchmarks/gpu/bench_ds_update.py --engine torch
+step vllm 150 benchmarks/gpu/bench_vllm.py --reps 3
+step ours_vllm 120 benchmarks/gpu/bench_grpo.py --engine torch --backend vllm --steps 5
+#step ds 60 benchmarks/gpu/bench_ds_update.py --engine deepspeed --zero 2
 python3 benchmarks/gpu/summarize.py
