@@ -113,13 +113,15 @@ def main() -> None:
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--engine", default="torch", choices=["torch", "deepspeed"])
+    ap.add_argument("--only", default="", help="comma list of variants to run (dense,padded,packed)")
     args = ap.parse_args()
 
     peak = matmul_tflops()
     emit("matmul", {"bf16_tflops": peak, "shape": "8192^3"})
     base = {"method": "grpo", "data": {"path": prompt_file("/tmp/bench_prompts.jsonl")}, "model": {"dtype": "auto", "attn_implementation": "sdpa"},
             "rollout": {"max_new_tokens": 2048, "temperature": 1.0},
-            "train": {"device": DEVICE, "lr": 1e-6, "micro_batch_size": args.micro, "share_prompt_prefix": False,
+            "train": {"device": DEVICE, "lr": 1e-6, "engine": args.engine, "zero_stage": 2, "micro_batch_size": args.micro, "share_prompt_prefix": False,
                       "skip_zero_advantage": False, "micro_batch_tokens": args.tokens}}
     cfg, policy, engine = build(base)
     mcfg = policy.model.config
@@ -134,6 +136,8 @@ def main() -> None:
     from trainer.config import load_config
 
     variants = [("dense 8x2048", dense, False), ("ragged padded", ragged, False), ("ragged packed", ragged, True)]
+    if args.only:
+        variants = [v for v in variants if any(k in v[0] for k in args.only.split(","))]
     for name, samples, packing in variants:
         cfg_v = load_config({**base, "train": {**base["train"], "packing": packing}})
         lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
@@ -147,7 +151,9 @@ def main() -> None:
             "peak_matmul_tflops": peak, "params_matmul": params["matmul"], "params_total": params["total"],
             "peak_mem_gb": peak_mem_gb(), "loss": metrics["loss"],
             "config": {"micro_batch_size": args.micro, "micro_batch_tokens": args.tokens, "packing": packing,
-                       "gc": False, "dtype": "fp32 master + bf16 autocast", "optimizer": "torch AdamW fused"}})
+                       "gc": False, "engine": args.engine,
+                       "dtype": "fp32 master + bf16 autocast" if args.engine == "torch" else "bf16 weights, fp32 master (DeepSpeed ZeRO-2)",
+                       "optimizer": "torch AdamW"}})
 
 
 if __name__ == "__main__":

@@ -15,10 +15,11 @@ step() {  # step NAME SECONDS script args...
   [ $rc -ne 0 ] && tail -25 "$OUT/$name.log" | cut -c1-300
 }
 #step mfu 100 benchmarks/gpu/bench_update_mfu.py --reps 3
-step trl 100 benchmarks/gpu/bench_trl.py --steps 5
 #step ds3 60 benchmarks/gpu/bench_ds_update.py --engine deepspeed --zero 3
 #step torch_eng 45 benchmarks/gpu/bench_ds_update.py --engine torch
 step vllm 150 benchmarks/gpu/bench_vllm.py --reps 3
 step ours_vllm 120 benchmarks/gpu/bench_grpo.py --engine torch --backend vllm --steps 5
+step mfu_ds 90 benchmarks/gpu/bench_update_mfu.py --engine deepspeed --only dense,packed --reps 3
+step trl 100 benchmarks/gpu/bench_trl.py --steps 5
 #step ds 60 benchmarks/gpu/bench_ds_update.py --engine deepspeed --zero 2
 python3 benchmarks/gpu/summarize.py
