@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--micro", type=int, default=16)
     ap.add_argument("--gc", action="store_true", help="gradient checkpointing")
     ap.add_argument("--packing", action="store_true")
+    ap.add_argument("--no-share", action="store_true", help="train.share_prompt_prefix=false")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
 
@@ -65,6 +66,8 @@ def main() -> None:
     }
     if args.packing:
         cfg["train"]["packing"] = True
+    if args.no_share:
+        cfg["train"]["share_prompt_prefix"] = False
     cfg["train"]["skip_zero_advantage"] = False  # rewards are ~all 0 here: run the full update anyway, as TRL does
     reset_peak()
     t0 = time.perf_counter()
@@ -82,7 +85,8 @@ def main() -> None:
         "gen_tokens_per_s": median([r["gen_tokens_per_s"] for r in rows[1:]] or [0.0]),
         "response_length": rows[-1]["response_length"] if rows else None,
         "peak_mem_gb": peak_mem_gb(), "wall_s": wall,
-        "config": {"micro_batch_size": args.micro, "gc": args.gc, "packing": args.packing},
+        "config": {"micro_batch_size": args.micro, "gc": args.gc, "packing": args.packing,
+                   "share_prompt_prefix": not args.no_share},
     })
 
 
