@@ -19,9 +19,5 @@ step() {  # step NAME SECONDS script args...
 #step torch_eng 45 benchmarks/gpu/bench_ds_update.py --engine torch
 step vllm 150 benchmarks/gpu/bench_vllm.py --reps 3
 step ours_vllm 120 benchmarks/gpu/bench_grpo.py --engine torch --backend vllm --steps 5
-step mfu_ds 90 benchmarks/gpu/bench_update_mfu.py --engine deepspeed --only dense,packed --reps 3
-step ours_pack 80 benchmarks/gpu/bench_grpo.py --engine torch --steps 4 --packing --no-share --tag packed
-step ours_ds 90 benchmarks/gpu/bench_grpo.py --engine deepspeed --zero 2 --steps 4 --packing --no-share --tag packed
-step trl 100 benchmarks/gpu/bench_trl.py --steps 5
 #step ds 60 benchmarks/gpu/bench_ds_update.py --engine deepspeed --zero 2
 python3 benchmarks/gpu/summarize.py

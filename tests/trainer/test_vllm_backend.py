@@ -1,0 +1,68 @@
+"""The CPU-checkable parts of the vLLM backend (vLLM itself needs a GPU and is not installed here):
+truncated importance weights, the weights pushed to vLLM, and the 'weights changed' signal."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainer.rollout.vllm_backend import _param_versions, _weights_for_vllm, truncated_is_weights
+
+
+def test_truncated_is_weights_by_hand():
+    trainer = torch.tensor([[-1.0, -2.0, -0.5]])
+    rollout = torch.tensor([[-1.5, -2.0, -2.5]])
+    w = truncated_is_weights(trainer, rollout, cap=2.0)
+    # log ratios 0.5, 0, 2.0 -> e^0.5 = 1.6487, 1, e^2 = 7.39 capped at 2
+    assert w[0].tolist() == pytest.approx([math.exp(0.5), 1.0, 2.0])
+    assert not w.requires_grad
+    with pytest.raises(ValueError):
+        truncated_is_weights(trainer, rollout, cap=0)
+
+
+def test_pushed_weights_are_bf16_full_and_skip_the_tied_head(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    pushed = dict(_weights_for_vllm(model))
+    assert model.config.tie_word_embeddings and "lm_head.weight" not in pushed
+    assert all(t.dtype == torch.bfloat16 for t in pushed.values())
+    state = model.state_dict()
+    assert set(pushed) == set(state) - {"lm_head.weight"}
+    torch.testing.assert_close(pushed["model.embed_tokens.weight"].float(), state["model.embed_tokens.weight"],
+                               atol=1e-2, rtol=1e-2)
+
+
+def test_lora_is_merged_before_the_push(tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    q_before = base.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], init_lora_weights=False))
+    pushed = dict(_weights_for_vllm(model))
+    layer = model.base_model.model.model.layers[0].self_attn.q_proj
+    delta = (layer.lora_B["default"].weight @ layer.lora_A["default"].weight) * layer.scaling["default"]  # [out, in]
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert name in pushed and not any("lora" in k for k in pushed)
+    torch.testing.assert_close(pushed[name].float(), (q_before + delta).detach(), atol=2e-2, rtol=2e-2)
+    assert not torch.allclose(pushed[name].float(), q_before, atol=1e-3)
+
+
+def test_an_optimizer_step_marks_the_weights_changed(tiny_model_dir):
+    """VLLMGenerator pushes when the parameters' in-place version counters moved."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer.engine import TorchEngine
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    engine = TorchEngine(model.parameters(), lr=1e-3)
+    before = _param_versions(model)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+    assert _param_versions(model) == before  # a forward pass changes nothing
+    x = torch.tensor([[5, 6, 7, 8]])
+    engine.backward(model(input_ids=x, labels=x).loss)
+    engine.step()
+    assert _param_versions(model) != before
