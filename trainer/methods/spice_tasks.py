@@ -51,9 +51,12 @@ Free-form:
 
 Pick EXACTLY ONE format that would give the best challenging question for this document.{format_rule}
 
-Reply with ONLY a JSON object (no markdown, no text before or after it):
+Reply with ONLY a JSON object (no markdown, no text before or after it) of this form:
 {{"suitable_for_mcq": <true or false>, "suitable_for_free_form": <true or false>, \
 "best_answer_type": <{answer_type_choices} or null>, "reason": "<short reason, plain words>"}}
+For example:
+{{"suitable_for_mcq": false, "suitable_for_free_form": true, "best_answer_type": "Integer", \
+"reason": "the document gives dates that can be combined"}}
 
 RULES:
 1. Output the JSON object and nothing else.
