@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.json as paj
 import pyarrow.parquet as pq
 from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q, Subquery, TextField, Value
@@ -47,7 +48,8 @@ from apps.api.export_sql import lines_sql
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.review.models import ReviewItem
 
-PAGE = 2000
+PAGE = 2000  # rows per JSONL page
+PARQUET_PAGE = 500  # rows per Parquet row group: converting a page costs Python objects, keep it small
 FORMATS = ("jsonl", "parquet")
 CONTENT_TYPES = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.apache.parquet"}
 
@@ -154,50 +156,14 @@ def _b(v) -> str:
     return "null" if v is None else ("true" if v else "false")
 
 
-def _jtext(v) -> str:
-    """A JSON value as Postgres ``->>`` gives it: strings as they are, other values as JSON text."""
-    return "" if v is None else v if isinstance(v, str) else json.dumps(v)
-
-
-def _objects(v, keys: tuple[str, ...]) -> list[dict]:
-    items = json.loads(v) if isinstance(v, str) else v
-    return [{k: _jtext(o.get(k)) for k in keys} for o in (items if isinstance(items, list) else [])
-            if isinstance(o, dict)]
-
-
-def _turns(v) -> list[dict]:
-    return _objects(v, ("role", "text"))
-
-
-def _passages(v) -> list[dict]:
-    """{document_id, chunk_id, title, text: str, score: float or None}, from the JSON objects of a list."""
-    items = json.loads(v) if isinstance(v, str) else v
-    out = _objects(items, ("document_id", "chunk_id", "title", "text"))
-    scores = [o.get("score") for o in (items if isinstance(items, list) else []) if isinstance(o, dict)]
-    for row, score in zip(out, scores):
-        ok = isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)
-        row["score"] = float(score) if ok else None
-    return out
-
-
-def _iteration(v):
-    text = str(v) if v is not None else ""
-    return int(text) if text.lstrip("-").isdigit() and len(text) <= 19 else None
-
-
 TURN = pa.struct([("role", pa.string()), ("text", pa.string())])
 PASSAGE = pa.struct([("document_id", pa.string()), ("chunk_id", pa.string()), ("title", pa.string()),
                      ("text", pa.string()), ("score", pa.float64())])
-TYPES = {  # code -> (arrow type, JSON encoder of a Python value: pairs and config, Python value for arrow)
-    "int": (pa.int64(), _i, lambda v: None if v is None else int(v)),
-    "float": (pa.float64(), _f, lambda v: None if v is None or not math.isfinite(float(v)) else float(v)),
-    "str": (pa.string(), _s, lambda v: "" if v is None else str(v)),
-    "bool": (pa.bool_(), _b, lambda v: None if v is None else bool(v)),
-    "iteration": (pa.int64(), lambda v: _i(_iteration(v)), _iteration),
-    "turns": (pa.list_(TURN), lambda v: json.dumps(_turns(v)), _turns),
-    "passages": (pa.list_(PASSAGE), lambda v: json.dumps(_passages(v)), _passages),
-    "ints": (pa.list_(pa.int64()), lambda v: json.dumps(list(v or [])), lambda v: list(v or [])),
+TYPES = {  # code -> arrow type (apps/api/export_sql.py has the JSON formatter of each)
+    "int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_(), "iteration": pa.int64(),
+    "turns": pa.list_(TURN), "passages": pa.list_(PASSAGE), "ints": pa.list_(pa.int64()),
 }
+ENCODERS = {"int": _i, "float": _f, "str": _s, "bool": _b}  # Python-made lines: pairs and config
 
 # kind -> [(column, type code, source: a model field or an annotation below)]
 COLUMNS = {
@@ -242,7 +208,7 @@ def columns(kind: str) -> list[tuple[str, str]]:
 
 
 def arrow_schema(kind: str) -> pa.Schema:
-    return pa.schema([(name, TYPES[code][0]) for name, code, _ in COLUMNS[kind]])
+    return pa.schema([(name, TYPES[code]) for name, code, _ in COLUMNS[kind]])
 
 
 # ---- querysets -----------------------------------------------------------------------------------
@@ -349,42 +315,32 @@ def plan(kind: str, run, f: Filters) -> Plan:
     return Plan(kind, run, f, ids.order_by("-id").first(), False)
 
 
-def pages(p: Plan):
-    """Lists of row tuples (in ``columns(kind)`` order), PAGE rows at a time, in cursor order."""
+def _python_rows(p: Plan, size: int):
+    """Row tuples of the kinds encoded in Python (config, pairs), a page at a time."""
     if p.last_id is None:
         return
     if p.kind == "config":
         yield [_config_row(p.run)]
         return
-    if p.kind == "pairs":
-        yield from _pair_pages(p)
-        return
-    qs, names = _aliased(p)
-    cursor = p.filters.after
-    while True:
-        rows = list(qs.filter(id__gt=cursor).values_list(*names)[:PAGE])
-        if not rows:
-            return
-        yield rows
-        cursor = rows[-1][0]
-        if len(rows) < PAGE:
-            return
+    yield from _pair_pages(p, max(size // 8, 1))
 
 
 def _aliased(p: Plan):
-    """The plan's rows in cursor order with its columns selected as c0, c1, ... (and those names)."""
+    """The plan's rows in cursor order with its columns selected as c0, c1, ... (and those names):
+    the page query that export_sql wraps."""
     names = [f"c{i}" for i in range(len(COLUMNS[p.kind]))]
     exprs = {name: F(src) for name, (_, _, src) in zip(names, COLUMNS[p.kind])}
     return queryset(p.kind, p.run, p.filters).filter(id__lte=p.last_id).order_by("id").values(**exprs), names
 
 
-def line_pages(p: Plan):
-    """Lists of JSONL lines made by Postgres (apps/api/export_sql.py), PAGE at a time; pairs and
+def line_pages(p: Plan, size: int | None = None):
+    """Lists of JSONL lines made by Postgres (apps/api/export_sql.py), ``size`` at a time; pairs and
     config lines are encoded here."""
+    size = size or PAGE
     if p.kind in ("pairs", "config"):
-        encoders = [TYPES[code][1] for _, code, _ in COLUMNS[p.kind]]
+        encoders = [ENCODERS[code] for _, code, _ in COLUMNS[p.kind]]
         template = "{" + ",".join(f"{json.dumps(name)}:%s" for name, _, _ in COLUMNS[p.kind]) + "}"
-        for rows in pages(p):
+        for rows in _python_rows(p, size):
             yield [template % tuple(enc(v) for enc, v in zip(encoders, row)) for row in rows]
         return
     if p.last_id is None:
@@ -393,7 +349,7 @@ def line_pages(p: Plan):
     cols = columns(p.kind)
     cursor = p.filters.after
     while True:
-        sql, params = qs.filter(id__gt=cursor)[:PAGE].query.sql_with_params()
+        sql, params = qs.filter(id__gt=cursor)[:size].query.sql_with_params()
         with connection.cursor() as cur:
             cur.execute(lines_sql(cols, sql), params)
             rows = cur.fetchall()
@@ -401,7 +357,7 @@ def line_pages(p: Plan):
             return
         yield [line for _, line in rows]
         cursor = rows[-1][0]
-        if len(rows) < PAGE:
+        if len(rows) < size:
             return
 
 
@@ -410,10 +366,10 @@ def _config_row(run) -> tuple:
             run.total_steps, json.dumps(run.config), json.dumps(run.overrides), run.created_at.isoformat())
 
 
-def _pair_pages(p: Plan):
+def _pair_pages(p: Plan, page_tasks: int):
     tasks = _cursor_qs("pairs", p.run, p.filters).filter(id__lte=p.last_id).order_by("id").values_list(
         "id", "key", "question", "answer")
-    cursor, page_tasks = p.filters.after, max(PAGE // 8, 1)
+    cursor = p.filters.after
     while True:
         batch = list(tasks.filter(id__gt=cursor)[:page_tasks])
         if not batch:
@@ -481,16 +437,20 @@ class _Drain(io.RawIOBase):
 
 
 def parquet_chunks(p: Plan):
-    """Bytes of the Parquet file: one row group per page, drained as soon as it is written."""
-    cols, schema = COLUMNS[p.kind], arrow_schema(p.kind)
-    converters = [TYPES[code][2] for _, code, _ in cols]
+    """Bytes of the Parquet file: each page of JSONL lines is parsed by pyarrow against the kind's
+    schema (so both formats hold the same values) and written as one row group, drained at once."""
+    schema = arrow_schema(p.kind)
+    parse = paj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
     sink = _Drain()
     writer = pq.ParquetWriter(sink, schema, compression="zstd")
     try:
-        for rows in pages(p):
-            arrays = [pa.array([conv(row[i]) for row in rows], type=schema.field(i).type)
-                      for i, conv in enumerate(converters)]
-            writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
+        for lines in line_pages(p, PARQUET_PAGE):
+            if not lines:
+                continue
+            data = ("\n".join(lines) + "\n").encode()
+            table = paj.read_json(io.BytesIO(data), read_options=paj.ReadOptions(block_size=len(data) + 1),
+                                  parse_options=parse)
+            writer.write_table(table.select(schema.names).cast(schema))
             chunk = sink.take()
             if chunk:
                 yield chunk
