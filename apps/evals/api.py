@@ -144,6 +144,7 @@ def _corpus(value) -> Corpus:
 def evals(request):
     if request.method == "POST":
         return _launch(request)
+    EvalJob.reap_stale()
     qs = EvalJob.objects.select_related("owner", "corpus").prefetch_related("benchmarks")
     params = request.query_params
     if params.get("run"):
@@ -185,6 +186,7 @@ def _launch(request):
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def eval_detail(request, job_id: int):
+    EvalJob.reap_stale()
     job = get_object_or_404(EvalJob.objects.select_related("owner", "corpus"), pk=job_id)
     return Response(job.as_dict())
 
@@ -290,4 +292,5 @@ def run_crossplay(request, run_id: int):
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def crossplay_detail(request, crossplay_id: int):
+    CrossPlay.reap_stale()
     return Response(get_object_or_404(CrossPlay, pk=crossplay_id).as_dict())

@@ -14,10 +14,12 @@ import math
 import os
 import random
 import socket
+import threading
 import traceback
 
 from django.conf import settings
-from django.db import transaction
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
 
 from apps.evals.models import CrossPlay, EvalJob, EvalResult, EvalSample
 
@@ -34,6 +36,36 @@ def _worker_name() -> str:
     except Exception:
         pass
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Heartbeat(threading.Thread):
+    """Keeps ``heartbeat_at`` fresh while a job computes (its own DB connection), so that
+    ``reap_stale`` can tell a slow job from a dead worker."""
+
+    def __init__(self, job, interval: float | None = None):
+        super().__init__(name=f"heartbeat-{type(job).__name__}-{job.pk}", daemon=True)
+        self.model, self.pk = type(job), job.pk
+        self.interval = interval or max(1.0, min(10.0, settings.RUN_HEARTBEAT_SECONDS / 4))
+        self._stop_event = threading.Event()
+
+    def run(self):
+        try:
+            while not self._stop_event.wait(self.interval):
+                try:
+                    self.model.objects.filter(pk=self.pk, status="running").update(heartbeat_at=timezone.now())
+                except Exception as exc:  # the database is away for a moment
+                    log.warning("heartbeat of %s %s failed: %s", self.model.__name__, self.pk, exc)
+                    close_old_connections()
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop_event.set()
+        self.join(timeout=10)
 
 
 def _allowed_dirs() -> list:
@@ -58,7 +90,8 @@ def execute_eval(job_id: int) -> str:
     if not job.claim(_worker_name()):
         return f"eval {job_id} is {EvalJob.objects.get(pk=job_id).status}; nothing to do"
     try:
-        _evaluate(job)
+        with Heartbeat(job):
+            _evaluate(job)
     except Exception as exc:
         log.warning("eval %s failed:\n%s", job.pk, traceback.format_exc())
         job.fail(str(exc).strip() or type(exc).__name__)
@@ -154,7 +187,8 @@ def execute_crossplay(crossplay_id: int) -> str:
     if not job.claim(_worker_name()):
         return f"cross-play {crossplay_id} is {CrossPlay.objects.get(pk=crossplay_id).status}; nothing to do"
     try:
-        _crossplay(job)
+        with Heartbeat(job):
+            _crossplay(job)
     except Exception as exc:
         log.warning("cross-play %s failed:\n%s", job.pk, traceback.format_exc())
         job.fail(str(exc).strip() or type(exc).__name__)

@@ -69,6 +69,20 @@ class JobMixin(models.Model):
     def fail(self, error: str) -> None:
         self._end(Status.FAILED, error[:5000])
 
+    @classmethod
+    def reap_stale(cls, now=None) -> list[int]:
+        """Fail running jobs whose worker stopped beating (killed, machine gone): nobody else would."""
+        from datetime import timedelta
+
+        now = now or timezone.now()
+        cutoff = now - timedelta(seconds=settings.RUN_HEARTBEAT_SECONDS)
+        stale = list(cls.objects.filter(status=Status.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", "worker_name"))
+        for pk, worker in stale:
+            cls.objects.filter(pk=pk, status=Status.RUNNING, heartbeat_at__lt=cutoff).update(
+                status=Status.FAILED, finished_at=now, error=f"the worker ({worker or 'unknown'}) stopped responding "
+                f"for more than {settings.RUN_HEARTBEAT_SECONDS}s; launch it again")
+        return [pk for pk, _ in stale]
+
     def _end(self, status: str, error: str) -> None:
         now = timezone.now()
         type(self).objects.filter(pk=self.pk, status__in=[Status.QUEUED, Status.RUNNING]).update(

@@ -26,7 +26,13 @@ from trainer.evaluate import SCORING, BenchmarkError
 SAMPLES_PER_PAGE = 50
 
 
+def reap() -> None:
+    EvalJob.reap_stale()
+    CrossPlay.reap_stale()
+
+
 def index(request):
+    reap()
     bench_service.ensure_builtins()
     return render(request, "evals/index.html", {
         "benchmarks": Benchmark.objects.select_related("corpus"),
@@ -39,6 +45,7 @@ def index(request):
 
 def panel_context(request, run: Run, error: str = "", notice: str = "") -> dict:
     """The run page's evals panel: launch form, this run's evaluations, cross-play."""
+    reap()
     bench_service.ensure_builtins()
     checkpoints = [c for c in run.checkpoints.all()[:50] if Path(c.path).is_dir()]
     jobs = list(run.evals.prefetch_related("results__benchmark")[:10])
@@ -117,6 +124,7 @@ def _number(value, default: int, name: str) -> int:
 
 
 def job_detail(request, job_id: int):
+    reap()
     job = get_object_or_404(EvalJob.objects.select_related("run", "checkpoint", "corpus", "owner"), pk=job_id)
     results = list(job.results.select_related("benchmark"))
     chosen = request.GET.get("benchmark") or (results[0].benchmark.name if results else "")

@@ -211,3 +211,32 @@ def test_crossplay_launch_checks(db, researcher, run_with_checkpoints):
     with pytest.raises(EvalLaunchError, match="no checkpoint '999999' of run"):
         launch_crossplay(run_with_checkpoints, ["999999"])
     assert CrossPlay.objects.count() == 0
+
+
+def test_a_job_whose_worker_died_is_failed_by_the_reaper(run_with_checkpoints, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    job = EvalJob.objects.create(model_spec="base:tiny", status="running", worker_name="w1",
+                                 heartbeat_at=timezone.now() - timedelta(seconds=settings.RUN_HEARTBEAT_SECONDS + 5))
+    fresh = EvalJob.objects.create(model_spec="base:tiny", status="running", heartbeat_at=timezone.now())
+    assert EvalJob.reap_stale() == [job.pk]
+    job.refresh_from_db()
+    fresh.refresh_from_db()
+    assert job.status == "failed" and "w1" in job.error and fresh.status == "running"
+
+
+def test_an_automatic_eval_that_cannot_start_becomes_a_run_event(run_with_checkpoints):
+    from apps.evals.launch import on_checkpoint
+
+    run = run_with_checkpoints
+    run.config = {"method": "grpo", "eval": {"every_checkpoints": 1, "benchmarks": ["no-such-set"]}}
+    run.save()
+    assert on_checkpoint(run.pk, 2, run.checkpoints.get(step=2).path) is None
+    assert EvalJob.objects.count() == 0
+    event = run.events.get()
+    assert "automatic evaluation of step 2 not queued" in event.message and "no-such-set" in event.message
+    run.config = {"method": "grpo"}  # no eval section: nothing happens
+    run.save()
+    assert on_checkpoint(run.pk, 2, "") is None and run.events.count() == 1
