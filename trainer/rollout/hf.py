@@ -203,8 +203,9 @@ def sample_tokens(
         elif banned:
             weights[:, banned] = 0.0
         cdf = weights.cumsum_(dim=-1)  # [B, V], in place: weights are not needed again
-        u = torch.rand(cdf.shape[0], 1, device=cdf.device, generator=generator) * cdf[:, -1:]  # [B, 1]
-        tokens = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)  # [B]
+        # u in (0, total]: the first index with cdf >= u always has positive mass
+        u = (1.0 - torch.rand(cdf.shape[0], 1, device=cdf.device, generator=generator)) * cdf[:, -1:]  # [B, 1]
+        tokens = torch.searchsorted(cdf, u).squeeze(1).clamp_(max=cdf.shape[1] - 1)  # [B]
     logprobs = scaled.gather(1, tokens[:, None]).squeeze(1) - log_z  # [B]
     return tokens, logprobs
 
