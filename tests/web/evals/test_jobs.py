@@ -240,3 +240,39 @@ def test_an_automatic_eval_that_cannot_start_becomes_a_run_event(run_with_checkp
     run.config = {"method": "grpo"}  # no eval section: nothing happens
     run.save()
     assert on_checkpoint(run.pk, 2, "") is None and run.events.count() == 1
+
+
+def test_an_eval_with_the_search_tool_searches_the_corpus(db, researcher, tiny_model_dir, run_env, data_dir,
+                                                           tmp_path):
+    """A tiny model taught to open with a search: the job's multi-turn rollout sends the query to the
+    pgvector retriever of the chosen corpus and the sample keeps the turns and passages."""
+    from transformers import AutoTokenizer
+
+    from apps.corpora.ingest import ingest_documents
+    from apps.corpora.models import Corpus
+    from apps.corpora.parsing import ParsedDoc
+    from tests.trainer.taught import pair, teach
+    from trainer.evaluate import Item, prompt_messages
+    from trainer.prompts import chat
+
+    corpus = Corpus.objects.create(name="volcanoes")
+    ingest_documents(corpus, [ParsedDoc("Volcanoes of Iceland", "Iceland sits on the Mid-Atlantic Ridge. The 2010 "
+                                        "eruption of Eyjafjallajokull closed European airspace for days.", "v.txt")])
+    question = "Which volcano closed European airspace in 2010?"
+    bench_service.upload("iceland", io.BytesIO(json.dumps({"question": question, "answer": "Eyjafjallajokull"})
+                                               .encode() + b"\n"), "exact")
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = chat(tok, *prompt_messages(Item("0", question, "x"), "exact", search=True))
+    model = teach(tiny_model_dir, run_env / "models" / "searcher",
+                  [pair(prompt, tok.encode("<search> Iceland volcano eruption </search>", add_special_tokens=False))])
+    job = launch_eval(benchmarks=["iceland"], model="base:searcher", search=True, corpus="volcanoes",
+                      max_new_tokens=120, enqueue_job=False)
+    assert model.name == "searcher" and job.corpus == corpus
+    execute_eval(job.pk)
+    job.refresh_from_db()
+    assert job.status == "finished", job.error
+    sample = EvalSample.objects.get(result__job=job)
+    assert sample.data["searches"] == 1
+    assert sample.data["turns"][0]["text"].strip().startswith("<search> Iceland volcano eruption </search>")
+    assert sample.data["turns"][1]["role"] == "tool" and "Eyjafjallajokull" in sample.data["turns"][1]["text"]
+    assert sample.data["passages"][0]["title"] == "Volcanoes of Iceland"
