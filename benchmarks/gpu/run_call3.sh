@@ -3,7 +3,7 @@
 #   run(command="bash benchmarks/gpu/run_call3.sh", carry=[".gpu_vllm/p2", ".gpu_vllm/deps", ".gpu_assets"])
 # (.gpu_wheels were installed into /tmp/site by run_call1.sh on this warm machine)
 cd "$(dirname "$0")/../.."
-rm -rf /tmp/site/openai /tmp/site/openai-3*; bash benchmarks/gpu/vllm_stage.sh | tail -3
+rm -rf /tmp/site/openai /tmp/site/openai-3* /tmp/site/tvm_ffi /tmp/site/apache_tvm_ffi* /tmp/site/fastapi /tmp/site/fastapi-0.165*; bash benchmarks/gpu/vllm_stage.sh | tail -3
 source benchmarks/gpu/setup.sh > /dev/null || exit 1
 python3 -c "import vllm, vllm.entrypoints.llm; print('vllm', vllm.__version__)" 2>&1 | tail -4
 step() {  # step NAME SECONDS script args...
