@@ -31,7 +31,8 @@ Per step (score.txt, Algorithm 1):
 Departures (ours, visible fields): the paper's evaluator judges all K reports in one trajectory;
 we judge one report per trajectory (per-report depth rule, shorter contexts); the mandatory
 dimension's weight is ``must_include_weight`` (default weight_max); a(r) = a closed, non-empty
-``<answer>``; the report's conclusion is its "Conclusion" paragraph, else its last paragraph.
+``<answer>``; the report's conclusion is its "Conclusion" paragraph, else its last paragraph. The two
+updates are two optimizer steps, so the learning-rate warmup (``train.warmup_steps``) counts both.
 
 Run it::
 
