@@ -1,0 +1,87 @@
+"""Evals pages in a real browser against the real ASGI server (manage.py serve): the compare chart
+and the cross-play heatmap draw with plotly, and the run page's panel launches an evaluation
+through htmx onto the real queue."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult
+from apps.runs.models import Checkpoint, Run
+from tests.web.runs.test_live_page_browser import CHROMIUM, server  # noqa: F401  (fixture: the real server)
+
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")]
+
+
+def _shot(page, name: str) -> None:
+    """SELFPLAY_SCREENSHOTS=<dir>: keep full-page screenshots for a look."""
+    folder = os.environ.get("SELFPLAY_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=os.path.join(folder, f"evals-{name}.png"), full_page=True)
+
+
+def _finished(spec, bench, score, run=None, step=None):
+    job = EvalJob.objects.create(model_spec=spec, run=run, step=step, status="finished")
+    EvalResult.objects.create(job=job, benchmark=bench, scoring="math", n=50, correct=int(50 * score), score=score,
+                              ci_low=score - 0.05, ci_high=score + 0.05, complete=True)
+
+
+def test_compare_chart_heatmap_and_run_panel(roles, researcher, server, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs an event loop here
+    bench = Benchmark.objects.create(name="gsm8k", title="GSM8K", kind="builtin", scoring="math", size=1319)
+    run = Run.objects.create(method="spice", model_name="smollm2-135m-instruct", config={}, owner=researcher,
+                             queue="cpu", status="finished")
+    folder = tmp_path / "step-000010"
+    folder.mkdir()
+    ckpt = Checkpoint.objects.create(run=run, step=10, path=str(folder))
+    _finished("base:smollm2-135m-instruct", bench, 0.2)
+    _finished("/a", bench, 0.3, run, 10)
+    _finished("/b", bench, 0.35, run, 20)
+    cross = CrossPlay.objects.create(run=run, status="finished", cells_done=4, matrix=[[0.5, 0.75], [0.25, 0.5]],
+                                     checkpoints=[{"id": 1, "step": 10, "path": "/a"}, {"id": 2, "step": 20,
+                                                                                        "path": "/b"}])
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{server}/accounts/login/?next=/evals/")
+        page.fill("#id_username", "rita")
+        page.fill("#id_password", "pw-rita")
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{server}/evals/")
+
+        page.goto(f"{server}/evals/compare/?run={run.pk}&benchmark=gsm8k")
+        page.wait_for_function("() => { const c = document.getElementById('compare-chart');"
+                               " return c.data && c.data.length === 1 && c.data[0].x.length === 3; }", timeout=30_000)
+        assert page.evaluate("document.getElementById('compare-chart').data[0].x") == [0, 10, 20]
+        assert page.locator("#compare-table tbody tr").count() == 3
+        _shot(page, "compare")
+
+        page.goto(f"{server}/evals/crossplay/{cross.pk}/")
+        page.wait_for_function("() => { const c = document.getElementById('crossplay-heatmap');"
+                               " return c.data && c.data[0].type === 'heatmap'; }", timeout=30_000)
+        assert page.evaluate("document.getElementById('crossplay-heatmap').data[0].z") == [[0.5, 0.75], [0.25, 0.5]]
+        _shot(page, "crossplay")
+
+        page.goto(f"{server}/runs/{run.pk}/")
+        page.select_option("#eval-target", f"ckpt:{ckpt.pk}")
+        page.select_option("#eval-benchmarks", ["gsm8k"])
+        page.fill("#eval-limit", "5")
+        page.click("#eval-launch button[type=submit]")
+        page.wait_for_selector("#eval-notice", timeout=30_000)
+        assert "queued on cpu" in page.locator("#eval-notice").inner_text()
+        assert page.locator("#run-evals tbody tr").count() == 3  # the two finished ones and the new one
+        page.locator("#evals-panel").screenshot(path=os.path.join(os.environ["SELFPLAY_SCREENSHOTS"],
+                                                                  "evals-run-panel.png")) \
+            if os.environ.get("SELFPLAY_SCREENSHOTS") else None
+        page.goto(f"{server}/evals/")
+        _shot(page, "index")
+        assert not errors, errors
+        browser.close()
+    job = EvalJob.objects.get(checkpoint=ckpt)
+    assert (job.limit, job.status, job.owner_id) == (5, "queued", researcher.pk)
