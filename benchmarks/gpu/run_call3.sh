@@ -5,6 +5,7 @@
 cd "$(dirname "$0")/../.."
 rm -rf /tmp/site/openai /tmp/site/openai-3* /tmp/site/tvm_ffi /tmp/site/apache_tvm_ffi* /tmp/site/fastapi /tmp/site/fastapi-0.165*; bash benchmarks/gpu/vllm_stage.sh | tail -3
 source benchmarks/gpu/setup.sh > /dev/null || exit 1
+export VLLM_USE_FLASHINFER_SAMPLER=0  # flashinfer is not staged; torch/triton sampling instead
 python3 -c "import vllm, vllm.entrypoints.llm; print('vllm', vllm.__version__)" 2>&1 | tail -4
 step() {  # step NAME SECONDS script args...
   local name=$1 secs=$2; shift 2
