@@ -3,6 +3,7 @@ and the multi-GPU launch command. Skips the engine tests cleanly where deepspeed
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 
 import pytest
@@ -53,7 +54,8 @@ def test_launch_command_torchrun_and_deepspeed(tmp_path):
 
 
 # -- the engine on CPU -------------------------------------------------------------------------
-deepspeed = pytest.importorskip("deepspeed")
+needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                                     reason="deepspeed is not installed (pip install -e .[gpu])")
 
 
 def _no_shm_build():
@@ -99,6 +101,7 @@ def _ds_engine(model, stage):
     return DeepSpeedEngine(model, zero_stage=stage, bf16=False, **HP)
 
 
+@needs_deepspeed
 @pytest.mark.parametrize("stage", [2, 3])
 def test_deepspeed_matches_torch_engine(stage):
     from trainer.engine import TorchEngine
@@ -127,6 +130,7 @@ def _rank_main(rank, world, port, stage, out):
         torch.save(state, out)
 
 
+@needs_deepspeed
 def test_checkpoint_resumes_on_a_different_world_size(tmp_path):
     """2 ranks (ZeRO-2) train 2 steps and save; 1 rank resumes for step 3. The result equals
     3 steps on 1 rank: weights, Adam moments, step count and schedule all came across."""
@@ -151,6 +155,7 @@ def test_checkpoint_resumes_on_a_different_world_size(tmp_path):
         torch.testing.assert_close(p.detach(), expected[name], atol=2e-6, rtol=1e-4, msg=name)
 
 
+@needs_deepspeed
 def test_load_rejects_a_foreign_checkpoint():
     engine = _ds_engine(_model(), 2)
     with pytest.raises(ValueError, match="not a DeepSpeed engine checkpoint"):
