@@ -70,6 +70,9 @@ class RolloutConfig(Section):
     group_size: int = Field(8, ge=1, description="Samples per prompt (the GRPO group G).")
     max_batch_size: int = Field(256, ge=1, description="Most sequences generated in one batch (memory cap).")
     gpu_memory_utilization: float = Field(0.35, gt=0, le=1, description="vLLM: fraction of GPU memory for weights + KV cache.")
+    vllm_mode: Literal["colocate", "separate"] = Field(
+        "colocate", description="vLLM: in this process on the trainer's GPU, or its own process on another GPU (NCCL weight push).")
+    vllm_sleep: bool = Field(False, description="vLLM (colocate): free its KV cache and weights between rollouts.")
 
 
 class TrainConfig(Section):
