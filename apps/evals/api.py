@@ -257,13 +257,29 @@ def compare_inputs(params):
     return runs, bench_service.find(names)
 
 
+CROSSPLAY_EXAMPLE = {"id": 2, "url": "/evals/crossplay/2/", "run": 7, "status": "finished", "steps": [10, 20],
+                     "checkpoints": [{"id": 31, "step": 10, "path": "..."}, {"id": 32, "step": 20, "path": "..."}],
+                     "n_tasks": 8, "answers_per_task": 4, "temperature": 1.0, "matrix": [[0.6, 0.7], [0.3, 0.45]],
+                     "cells_done": 4, "cells_total": 4,
+                     "tasks": [{"step": 10, "attempts": 16, "tasks": [{"question": "...", "answer": "4",
+                                                                       "format": "free_form",
+                                                                       "answer_type": "integer"}]}]}
+
+
 @extend_schema(methods=["GET"], operation_id="runs_crossplay_list", summary="Cross-play matrices of a run",
-               responses={200: OpenApiTypes.OBJECT})
+               responses={200: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("matrices", value={"results": [CROSSPLAY_EXAMPLE]}, response_only=True)])
 @extend_schema(methods=["POST"], operation_id="runs_crossplay_launch",
                summary="Cross-play: challenger i's tasks answered by solver j, for chosen checkpoints",
                request=CROSSPLAY, responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
                examples=[OpenApiExample("launch", value={"checkpoints": [31, 32, 33], "n_tasks": 16},
-                                        request_only=True)])
+                                        request_only=True),
+                         OpenApiExample("queued", value={**CROSSPLAY_EXAMPLE, "status": "queued", "cells_done": 0,
+                                                         "matrix": [[None, None], [None, None]], "tasks": []},
+                                        response_only=True, status_codes=["201"]),
+                         OpenApiExample("no corpus", value={"error": "cross-play writes tasks from the run's corpus "
+                                                                     "documents; this run has no corpus"},
+                                        response_only=True, status_codes=["400"])])
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
 def run_crossplay(request, run_id: int):
@@ -286,9 +302,7 @@ def run_crossplay(request, run_id: int):
 
 @extend_schema(operation_id="evals_crossplay_detail", summary="One cross-play matrix",
                responses={200: OpenApiTypes.OBJECT},
-               examples=[OpenApiExample("matrix", response_only=True, value={
-                   "id": 2, "run": 7, "status": "finished", "steps": [10, 20], "matrix": [[0.6, 0.7], [0.3, 0.45]],
-                   "cells_done": 4, "cells_total": 4})])
+               examples=[OpenApiExample("matrix", response_only=True, value=CROSSPLAY_EXAMPLE)])
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def crossplay_detail(request, crossplay_id: int):
