@@ -220,8 +220,8 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
                   step: bool = True) -> dict[str, dict[str, float]]:
     """Micro-batched forward/backward over ``samples`` and one optimizer step.
 
-    Returns {role: metrics}: loss, pg_loss, kl, entropy, clip_frac (token means over the role),
-    ratio_min/ratio_max, tokens (trained tokens), samples, skipped, grad_norm, lr.
+    Returns {role: metrics}: loss, pg_loss, kl, entropy, entropy_sampled, clip_frac (token means
+    over the role), ratio_min/ratio_max, tokens (trained tokens), samples, skipped, grad_norm, lr.
     """
     t = cfg.train
     device = policy.device
@@ -241,6 +241,7 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
         st.add("samples", 1)
         st.add("tokens", s.n_trained)
         st.add("skipped", 0 if id(s) in ran else 1)
+        st.add("neg_logprob", -sum(lp for lp, m in zip(s.old_logprobs, s.loss_mask) if m))
 
     lm = policy.base_model()
     was_training = policy.model.training
@@ -316,6 +317,11 @@ def _finish(sums: dict, grad_norm: float, lr: float) -> dict[str, float]:
         if key.endswith("_sum") and key not in ("loss_sum", "pg_sum") and run_tokens:
             out[key[: -len("_sum")]] = value / run_tokens
     out["clip_frac"] = out.pop("clip", 0.0)
+    # Mean -log p of the sampled tokens: an unbiased estimate of the policy's entropy at the
+    # sampling temperature, free and always there; "entropy" (exact, from our forward) falls
+    # back to it when every sample of the role was skipped.
+    out["entropy_sampled"] = sums.get("neg_logprob", 0.0) / tokens
+    out.setdefault("entropy", out["entropy_sampled"])
     for key in ("ratio_max", "ratio_min"):  # how far the rollout's log-probs are from ours
         if key in sums:
             out[key] = sums[key]

@@ -108,6 +108,10 @@ def test_metrics_come_per_role(tiny_config):
         assert {"loss", "pg_loss", "clip_frac", "entropy", "grad_norm", "tokens", "lr"} <= set(m)
         assert m["grad_norm"] > 0 and m["entropy"] > 0
     assert plan_micro_batches(samples, 8, True)[0][1] is True  # a group runs its prompt once
+    # every old log-prob is -7.0: the sampled-token entropy estimate is 7.0
+    assert metrics["reasoner"]["entropy_sampled"] == pytest.approx(7.0)
+    idle = policy_update(policy, engine, _group(advs=(0.0, 0.0, 0.0, 0.0)), cfg)["solver"]
+    assert idle["skipped"] == 4 and idle["entropy"] == idle["entropy_sampled"] == pytest.approx(7.0)
 
 
 def test_rollout_logprobs_are_reproduced_at_the_sampling_temperature(tiny_config, smollm2_tokenizer):
