@@ -83,8 +83,12 @@ def test_a_job_enqueued_from_django_runs_on_a_real_worker(rq_queues):
     assert not Session.objects.filter(session_key=store.session_key).exists()
 
 
+# The environment as it was at collection: a test elsewhere may point SELFPLAY_DATA_DIR at a temporary dir.
+BASE_ENV = dict(os.environ)
+
+
 def _manage(*args, env=None):
-    full_env = {**os.environ, **(env or {})}
+    full_env = {**BASE_ENV, **(env or {})}
     return subprocess.run([sys.executable, "manage.py", *args], capture_output=True, text=True, env=full_env, timeout=60)
 
 
