@@ -104,6 +104,7 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
         allowed_dirs=None, policy=None) -> RunResult:
     """Run a method end to end. ``policy`` may be passed to reuse an already loaded model."""
     cfg = load_config(config, overrides)
+    _preflight(cfg)
     run_dir = Path(run_dir) if run_dir else default_run_dir(cfg)
     checkpoint = _check_run_dir(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -129,6 +130,18 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
     final = ctx.final_checkpoint or (str(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None)
     return RunResult(steps=ctx._last_step, step_seconds=list(ctx.step_seconds), final_checkpoint=final, run_dir=str(run_dir), stopped=ctx.stopped,
                      metrics=recorder.rows)
+
+
+def _preflight(cfg: Config) -> None:
+    """Cheap input checks before minutes of model loading (they raise DataError / CorpusError)."""
+    if cfg.method == "grpo":
+        from trainer.data import load_prompt_set
+
+        load_prompt_set(cfg.data.path, cfg.grpo.prompt_key, cfg.grpo.answer_key, cfg.data.limit)
+    if cfg.corpus.path:
+        from trainer.tools import corpus_path
+
+        corpus_path(cfg.corpus.path)
 
 
 def _check_run_dir(run_dir: Path, resume: bool) -> Path | None:
