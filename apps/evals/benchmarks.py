@@ -25,7 +25,8 @@ SIZES = {"gsm8k": 1319, "gpqa-diamond": 195, "aime2025": 30}  # 3 GPQA rows have
 
 
 def benchmarks_dir() -> Path:
-    return Path(settings.DATA_DIR) / "benchmarks"
+    """Where frozen sets live: settings.BENCHMARKS_DIR, by default ``$SELFPLAY_DATA_DIR/benchmarks``."""
+    return Path(getattr(settings, "BENCHMARKS_DIR", None) or Path(settings.DATA_DIR) / "benchmarks")
 
 
 def ensure_builtins() -> None:

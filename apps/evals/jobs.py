@@ -104,7 +104,6 @@ def _evaluate(job: EvalJob) -> None:
     from trainer.evaluate import evaluate, frozen_judge
     from trainer.rollout import SamplingParams
 
-    os.environ.setdefault("SELFPLAY_DATA_DIR", str(settings.DATA_DIR))
     benches = list(job.benchmarks.order_by("name"))
     plan = [(b, _items(b, job.limit)) for b in benches]
     job.beat(total=sum(len(items) for _, items in plan), done=0)
@@ -204,7 +203,6 @@ def _crossplay(job: CrossPlay) -> None:
     from trainer.evaluate import challenger_tasks, solve_rate, spice_section
     from trainer.rollout import SamplingParams
 
-    os.environ.setdefault("SELFPLAY_DATA_DIR", str(settings.DATA_DIR))
     run = job.run
     if run.corpus_id is None:
         raise RuntimeError("the run's corpus was deleted; cross-play needs its documents")

@@ -28,8 +28,22 @@ from tests.web.runs.conftest import (  # noqa: E402,F401  (fixtures)
 
 @pytest.fixture
 def data_dir(settings, tmp_path):
-    settings.DATA_DIR = tmp_path / "data"
-    return settings.DATA_DIR
+    """Frozen benchmarks in a temporary folder (settings.DATA_DIR stays: the embedded database's
+    address is derived from it, and a worker copies it into SELFPLAY_DATA_DIR)."""
+    settings.BENCHMARKS_DIR = tmp_path / "data" / "benchmarks"
+    return tmp_path / "data"
+
+
+@pytest.fixture(autouse=True)
+def keep_data_dir_env():
+    """Jobs run in this process may set SELFPLAY_DATA_DIR (execute_run does); a later server
+    subprocess derives its database address from it, so every test ends with it as it began."""
+    before = os.environ.get("SELFPLAY_DATA_DIR")
+    yield
+    if before is None:
+        os.environ.pop("SELFPLAY_DATA_DIR", None)
+    else:
+        os.environ["SELFPLAY_DATA_DIR"] = before
 
 
 def records(step: int, n_tasks: int = 2, answers: int = 3) -> list[dict]:

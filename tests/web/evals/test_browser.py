@@ -22,13 +22,23 @@ def _shot(page, name: str) -> None:
         page.screenshot(path=os.path.join(folder, f"evals-{name}.png"), full_page=True)
 
 
+def _session_cookie(user, server: str) -> dict:
+    """The session cookie of ``user``, made by the test client in the shared test database."""
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return {"name": settings.SESSION_COOKIE_NAME, "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+            "url": server}
+
+
 def _finished(spec, bench, score, run=None, step=None):
     job = EvalJob.objects.create(model_spec=spec, run=run, step=step, status="finished")
     EvalResult.objects.create(job=job, benchmark=bench, scoring="math", n=50, correct=int(50 * score), score=score,
                               ci_low=score - 0.05, ci_high=score + 0.05, complete=True)
 
 
-@pytest.mark.xfail(strict=False, reason="passes alone; failed once in the full suite on a loaded 2-core machine (order/timing flake of the shared live server, not yet diagnosed)")
 def test_compare_chart_heatmap_and_run_panel(roles, researcher, server, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs an event loop here
     bench = Benchmark.objects.create(name="gsm8k", title="GSM8K", kind="builtin", scoring="math", size=1319)
@@ -47,25 +57,25 @@ def test_compare_chart_heatmap_and_run_panel(roles, researcher, server, tmp_path
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page()
+        context = browser.new_context()
+        context.add_cookies([_session_cookie(researcher, server)])  # logged in without hashing a password there
+        page = context.new_page()
+        page.set_default_timeout(90_000)  # a loaded 2-core machine answers slowly
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{server}/accounts/login/?next=/evals/")
-        page.fill("#id_username", "rita")
-        page.fill("#id_password", "pw-rita")
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{server}/evals/")
+        page.goto(f"{server}/evals/")
+        assert page.url == f"{server}/evals/"
 
         page.goto(f"{server}/evals/compare/?run={run.pk}&benchmark=gsm8k")
         page.wait_for_function("() => { const c = document.getElementById('compare-chart');"
-                               " return c.data && c.data.length === 1 && c.data[0].x.length === 3; }", timeout=30_000)
+                               " return c.data && c.data.length === 1 && c.data[0].x.length === 3; }", timeout=90_000)
         assert page.evaluate("document.getElementById('compare-chart').data[0].x") == [0, 10, 20]
         assert page.locator("#compare-table tbody tr").count() == 3
         _shot(page, "compare")
 
         page.goto(f"{server}/evals/crossplay/{cross.pk}/")
         page.wait_for_function("() => { const c = document.getElementById('crossplay-heatmap');"
-                               " return c.data && c.data[0].type === 'heatmap'; }", timeout=30_000)
+                               " return c.data && c.data[0].type === 'heatmap'; }", timeout=90_000)
         assert page.evaluate("document.getElementById('crossplay-heatmap').data[0].z") == [[0.5, 0.75], [0.25, 0.5]]
         _shot(page, "crossplay")
 
@@ -74,7 +84,7 @@ def test_compare_chart_heatmap_and_run_panel(roles, researcher, server, tmp_path
         page.select_option("#eval-benchmarks", ["gsm8k"])
         page.fill("#eval-limit", "5")
         page.click("#eval-launch button[type=submit]")
-        page.wait_for_selector("#eval-notice", timeout=30_000)
+        page.wait_for_selector("#eval-notice", timeout=90_000)
         assert "queued on cpu" in page.locator("#eval-notice").inner_text()
         assert page.locator("#run-evals tbody tr").count() == 3  # the two finished ones and the new one
         page.locator("#evals-panel").screenshot(path=os.path.join(os.environ["SELFPLAY_SCREENSHOTS"],

@@ -122,7 +122,7 @@ def test_runs_evaluate_every_nth_checkpoint_automatically(queued, run_env, resea
     assert run.status == "finished", run.error
     jobs = list(EvalJob.objects.filter(run=run).order_by("step"))
     assert [j.step for j in jobs] == [2, 4] and all(j.auto for j in jobs)  # checkpoints 1..4, every 2nd
-    assert all(j.status == "finished" for j in jobs), [j.error for j in jobs]
+    assert all(j.status == "finished" for j in jobs), [(j.pk, j.status, j.error) for j in jobs]
     assert run.events.filter(message__startswith="automatic evaluation").count() == 2
     from apps.runs.sink import DjangoSink
 
