@@ -8,8 +8,11 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("new/", views.new, name="new"),
     path("workers/", views.workers, name="workers"),
+    path("compare/", views.compare, name="compare"),
     path("<int:run_id>/", views.detail, name="detail"),
     path("<int:run_id>/controls/", views.controls, name="controls"),
     path("<int:run_id>/samples/", views.samples, name="samples"),
+    path("<int:run_id>/ledger/", views.ledger, name="ledger"),
+    path("<int:run_id>/attempts/<path:key>/", views.trajectory, name="trajectory"),
     re_path(r"^(?P<run_id>\d+)/(?P<action>pause|resume|cancel)/$", views.control, name="control"),
 ]

@@ -1,15 +1,20 @@
-"""Run pages: the list, the launch form, the run page, and its pause / resume / cancel buttons."""
+"""Run pages: the list, the launch form, the run page, its pause / resume / cancel buttons, the
+task ledger (JSON for the page's charts), an attempt's trajectory, and the compare view."""
 from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
+from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from apps.accounts.roles import can, can_control_run, role_required
 from apps.episodes.models import Attempt, Task
+from apps.runs import compare as run_compare
+from apps.runs import ledger as run_ledger
 from apps.runs import metrics as run_metrics
+from apps.runs import trajectory as run_trajectory
 from apps.runs.forms import LaunchForm
 from apps.runs.models import IllegalTransition, Metric, Run
 from apps.runs.services import lifecycle
@@ -66,6 +71,8 @@ def detail(request, run_id: int):
         "attempts": Attempt.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
         "latest": run_metrics.latest_values(run),
         "reward_name": run_metrics.reward_name(run) or run_metrics.REWARD_NAMES[0],
+        "tabs": run_metrics.tabs(run_metrics.metric_names(run.pk)),
+        "ledger": run_ledger.ledger(run),
         "checkpoints": run.checkpoints.all()[:5],
     })
 
@@ -111,3 +118,38 @@ def workers(request):
     from apps.runs.workers import workers_overview
 
     return render(request, "runs/workers.html", workers_overview())
+
+
+def ledger(request, run_id: int):
+    """The task ledger as JSON (the run page draws it and refreshes it as tasks arrive)."""
+    run = get_object_or_404(Run, pk=run_id)
+    return JsonResponse(run_ledger.ledger(run))
+
+
+def trajectory(request, run_id: int, key: str):
+    """One attempt turn by turn, with its retrieved passages and its tokens coloured by loss mask."""
+    run = get_object_or_404(Run, pk=run_id)
+    attempt = Attempt.objects.select_related("task").filter(run=run, key=key).first()
+    if attempt is None:
+        raise Http404(f"Run {run.pk} has no attempt {key!r} (it may not be written yet; reload in a moment).")
+    grades = attempt.grades.select_related("rubric").order_by("id")[:50]
+    return render(request, "runs/trajectory.html", {
+        "run": run, "attempt": attempt, "task": attempt.task, "grades": grades,
+        "turns": run_trajectory.turns(attempt), "passages": run_trajectory.passages(attempt),
+        "tokens": run_trajectory.token_view(attempt, run.model_name),
+    })
+
+
+def compare(request):
+    """Two or more runs' curves of one metric overlaid: /runs/compare/?ids=1,2&metric=reward_mean."""
+    try:
+        runs = run_compare.runs_to_compare(request.GET.getlist("ids"))
+        choices = run_compare.metric_choices(runs)
+        metric = run_compare.pick_metric(request.GET.get("metric"), choices)
+    except run_compare.CompareError as exc:
+        return render(request, "runs/compare.html", {"error": str(exc)}, status=400)
+    return render(request, "runs/compare.html", {
+        "runs": with_last_reward(Run.objects.filter(pk__in=[r.pk for r in runs])).select_related("owner"),
+        "ids": ",".join(str(r.pk) for r in runs), "run_ids": [r.pk for r in runs],
+        "metric": metric, "choices": choices,
+    })

@@ -1,0 +1,105 @@
+"""One attempt turn by turn: its turns, the passages it retrieved, and its tokens by loss mask.
+
+An ``Attempt`` stores ``token_ids`` and ``loss_mask`` side by side (1 = trained, 0 = masked:
+the prompt, a user turn, tool output). To show them as text the run's tokenizer decodes each
+token; it is loaded once per model (``tokenizer_for``) from the model folder the web allows
+(or the bundled GGUF's tokenizer) and never downloaded. Without a tokenizer the tokens are
+shown as ids, still coloured by mask.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+from django.conf import settings
+
+log = logging.getLogger("selfplay.runs")
+
+MAX_TOKENS = 4096  # tokens drawn on the page; the counts always cover all of them
+
+
+@functools.lru_cache(maxsize=4)
+def _load_tokenizer(where: str):
+    from transformers import AutoTokenizer
+
+    from trainer.models import BUNDLED, bundled_tokenizer
+
+    if where in BUNDLED:
+        return bundled_tokenizer(where)
+    return AutoTokenizer.from_pretrained(where)
+
+
+def tokenizer_for(model_name: str):
+    """(tokenizer or None, a note saying where it came from or why there is none)."""
+    from trainer.models import BUNDLED
+
+    name = (model_name or "").strip()
+    models_dir = Path(settings.MODELS_DIR)
+    folder = None
+    if name and "/" not in name and (models_dir / name / "tokenizer_config.json").is_file():
+        folder = models_dir / name
+    elif name.startswith("/") and (Path(name) / "tokenizer_config.json").is_file():
+        real = Path(name).resolve()
+        if real == models_dir.resolve() or models_dir.resolve() in real.parents:
+            folder = real
+    where = str(folder) if folder else (name if name in BUNDLED else None)
+    if where is None:
+        return None, f"no tokenizer for model {name!r} in {models_dir}: tokens are shown as ids"
+    try:
+        return _load_tokenizer(where), f"decoded with the tokenizer of {name}"
+    except Exception as exc:  # a broken model folder must not break the page
+        log.warning("tokenizer of %s could not be loaded: %s", name, exc)
+        return None, f"the tokenizer of {name!r} could not be loaded ({type(exc).__name__}): tokens are shown as ids"
+
+
+def mask_segments(token_ids: list[int], loss_mask: list[int], decode=None, limit: int = MAX_TOKENS) -> list[dict]:
+    """Consecutive tokens with the same mask as segments: {"trained", "tokens": [{"id", "text"}]}.
+
+    A mask shorter than the tokens leaves the rest unknown (``trained`` None).
+
+    >>> [(s["trained"], [t["id"] for t in s["tokens"]]) for s in mask_segments([5, 6, 7, 8], [0, 1, 1])]
+    [(False, [5]), (True, [6, 7]), (None, [8])]
+    """
+    segments: list[dict] = []
+    for i, token in enumerate(token_ids[:limit]):
+        trained = bool(loss_mask[i]) if i < len(loss_mask) else None
+        text = decode([token]) if decode else f"\u2039{token}\u203a"
+        if not segments or segments[-1]["trained"] is not trained:
+            segments.append({"trained": trained, "tokens": []})
+        segments[-1]["tokens"].append({"id": token, "text": text})
+    return segments
+
+
+def token_view(attempt, model_name: str) -> dict:
+    """What the trajectory page shows of an attempt's tokens."""
+    ids, mask = list(attempt.token_ids or []), list(attempt.loss_mask or [])
+    tokenizer, note = tokenizer_for(model_name) if ids else (None, "")
+    decode = (lambda t: tokenizer.decode(t, skip_special_tokens=False)) if tokenizer is not None else None
+    trained = sum(1 for m in mask[:len(ids)] if m)
+    problems = []
+    if len(mask) != len(ids):
+        problems.append(f"the loss mask has {len(mask)} entries for {len(ids)} tokens")
+    return {"segments": mask_segments(ids, mask, decode), "total": len(ids), "trained": trained,
+            "masked": min(len(ids), len(mask)) - trained, "shown": min(len(ids), MAX_TOKENS),
+            "note": note, "problems": problems}
+
+
+def passages(attempt) -> list[dict]:
+    """The retrieved passages (Passage dicts), tolerant of older rows that stored other shapes."""
+    out = []
+    for p in attempt.passages or []:
+        if isinstance(p, dict):
+            out.append({"title": p.get("title") or "", "text": p.get("text") or "",
+                        "document_id": p.get("document_id") or "", "chunk_id": p.get("chunk_id") or "",
+                        "score": p.get("score")})
+        else:
+            out.append({"title": "", "text": str(p), "document_id": "", "chunk_id": "", "score": None})
+    return out
+
+
+def turns(attempt) -> list[dict]:
+    """Turns as {"role", "text"}; an attempt without turns shows its text as one assistant turn."""
+    found = [{"role": str(t.get("role") or "assistant"), "text": str(t.get("text") or "")}
+             for t in (attempt.turns or []) if isinstance(t, dict)]
+    return found or ([{"role": "assistant", "text": attempt.text}] if attempt.text else [])

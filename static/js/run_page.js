@@ -1,0 +1,112 @@
+// Run page additions: the metric tabs (entropy, length, KL, zero-variance groups, tokens/s) and
+// the task ledger (difficulty histogram, invalid share, near-duplicate rate over steps).
+// The page's own script owns the websocket and re-dispatches its messages as window events
+// "run-metric" and "run-sample"; this file only listens.
+(function () {
+  "use strict";
+  const LAYOUT = {margin: {t: 10, r: 10, b: 40, l: 50}, legend: {orientation: "h"}};
+  const CONFIG = {responsive: true, displaylogo: false};
+  const json = (id) => JSON.parse(document.getElementById(id).textContent);
+
+  // ---- metric tabs -----------------------------------------------------------------------
+  function metricTabs(runId) {
+    const tabs = json("metric-tab-data");
+    const el = document.getElementById("metric-chart");
+    const buttons = [...document.querySelectorAll("#metric-tabs button")];
+    let tab = null, name = null, traces = {}, last = {}, ready = false, seq = 0;
+
+    function title(tab, name) {
+      return {...LAYOUT, xaxis: {title: "step"}, yaxis: {title: name || tab.label},
+              annotations: name ? [] : [{text: `${tab.label}: not reported yet`, showarrow: false,
+                                        xref: "paper", yref: "paper", x: 0.5, y: 0.5}]};
+    }
+
+    async function show(i) {
+      const mine = ++seq;
+      ready = false; tab = tabs[i]; name = tab.name; traces = {}; last = {};
+      buttons.forEach((b, j) => b.classList.toggle("active", j === i));
+      const q = tab.names.map(encodeURIComponent).join(",");
+      const data = await fetch(`/api/v1/runs/${runId}/metrics/?name=${q}&points=1500`, {credentials: "same-origin"})
+        .then(r => r.ok ? r.json() : {series: []}).catch(() => ({series: []}));
+      if (mine !== seq) return;  // another tab was clicked meanwhile
+      const present = new Set(data.series.map(s => s.name));
+      name = tab.names.find(n => present.has(n)) || null;
+      const shown = data.series.filter(s => s.name === name);
+      shown.forEach((s, j) => { traces[s.role] = j; last[s.role] = s.steps[s.steps.length - 1]; });
+      await Plotly.react(el, shown.map(s => ({x: s.steps, y: s.values, mode: "lines", name: s.role || "all"})),
+                         title(tab, name), CONFIG);
+      el.dataset.metric = name || "";
+      ready = true;
+    }
+
+    window.addEventListener("run-metric", (ev) => {
+      const msg = ev.detail;
+      if (!ready || !tab) return;
+      const n = name || tab.names.find(c => c in msg.values);
+      const value = n ? msg.values[n] : undefined;
+      if (value === undefined || value === null) return;
+      if (!name) { name = n; el.dataset.metric = n; Plotly.relayout(el, title(tab, n)); }
+      if (msg.role in last && msg.step <= last[msg.role]) return;
+      if (!(msg.role in traces)) {
+        traces[msg.role] = Object.keys(traces).length;
+        Plotly.addTraces(el, {x: [], y: [], mode: "lines", name: msg.role || "all"});
+      }
+      Plotly.extendTraces(el, {x: [[msg.step]], y: [[value]]}, [traces[msg.role]]);
+      last[msg.role] = msg.step;
+    });
+    buttons.forEach((b, i) => b.addEventListener("click", () => show(i)));
+    return show(0);
+  }
+
+  // ---- task ledger -----------------------------------------------------------------------
+  function pct(part, whole) { return whole ? Math.round(100 * part / whole) + "%" : "\u2014"; }
+
+  function drawLedger(d) {
+    document.getElementById("ledger-tasks").textContent = d.tasks;
+    document.getElementById("ledger-invalid").textContent = pct(d.invalid, d.tasks);
+    document.getElementById("ledger-target").textContent = pct(d.near_target, d.graded);
+    document.getElementById("ledger-dups").textContent = pct(d.duplicates.duplicates, d.duplicates.checked);
+    document.getElementById("ledger-dups-checked").textContent = d.duplicates.checked;
+
+    const mids = d.bins.map(b => (b.lo + b.hi) / 2);
+    const labels = d.bins.map(b => `${Math.round(b.lo * 100)}\u2013${Math.round(b.hi * 100)}%`);
+    const recent = d.recent_steps ? `steps ${d.recent_steps[0]}\u2013${d.recent_steps[1]}` : "recent";
+    const hist = document.getElementById("ledger-histogram");
+    Plotly.react(hist, [
+      {type: "bar", x: mids, y: d.bins.map(b => b.all), name: "all steps", text: labels, hovertemplate: "%{text}: %{y}<extra>all</extra>", marker: {color: "#91a7ff"}},
+      {type: "bar", x: mids, y: d.bins.map(b => b.recent), name: recent, text: labels, hovertemplate: "%{text}: %{y}<extra>recent</extra>", marker: {color: "#3b5bdb"}},
+    ], {...LAYOUT, barmode: "group", bargap: 0.15,
+        xaxis: {title: "solver pass rate", range: [0, 1], tickformat: ".0%", dtick: 0.1},
+        yaxis: {title: "graded tasks"},
+        shapes: [{type: "line", x0: d.target, x1: d.target, yref: "paper", y0: 0, y1: 1, line: {color: "#e8590c", dash: "dash", width: 2}}],
+        annotations: [{x: d.target, yref: "paper", y: 1, text: "target 50%", showarrow: false, xanchor: "left", font: {color: "#e8590c"}}]},
+      CONFIG);
+
+    const steps = document.getElementById("ledger-steps");
+    Plotly.react(steps, [
+      {x: d.steps, y: d.invalid_share_by_step, mode: "lines+markers", name: "invalid share"},
+      {x: d.steps, y: d.pass_rate_by_step, mode: "lines+markers", name: "mean pass rate"},
+      {x: d.duplicates.steps, y: d.duplicates.rate_by_step, mode: "lines+markers", name: "near-duplicate rate (recent)"},
+    ], {...LAYOUT, xaxis: {title: "step"}, yaxis: {range: [0, 1.02], tickformat: ".0%"}}, CONFIG);
+    hist.dataset.ready = "1";
+  }
+
+  function taskLedger(runId) {
+    let timer = null;
+    drawLedger(json("ledger-data"));
+    window.addEventListener("run-sample", (ev) => {
+      if (ev.detail.kind !== "task" || timer) return;
+      timer = setTimeout(() => {  // at most one refresh per 3 s however fast tasks arrive
+        fetch(`/runs/${runId}/ledger/`, {credentials: "same-origin"}).then(r => r.ok ? r.json() : null)
+          .then(d => { if (d) drawLedger(d); }).finally(() => { timer = null; });
+      }, 3000);
+    });
+  }
+
+  window.addEventListener("load", () => {
+    if (!window.Plotly || !document.getElementById("metric-tab-data")) return;
+    const runId = json("run-id");
+    metricTabs(runId);
+    taskLedger(runId);
+  });
+})();

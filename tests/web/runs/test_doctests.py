@@ -1,0 +1,12 @@
+"""The worked examples in the docstrings of the run page's pure helpers are tests too."""
+import doctest
+
+import pytest
+
+from apps.runs import compare, ledger, metrics, trajectory
+
+
+@pytest.mark.parametrize("module", [ledger, trajectory, compare, metrics])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
