@@ -3,7 +3,7 @@
 An ``Attempt`` stores ``token_ids`` and ``loss_mask`` side by side (1 = trained, 0 = masked:
 the prompt, a user turn, tool output). To show them as text the run's tokenizer decodes each
 token; it is loaded once per model (``tokenizer_for``) from the model folder the web allows
-(or the bundled GGUF's tokenizer) and never downloaded. Without a tokenizer the tokens are
+and never downloaded. Without a tokenizer the tokens are
 shown as ids, still coloured by mask.
 """
 from __future__ import annotations
@@ -20,20 +20,19 @@ MAX_TOKENS = 4096  # tokens drawn on the page; the counts always cover all of th
 
 
 @functools.lru_cache(maxsize=4)
-def _load_tokenizer(where: str):
+def _load_tokenizer(folder: str):
     from transformers import AutoTokenizer
 
-    from trainer.models import BUNDLED, bundled_tokenizer
-
-    if where in BUNDLED:
-        return bundled_tokenizer(where)
-    return AutoTokenizer.from_pretrained(where)
+    return AutoTokenizer.from_pretrained(folder)
 
 
 def tokenizer_for(model_name: str):
-    """(tokenizer or None, a note saying where it came from or why there is none)."""
-    from trainer.models import BUNDLED
+    """(tokenizer or None, a note saying where it came from or why there is none).
 
+    Only a model folder inside the models directory with a saved tokenizer is used (a bundled
+    model is imported there by its first run); parsing a bundled GGUF takes ~30 s, too slow
+    for a page.
+    """
     name = (model_name or "").strip()
     models_dir = Path(settings.MODELS_DIR)
     folder = None
@@ -43,11 +42,11 @@ def tokenizer_for(model_name: str):
         real = Path(name).resolve()
         if real == models_dir.resolve() or models_dir.resolve() in real.parents:
             folder = real
-    where = str(folder) if folder else (name if name in BUNDLED else None)
-    if where is None:
-        return None, f"no tokenizer for model {name!r} in {models_dir}: tokens are shown as ids"
+    if folder is None:
+        return None, (f"no tokenizer for model {name!r} in {models_dir} (a bundled model gets one with its "
+                      "first run): tokens are shown as ids")
     try:
-        return _load_tokenizer(where), f"decoded with the tokenizer of {name}"
+        return _load_tokenizer(str(folder)), f"decoded with the tokenizer of {name}"
     except Exception as exc:  # a broken model folder must not break the page
         log.warning("tokenizer of %s could not be loaded: %s", name, exc)
         return None, f"the tokenizer of {name!r} could not be loaded ({type(exc).__name__}): tokens are shown as ids"

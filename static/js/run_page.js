@@ -16,7 +16,7 @@
     let tab = null, name = null, traces = {}, last = {}, ready = false, seq = 0;
 
     function title(tab, name) {
-      return {...LAYOUT, xaxis: {title: "step"}, yaxis: {title: name || tab.label},
+      return {...LAYOUT, xaxis: {title: {text: "step"}}, yaxis: {title: {text: name || tab.label}},
               annotations: name ? [] : [{text: `${tab.label}: not reported yet`, showarrow: false,
                                         xref: "paper", yref: "paper", x: 0.5, y: 0.5}]};
     }
@@ -73,13 +73,13 @@
     const recent = d.recent_steps ? `steps ${d.recent_steps[0]}\u2013${d.recent_steps[1]}` : "recent";
     const hist = document.getElementById("ledger-histogram");
     Plotly.react(hist, [
-      {type: "bar", x: mids, y: d.bins.map(b => b.all), name: "all steps", text: labels, hovertemplate: "%{text}: %{y}<extra>all</extra>", marker: {color: "#91a7ff"}},
-      {type: "bar", x: mids, y: d.bins.map(b => b.recent), name: recent, text: labels, hovertemplate: "%{text}: %{y}<extra>recent</extra>", marker: {color: "#3b5bdb"}},
-    ], {...LAYOUT, barmode: "group", bargap: 0.15,
-        xaxis: {title: "solver pass rate", range: [0, 1], tickformat: ".0%", dtick: 0.1},
-        yaxis: {title: "graded tasks"},
+      {type: "bar", x: mids, y: d.bins.map(b => b.all), name: "all steps", customdata: labels, hovertemplate: "%{customdata}: %{y}<extra>all</extra>", marker: {color: "#91a7ff"}},
+      {type: "bar", x: mids, y: d.bins.map(b => b.recent), name: recent, customdata: labels, hovertemplate: "%{customdata}: %{y}<extra>recent</extra>", marker: {color: "#3b5bdb"}},
+    ], {...LAYOUT, margin: {...LAYOUT.margin, t: 24}, barmode: "group", bargap: 0.15,
+        xaxis: {title: {text: "solver pass rate"}, range: [0, 1], tickformat: ".0%", dtick: 0.1},
+        yaxis: {title: {text: "graded tasks"}},
         shapes: [{type: "line", x0: d.target, x1: d.target, yref: "paper", y0: 0, y1: 1, line: {color: "#e8590c", dash: "dash", width: 2}}],
-        annotations: [{x: d.target, yref: "paper", y: 1, text: "target 50%", showarrow: false, xanchor: "left", font: {color: "#e8590c"}}]},
+        annotations: [{x: d.target, yref: "paper", y: 1, yanchor: "bottom", text: "target 50%", showarrow: false, font: {color: "#e8590c"}}]},
       CONFIG);
 
     const steps = document.getElementById("ledger-steps");
@@ -87,7 +87,7 @@
       {x: d.steps, y: d.invalid_share_by_step, mode: "lines+markers", name: "invalid share"},
       {x: d.steps, y: d.pass_rate_by_step, mode: "lines+markers", name: "mean pass rate"},
       {x: d.duplicates.steps, y: d.duplicates.rate_by_step, mode: "lines+markers", name: "near-duplicate rate (recent)"},
-    ], {...LAYOUT, xaxis: {title: "step"}, yaxis: {range: [0, 1.02], tickformat: ".0%"}}, CONFIG);
+    ], {...LAYOUT, xaxis: {title: {text: "step"}}, yaxis: {range: [0, 1.02], tickformat: ".0%"}}, CONFIG);
     hist.dataset.ready = "1";
   }
 
