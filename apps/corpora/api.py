@@ -29,10 +29,13 @@ def _forbidden(perm: str) -> Response:
 
 def _data(request) -> dict | Response:
     try:
-        return request.data
+        data = request.data
     except RequestDataTooBig:
         return error_response("The request body is too large: upload big documents as a file (multipart `file`).",
                               status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    if not isinstance(data, dict):
+        return error_response(f"The body must be a JSON object of named fields, not a {type(data).__name__}.")
+    return data
 
 
 @api_view(["GET", "POST"])

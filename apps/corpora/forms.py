@@ -15,7 +15,9 @@ class CorpusForm(forms.Form):
 
 
 class UploadForm(forms.Form):
-    file = forms.FileField(help_text=".txt .md .html .jsonl ({\"title\",\"text\"} per line) .pdf, or a .zip of those")
+    # allow_empty_file: an empty file gets our message (naming the file) rather than Django's
+    file = forms.FileField(allow_empty_file=True,
+                           help_text=".txt .md .html .jsonl ({\"title\",\"text\"} per line) .pdf, or a .zip of those")
 
     def clean_file(self):
         uploaded = self.cleaned_data["file"]

@@ -16,6 +16,7 @@ import codecs
 import io
 import json
 import posixpath
+import stat
 import zipfile
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -183,6 +184,8 @@ def parse_jsonl(data: bytes, name: str) -> Parsed:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             row, problem = None, f"not valid JSON ({exc.msg} at column {exc.colno})"
+        except RecursionError:
+            row, problem = None, "JSON nested too deeply to read; flatten it to {\"title\": ..., \"text\": ...}"
         if problem is None and not isinstance(row, dict):
             problem = "expected an object like {\"title\": ..., \"text\": ...}"
         elif problem is None and not (isinstance(row.get("text"), str) and row["text"].strip()):
@@ -266,8 +269,15 @@ def _zip_members(data: bytes, name: str) -> tuple[zipfile.ZipFile, list[zipfile.
             raise IngestError(f"{name}: unsafe path in the zip ({info.filename!r}); paths must be relative without '..'.")
         if extension(member) == ".zip":
             raise IngestError(f"{name}: nested zip {info.filename!r}; put its files directly into one zip.")
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise IngestError(f"{name}: {info.filename!r} is a symbolic link; zip the files themselves, not links.")
+        if info.flag_bits & 0x1:
+            raise IngestError(f"{name}: {info.filename!r} is encrypted; re-create the zip without a password.")
     if not infos:
-        raise IngestError(f"{name}: the zip is empty.")
+        raise IngestError(f"{name}: the zip is empty; put .txt, .md, .html, .jsonl or .pdf files in it.")
+    if not any(extension(i.filename) in TEXT_TYPES | {".pdf"} for i in infos):
+        raise IngestError(f"{name}: no file of a supported type in the zip; it may hold .txt, .md, .html, .jsonl "
+                          "and .pdf files.")
     return archive, infos
 
 
@@ -285,7 +295,7 @@ def parse_zip(data: bytes, name: str) -> Parsed:
         except IngestError as exc:
             parsed.errors.append(str(exc))
             continue
-        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as exc:
+        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
             parsed.errors.append(f"{member}: could not unpack ({exc})")
             continue
         parsed.documents += part.documents
@@ -326,8 +336,11 @@ def parse_file(data: bytes, name: str) -> Parsed:
     return parsed
 
 
-def check_file(data: bytes, name: str) -> None:
-    """Quick upload-time check: type, emptiness, encoding, line lengths, PDF structure, zip safety."""
+def check_file(data: bytes, name: str) -> list[str]:
+    """Quick upload-time check: type, emptiness, encoding, line lengths, PDF structure, zip safety.
+
+    Returns the problems confined to part of a text file (the broken lines of a JSONL), so the
+    uploader hears about them at once; the job reports them again with the ingest result."""
     ext = check_type(name)
     if not data:
         raise IngestError(f"{name}: the file is empty; upload a file with some text in it.")
@@ -336,4 +349,5 @@ def check_file(data: bytes, name: str) -> None:
     elif ext == ".zip":
         _zip_members(data, name)
     else:
-        PARSERS[ext](data, name)  # text formats are cheap to parse fully
+        return PARSERS[ext](data, name).errors  # text formats are cheap to parse fully
+    return []

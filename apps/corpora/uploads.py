@@ -37,14 +37,18 @@ def check_embedder(name: str) -> int:
 
 def create_corpus(name: str, description: str = "", embedder: str | None = None, chunk_tokens: int = 200,
                   chunk_overlap: int = 40) -> Corpus:
+    if not isinstance(name, str) or not isinstance(description or "", str) or not isinstance(embedder or "", str):
+        raise IngestError("name, description and embedder must be strings; chunk_tokens and chunk_overlap numbers.")
     name = (name or "").strip()
     if not name or len(name) > 100:
         raise IngestError("name: give the corpus a name of 1 to 100 characters.")
     if Corpus.objects.filter(name=name).exists():
         raise IngestError(f"name: a corpus named {name!r} already exists; pick another name.")
     try:
+        if isinstance(chunk_tokens, bool) or isinstance(chunk_overlap, bool):
+            raise TypeError
         chunk_tokens, chunk_overlap = int(chunk_tokens), int(chunk_overlap)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise IngestError("chunk_tokens and chunk_overlap must be whole numbers.") from None
     if not 16 <= chunk_tokens <= 254 or not 0 <= chunk_overlap <= chunk_tokens // 2:
         raise IngestError("chunk_tokens must be 16..254 (the embedder reads 256 tokens) and chunk_overlap 0..chunk_tokens/2.")
@@ -77,7 +81,7 @@ def accept_file(corpus: Corpus, name: str, data: bytes, enqueue: bool = True) ->
     from apps.corpora.jobs import ingest_upload
 
     check_size(len(data))
-    check_file(data, name)
+    warnings = check_file(data, name)
     stored = upload_dir() / f"{uuid.uuid4().hex}{Path(name).suffix.lower()}"
     stored.write_bytes(data)
     job_id = uuid.uuid4().hex
@@ -85,7 +89,7 @@ def accept_file(corpus: Corpus, name: str, data: bytes, enqueue: bool = True) ->
     if enqueue:
         django_rq.get_queue("cpu").enqueue(ingest_upload, corpus.pk, str(stored), Path(name).name, job_id=job_id,
                                            job_timeout=24 * 3600, result_ttl=7 * 24 * 3600)
-    return {"job_id": job_id, "stored": str(stored), "progress": corpus.progress()}
+    return {"job_id": job_id, "stored": str(stored), "progress": corpus.progress(), "warnings": warnings}
 
 
 def add_document(corpus: Corpus, title: str, text: str, source: str = "api") -> dict:

@@ -57,11 +57,13 @@ def upload(request, pk: int):
     form = UploadForm(request.POST, request.FILES)
     if form.is_valid():
         try:
-            accept_file(corpus, form.cleaned_data["file"].name, form.data_bytes)
+            accepted = accept_file(corpus, form.cleaned_data["file"].name, form.data_bytes)
         except (IngestError, EmbedderError) as exc:
             form.add_error("file", str(exc))
         else:
             messages.success(request, f"{form.cleaned_data['file'].name} accepted: ingesting in the background.")
+            for warning in accepted["warnings"][:20]:  # e.g. the broken lines of a JSONL, kept out of the corpus
+                messages.warning(request, f"skipped: {warning}")
             return redirect("corpora:detail", pk=corpus.pk)
     return render(request, "corpora/detail.html", _detail_context(request, corpus, form), status=400)
 
