@@ -42,17 +42,18 @@
     window.addEventListener("run-metric", (ev) => {
       const msg = ev.detail;
       if (!ready || !tab) return;
-      const n = name || tab.names.find(c => c in msg.values);
-      const value = n ? msg.values[n] : undefined;
-      if (value === undefined || value === null) return;
+      const points = [...(msg.earlier || []), {step: msg.step, values: msg.values}];  // oldest first
+      const n = name || tab.names.find(c => points.some(p => c in p.values));
+      const from = msg.role in last ? last[msg.role] : -Infinity;
+      const fresh = n ? points.filter(p => p.step > from && p.values[n] !== undefined && p.values[n] !== null) : [];
+      if (!fresh.length) return;
       if (!name) { name = n; el.dataset.metric = n; Plotly.relayout(el, title(tab, n)); }
-      if (msg.role in last && msg.step <= last[msg.role]) return;
       if (!(msg.role in traces)) {
         traces[msg.role] = Object.keys(traces).length;
         Plotly.addTraces(el, {x: [], y: [], mode: "lines", name: msg.role || "all"});
       }
-      Plotly.extendTraces(el, {x: [[msg.step]], y: [[value]]}, [traces[msg.role]]);
-      last[msg.role] = msg.step;
+      Plotly.extendTraces(el, {x: [fresh.map(p => p.step)], y: [fresh.map(p => p.values[n])]}, [traces[msg.role]]);
+      last[msg.role] = fresh[fresh.length - 1].step;
     });
     buttons.forEach((b, i) => b.addEventListener("click", () => show(i)));
     return show(0);

@@ -10,3 +10,10 @@ from apps.runs import compare, ledger, metrics, trajectory
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_sink_docstring_examples():
+    from apps.runs import sink
+
+    result = doctest.testmod(sink)
+    assert result.attempted > 0 and result.failed == 0

@@ -39,10 +39,11 @@ def _seed(owner, tok, reward_slope):
     return run
 
 
-def _entropy_at_step_6(run_id):
+def _steps_6_to_8_in_one_flush(run_id):
     try:
-        sink = DjangoSink(run_id)
-        sink.metrics(6, "reasoner", {"entropy": 1.2, "reward_mean": 0.6})
+        sink = DjangoSink(run_id, flush_seconds=3600)
+        for step in (6, 7, 8):  # one websocket message: step 8, with 6 and 7 in "earlier"
+            sink.metrics(step, "reasoner", {"entropy": 2.0 - 0.1 * step, "reward_mean": step / 10})
         sink.control()
     finally:
         connection.close()
@@ -81,10 +82,12 @@ def test_tabs_ledger_trajectory_and_compare_in_a_browser(roles, researcher, serv
         page.wait_for_function(f"({traces})().length === 2", timeout=30_000)
         assert page.evaluate(traces) == [5, 5]
         page.wait_for_function("document.getElementById('reward-chart').data?.[0]?.x.length === 5", timeout=30_000)
-        reporter = threading.Thread(target=_entropy_at_step_6, args=(run.pk,))
+        reporter = threading.Thread(target=_steps_6_to_8_in_one_flush, args=(run.pk,))
         reporter.start()
         reporter.join()
-        page.wait_for_function(f"({traces})().reduce((a, b) => a + b, 0) === 11", timeout=30_000)
+        page.wait_for_function(f"({traces})().reduce((a, b) => a + b, 0) === 13", timeout=30_000)
+        reward_x = "document.getElementById('reward-chart').data.map(t => t.x.join(','))"
+        page.wait_for_function(f"{reward_x}.includes('1,2,3,4,5,6,7,8')", timeout=30_000)
         page.click("#metric-tabs button:has-text('length')")
         page.wait_for_function("document.getElementById('metric-chart').dataset.metric === 'response_length'")
         page.click("#metric-tabs button:has-text('KL')")

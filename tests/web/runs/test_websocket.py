@@ -57,3 +57,32 @@ async def test_metric_and_sample_messages_arrive(reader):
     status = await comm.receive_json_from(timeout=10)
     assert status["type"] == "status" and status["requested"] == "pause"
     await comm.disconnect()
+
+
+def _fast_run_report(run_id):
+    """A fast run: 50 steps of two roles in one flush (the sink's timer never fired in between)."""
+    sink = DjangoSink(run_id, flush_seconds=3600, max_buffer=100_000)
+    for step in range(1, 51):
+        sink.metrics(step, "challenger", {"reward_mean": step / 100})
+        sink.metrics(step, "reasoner", {"reward_mean": step / 50, "entropy": 1.0})
+    sink.control()
+    assert sink.publish_failures == 0
+
+
+async def test_a_fast_run_sends_one_metric_message_per_role_per_flush(reader):
+    run = await sync_to_async(_running_run)()
+    cookie = await sync_to_async(_session_cookie)(reader)
+    comm = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=HEADERS + [(b"cookie", cookie.encode())])
+    connected, _ = await comm.connect()
+    assert connected
+    await comm.receive_json_from(timeout=10)  # the status snapshot
+    await sync_to_async(_fast_run_report)(run.pk)
+    received = await _messages(comm, 2)
+    assert await comm.receive_nothing(timeout=0.5)  # 100 points, 2 messages
+    by_role = {m["role"]: m for m in received}
+    reasoner = by_role["reasoner"]
+    assert reasoner["step"] == 50 and reasoner["values"] == {"entropy": 1.0, "reward_mean": 1.0}
+    assert [p["step"] for p in reasoner["earlier"]] == list(range(1, 50))
+    assert reasoner["earlier"][0]["values"] == {"entropy": 1.0, "reward_mean": 0.02}
+    assert [p["values"]["reward_mean"] for p in by_role["challenger"]["earlier"]] == [s / 100 for s in range(1, 50)]
+    await comm.disconnect()
