@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from apps.runs.models import IllegalTransition, Run, Status
 from apps.runs.services import lifecycle
-from apps.runs.sink import DjangoSink
+from apps.runs.sink import DjangoSink, with_db_retry
 
 log = logging.getLogger("selfplay.runs")
 
@@ -109,7 +109,7 @@ def _ended(run: Run, result) -> str:
 
 def _failed(run: Run, exc: Exception) -> str:
     message = str(exc).strip() or type(exc).__name__
-    run.refresh_from_db()
+    with_db_retry("recording the failure", run.refresh_from_db)  # the error may have been a lost connection
     if run.status == Status.RUNNING:
         try:
             run.mark_failed(message, resumable=bool(run.checkpoint_path))

@@ -8,6 +8,11 @@ them. After each flush a few small messages go to the Channels group ``run-<id>`
 (``type`` metric / sample); a Redis outage is counted in ``publish_failures`` and never
 stops the run.
 
+A write whose database connection was lost (Postgres restarted, the session terminated) is
+retried on a fresh connection (``with_db_retry``): each flush is one transaction of upserts, so a
+retried write neither halves nor doubles a step; when every retry fails the reports stay buffered
+and the exception ends the run (failed, with the database error as its message).
+
 ``control()`` answers from the run's row: ``requested == "pause"`` -> pause,
 ``"cancel"`` (or a run that is no longer ``running``, e.g. marked failed by the reaper) ->
 stop, plus human review verdicts from ``apps.review.feedback.pending_verdicts(run)`` when
@@ -23,7 +28,7 @@ import math
 import time
 from typing import Any
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from apps.episodes.models import Attempt, Grade, Rubric, Task
@@ -35,6 +40,28 @@ log = logging.getLogger("selfplay.runs")
 
 SAMPLE_MESSAGES_PER_FLUSH = 24  # live page gets a taste, the database gets everything
 TEXT_PREVIEW = 1500
+DB_RETRY_DELAYS = (0.5, 2.0, 5.0)  # seconds before each new try of a write whose connection was lost
+
+
+def with_db_retry(what: str, work):
+    """``work()``, tried again on a fresh connection when the database connection was lost.
+
+    Only outside an enclosing transaction (a retry inside one would see a half-done transaction);
+    after the last delay the error goes up.
+    """
+    for delay in (*DB_RETRY_DELAYS, None):
+        try:
+            return work()
+        except (OperationalError, InterfaceError) as exc:
+            if delay is None or connection.in_atomic_block:
+                raise
+            log.warning("database connection lost while %s (%s); reconnecting in %.1fs", what,
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay)
+            try:
+                connection.close()
+            except Exception:  # closing a broken connection may complain; it is gone either way
+                pass
+            time.sleep(delay)
 
 
 class DjangoSink:
@@ -70,17 +97,23 @@ class DjangoSink:
     def checkpoint(self, step: int, path: str) -> None:
         self._saw_step(step)
         self.flush()
-        with transaction.atomic():
-            Checkpoint.objects.update_or_create(run_id=self.run_id, step=int(step), defaults={"path": str(path)})
-            Run.objects.filter(pk=self.run_id).update(checkpoint_path=str(path), heartbeat_at=timezone.now())
-            RunEvent.objects.create(run_id=self.run_id, kind=RunEvent.Kind.NOTABLE, step=int(step),
-                                    message=f"checkpoint at step {step}", data={"path": str(path)})
+        with_db_retry("recording a checkpoint", lambda: self._write_checkpoint(int(step), str(path)))
         _after_checkpoint(self.run_id, int(step), str(path))
+
+    def _write_checkpoint(self, step: int, path: str) -> None:
+        with transaction.atomic():
+            Checkpoint.objects.update_or_create(run_id=self.run_id, step=step, defaults={"path": path})
+            Run.objects.filter(pk=self.run_id).update(checkpoint_path=path, heartbeat_at=timezone.now())
+            if not RunEvent.objects.filter(run_id=self.run_id, kind=RunEvent.Kind.NOTABLE, step=step,
+                                           message=f"checkpoint at step {step}").exists():
+                RunEvent.objects.create(run_id=self.run_id, kind=RunEvent.Kind.NOTABLE, step=step,
+                                        message=f"checkpoint at step {step}", data={"path": path})
 
     def control(self) -> Control:
         self.flush()
         self._watchdog()
-        run = Run.objects.only("id", "status", "requested").get(pk=self.run_id)
+        run = with_db_retry("reading the run's controls",
+                            lambda: Run.objects.only("id", "status", "requested").get(pk=self.run_id))
         stop = run.requested == "cancel" or run.status != Status.RUNNING
         return Control(pause=run.requested == "pause", stop=stop, verdicts=self._review(_pending_verdicts, run) or [],
                        harness=self._review(_pending_harness, run))
@@ -125,6 +158,18 @@ class DjangoSink:
         self._metrics, self._records = {}, []
         self._last_flush = time.monotonic()
         by_kind = _split(records)
+        try:
+            written = with_db_retry("writing reports", lambda: self._write(metrics, by_kind))
+        except Exception:  # keep them for a later flush (close() tries once more)
+            self._metrics = {**metrics, **self._metrics}
+            self._records = records + self._records
+            raise
+        self.flushes += 1
+        _enqueue_for_review(self.run_id, by_kind)
+        self._publish_metrics(metrics)
+        self._publish_samples(written)
+
+    def _write(self, metrics: dict, by_kind: dict) -> list[dict]:
         with transaction.atomic():
             self._write_metrics(metrics)
             written = self._write_samples(by_kind)
@@ -132,10 +177,7 @@ class DjangoSink:
             if self._max_step is not None:
                 fields["current_step"] = self._max_step
             Run.objects.filter(pk=self.run_id).update(**fields)
-        self.flushes += 1
-        _enqueue_for_review(self.run_id, by_kind)
-        self._publish_metrics(metrics)
-        self._publish_samples(written)
+        return written
 
     def _write_metrics(self, metrics: dict) -> None:
         if not metrics:
