@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import reprlib
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -190,7 +191,7 @@ class Config(BaseModel):
 
     method: Literal["grpo", "spice", "ssp", "scope", "score", "piplay"] = Field(
         ..., description="Training method: grpo, spice, ssp, scope, score or piplay.")
-    seed: int = Field(0, description="Seed for python, numpy and torch RNGs.")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed for python, numpy and torch RNGs (0 to 2^32-1).")
     reward: Literal["exact", "math", "mcq"] = Field("math", description="Verifier for method grpo.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Generation.")
@@ -212,7 +213,7 @@ class Config(BaseModel):
     @classmethod
     def _method_defaults(cls, data: Any) -> Any:
         """Fill the method's section and its paper values for shared keys the user left unset."""
-        if not isinstance(data, dict) or data.get("method") not in SECTIONS:
+        if not isinstance(data, dict) or not isinstance(data.get("method"), str) or data["method"] not in SECTIONS:
             return data
         data = copy.deepcopy(data)
         method = data["method"]
@@ -276,7 +277,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ValueError(f"override {text!r} has an empty key part")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         value = raw
     return key.split("."), value
 
@@ -311,6 +312,12 @@ def _read_yaml(path: Path) -> dict:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise ConfigError([("", f"{path} is not valid YAML: {exc}")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([("", f"{path} is not UTF-8 text (byte {exc.start}); save the config as UTF-8 YAML")]) from None
+    except RecursionError:
+        raise ConfigError([("", f"{path} nests too deeply to read; a config is a few levels of key: value")]) from None
+    except OSError as exc:
+        raise ConfigError([("", f"cannot read {path}: {exc.strerror}")]) from None
     if not isinstance(data, dict):
         raise ConfigError([("", f"{path} must hold a mapping of keys, got {type(data).__name__}")])
     return data
@@ -347,8 +354,13 @@ def _cross_problems_despite(exc: ValidationError, data: dict, known: list) -> li
     try:
         Config.model_validate(repaired)
     except ValidationError as again:
-        return [p for p in _explain(again) if p not in known]
+        known_paths = {path for path, _ in known}
+        return [p for p in _explain(again) if p[0] not in known_paths]
     return []
+
+
+_SHORT = reprlib.Repr()  # bad values are echoed briefly (a 10 MB string or a deep structure is not)
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 2, 80, 80, 5, 5
 
 
 def _explain(exc: ValidationError) -> list[tuple[str, str]]:
@@ -365,7 +377,7 @@ def _explain(exc: ValidationError) -> list[tuple[str, str]]:
         elif err["type"] == "missing":
             problems.append((path, "required key is missing"))
         else:
-            problems.append((path, f"{err['msg']} (got {err.get('input')!r})"))
+            problems.append((path, f"{err['msg']} (got {_SHORT.repr(err.get('input'))})"))
     return problems
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class Section(BaseModel):
     """A strict config section: unknown keys are errors, assignments are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)  # inf/nan: never meant
     # Paper values for shared keys, as dotted path -> value; applied when the user sets none.
     shared_defaults: ClassVar[dict[str, object]] = {}
 

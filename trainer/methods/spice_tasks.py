@@ -212,7 +212,7 @@ def json_objects(text: str) -> list[dict]:
             return found
         try:
             obj, end = decoder.raw_decode(text, start)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python's stack
             i = start + 1
             continue
         if isinstance(obj, dict):

@@ -88,6 +88,10 @@ def _read_yaml(path: str) -> dict:
         raise CommandError(f"cannot read --config {path}: {exc.strerror}")
     except yaml.YAMLError as exc:
         raise CommandError(f"--config {path} is not valid YAML: {exc}")
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"--config {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8 YAML")
+    except RecursionError:
+        raise CommandError(f"--config {path} nests too deeply to read; a config is a few levels of key: value")
     if not isinstance(data, dict):
         raise CommandError(f"--config {path} must hold a mapping of config keys")
     return data
