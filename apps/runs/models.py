@@ -251,7 +251,10 @@ class Metric(models.Model):
     value = models.FloatField()
 
     class Meta:
-        indexes = [models.Index(fields=["run", "name", "step"])]
+        indexes = [models.Index(fields=["run", "name", "step"]),
+                   # per (name, role) reads: latest values by a loose index scan, SQL downsampling
+                   models.Index(fields=["run", "name", "role", "step"], include=["value"],
+                                name="metric_run_name_role_step")]
         constraints = [models.UniqueConstraint(fields=["run", "step", "role", "name"], name="metric_unique_point")]
 
     def __str__(self):
