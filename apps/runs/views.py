@@ -22,6 +22,7 @@ from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
 from trainer.config import METHOD_NAMES
 
 LATEST_SAMPLES = 12
+INITIAL_POINTS = 1000  # per role, about the reward chart's width in pixels
 
 
 def with_last_reward(qs):
@@ -63,6 +64,7 @@ def new(request):
 def detail(request, run_id: int):
     lifecycle.reap_stale_runs()
     run = get_object_or_404(Run.objects.select_related("owner", "corpus"), pk=run_id)
+    reward = run_metrics.reward_name(run) or run_metrics.REWARD_NAMES[0]
     return render(request, "runs/detail.html", {
         "run": run,
         "can_control": can_control_run(request.user, run),
@@ -70,7 +72,9 @@ def detail(request, run_id: int):
         "tasks": Task.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
         "attempts": Attempt.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
         "latest": run_metrics.latest_values(run),
-        "reward_name": run_metrics.reward_name(run) or run_metrics.REWARD_NAMES[0],
+        "reward_name": reward,
+        # the reward chart's first points come with the page (no round trip before it can draw)
+        "reward_series": run_metrics.series(run, [reward], points=INITIAL_POINTS),
         "tabs": run_metrics.tabs(run_metrics.metric_names(run.pk)),
         "ledger": run_ledger.ledger(run),
         "checkpoints": run.checkpoints.all()[:5],

@@ -26,7 +26,8 @@
       ready = false; tab = tabs[i]; name = tab.name; traces = {}; last = {};
       buttons.forEach((b, j) => b.classList.toggle("active", j === i));
       const q = tab.names.map(encodeURIComponent).join(",");
-      const data = await fetch(`/api/v1/runs/${runId}/metrics/?name=${q}&points=1500`, {credentials: "same-origin"})
+      const points = Math.max(200, Math.round(el.clientWidth || 1000));  // about one point per pixel
+      const data = await fetch(`/api/v1/runs/${runId}/metrics/?name=${q}&points=${points}`, {credentials: "same-origin"})
         .then(r => r.ok ? r.json() : {series: []}).catch(() => ({series: []}));
       if (mine !== seq) return;  // another tab was clicked meanwhile
       const present = new Set(data.series.map(s => s.name));
@@ -104,10 +105,15 @@
     });
   }
 
-  window.addEventListener("load", () => {
-    if (!window.Plotly || !document.getElementById("metric-tab-data")) return;
+  // After the reward chart (the page's first chart) is up, so the two do not compete for the CPU.
+  let started = false;
+  function start() {
+    if (started || !window.Plotly || !document.getElementById("metric-tab-data")) return;
+    started = true;
     const runId = json("run-id");
     metricTabs(runId);
     taskLedger(runId);
-  });
+  }
+  window.addEventListener("run-chart-ready", start);
+  window.addEventListener("load", () => setTimeout(start, 3000));  // in case the reward chart never gets ready
 })();

@@ -81,3 +81,15 @@ def test_bad_compare_input_is_explained(client, researcher, query, message):
     assert response.status_code == 400
     html = response.content.decode()
     assert message.replace("'", "&#x27;") in html and 'id="compare-error"' in html
+
+
+def test_the_run_page_brings_its_reward_points(client, researcher):
+    import json
+    import re
+
+    run = _run(researcher, reward_mean=0.1, entropy=1.0)
+    client.force_login(researcher)
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    embedded = json.loads(re.search(r'<script id="reward-series" type="application/json">(.*?)</script>', html).group(1))
+    assert [(s["name"], s["role"], s["steps"]) for s in embedded] == [("reward_mean", "policy", [1, 2, 3])]
+    assert embedded[0]["values"] == pytest.approx([0.1, 0.2, 0.3])
