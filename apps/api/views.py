@@ -1,9 +1,12 @@
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from apps.accounts.roles import ROLE_OF_PERM, can
 
 
+@extend_schema(operation_id="me", responses={200: OpenApiTypes.OBJECT})
 @api_view(["GET"])
 def me(request):
     """Who the token belongs to and what they may do."""

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from django.core.exceptions import RequestDataTooBig
 from django.shortcuts import get_object_or_404
-from rest_framework import status
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.decorators import api_view, parser_classes, permission_classes
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
@@ -21,6 +23,19 @@ from apps.corpora.parsing import IngestError
 from apps.corpora.search import SearchError, search
 from apps.corpora.serializers import corpus_json
 from apps.corpora.uploads import accept_file, add_document, create_corpus, read_upload
+
+
+OBJECT = {200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT}
+CREATE = inline_serializer("CorpusCreate", {
+    "name": serializers.CharField(max_length=100), "description": serializers.CharField(required=False),
+    "embedder": serializers.CharField(required=False, help_text="bundled name or a local sentence-transformers folder"),
+    "chunk_tokens": serializers.IntegerField(required=False, min_value=16, max_value=254),
+    "chunk_overlap": serializers.IntegerField(required=False, min_value=0),
+})
+DOCUMENT = inline_serializer("DocumentAdd", {
+    "file": serializers.FileField(required=False, help_text=".txt .md .html .jsonl .pdf or a .zip of those"),
+    "title": serializers.CharField(required=False), "text": serializers.CharField(required=False),
+})
 
 
 def _forbidden(perm: str) -> Response:
@@ -38,6 +53,8 @@ def _data(request) -> dict | Response:
     return data
 
 
+@extend_schema(methods=["GET"], operation_id="corpora_list", responses=OBJECT)
+@extend_schema(methods=["POST"], operation_id="corpora_create", request=CREATE, responses={**OBJECT, 201: OpenApiTypes.OBJECT})
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
 def corpora(request):
@@ -58,11 +75,14 @@ def corpora(request):
     return Response(corpus_json(corpus), status=status.HTTP_201_CREATED)
 
 
+@extend_schema(operation_id="corpora_detail", responses=OBJECT)
 @api_view(["GET"])
 def corpus_detail(request, pk: int):
     return Response(corpus_json(get_object_or_404(Corpus, pk=pk)))
 
 
+@extend_schema(operation_id="corpora_documents_add", request={"multipart/form-data": DOCUMENT, "application/json": DOCUMENT},
+               responses={**OBJECT, 201: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT})
 @api_view(["POST"])
 @parser_classes([MultiPartParser, FormParser, JSONParser])
 def documents(request, pk: int):
@@ -88,6 +108,9 @@ def documents(request, pk: int):
     return Response({**stats, "corpus": corpus_json(corpus)}, status=status.HTTP_201_CREATED)
 
 
+@extend_schema(operation_id="corpora_search", responses=OBJECT, parameters=[
+    OpenApiParameter("q", str, required=True), OpenApiParameter("k", int, description="1..50, default 5"),
+    OpenApiParameter("mode", str, enum=["hybrid", "dense", "lexical"])])
 @api_view(["GET"])
 def corpus_search(request, pk: int):
     """`?q=&k=5&mode=hybrid|dense|lexical` -> {"results": [{document_id, chunk_id, title, text, score}]}."""

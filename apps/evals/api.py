@@ -96,6 +96,8 @@ def benchmarks(request):
     if not can(request.user, "launch_run"):
         return _forbidden()
     data = request.data
+    if not isinstance(data, dict):
+        return error_response("Send a JSON object (name, corpus, n, seed, scoring) or a multipart `file` upload.")
     try:
         if data.get("corpus") not in (None, ""):
             corpus = _corpus(data.get("corpus"))
