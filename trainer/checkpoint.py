@@ -38,6 +38,17 @@ class ResumeError(RuntimeError):
     """A resume that cannot continue; the message says why and what to do."""
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint that could not be written (disk full, quota, I/O error); the previous one is untouched."""
+
+
+def _write_failure(folder: Path, step: int, exc: BaseException) -> str:
+    previous = list_checkpoints(folder.parent)
+    kept = f"the previous checkpoint {previous[-1].name} is intact" if previous else "there is no earlier checkpoint"
+    return (f"could not write checkpoint step-{step:06d} in {folder}: {exc}; {kept} and the partial files were "
+            "removed. Free disk space (or move the run folder to a larger disk), then resume the run")
+
+
 def rng_state() -> dict:
     np_state = np.random.get_state()
     state = {
@@ -126,14 +137,18 @@ def save_checkpoint(run_dir: str | Path, step: int, cfg: Config, policy, engine,
     final = folder / f"step-{step:06d}"
     tmp = folder / f".tmp-step-{step:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_weights(policy, tmp / "model")
-    torch.save(engine.state_dict(), tmp / "engine.pt")
-    torch.save({"step": step, "rng": rng_state(), "recipe": recipe_state or {}}, tmp / "state.pt")
-    save_config(cfg, tmp / "config.yaml")
-    meta = {"step": step, "method": cfg.method, "model": cfg.model.name_or_path, "lora_r": cfg.model.lora.r,
-            "time": time.time()}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    try:
+        tmp.mkdir()
+        save_weights(policy, tmp / "model")
+        torch.save(engine.state_dict(), tmp / "engine.pt")
+        torch.save({"step": step, "rng": rng_state(), "recipe": recipe_state or {}}, tmp / "state.pt")
+        save_config(cfg, tmp / "config.yaml")
+        meta = {"step": step, "method": cfg.method, "model": cfg.model.name_or_path, "lora_r": cfg.model.lora.r,
+                "time": time.time()}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    except Exception as exc:  # disk full and friends: the previous checkpoint is untouched
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(_write_failure(folder, step, exc)) from exc
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
