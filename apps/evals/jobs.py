@@ -4,68 +4,38 @@
 benchmark in turn answers its items (``trainer.evaluate.evaluate``), writing the samples of every
 batch as they come, then the result with its 95% bootstrap interval. ``execute_crossplay(id)``
 writes each chosen checkpoint's SPICE tasks from the run's corpus documents, then fills the
-matrix cell by cell (solver j on challenger i's tasks), saving after every cell. Failures are
-recorded on the row (``error``); a job never crashes its worker.
+matrix cell by cell (solver j on challenger i's tasks), saving after every cell.
+
+Both are ``jobkit.run_job`` (apps/runs/jobkit.py, shared with the run jobs): the atomic claim, a
+heartbeat thread while the job computes, failures recorded on the row (``error``; a job never
+crashes its worker). A worker that dies leaves the row running without a heartbeat; the periodic
+reaper (and every read of the evals pages or API) fails it with an error naming the worker.
 """
 from __future__ import annotations
 
 import logging
 import math
-import os
 import random
-import socket
-import threading
-import traceback
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
-from django.utils import timezone
+from django.db import transaction
 
 from apps.evals.models import CrossPlay, EvalJob, EvalResult, EvalSample
+from apps.runs import jobkit
 
 log = logging.getLogger("selfplay.evals")
 
 
-def _worker_name() -> str:
-    try:
-        from rq import get_current_job
+def _kind(noun: str, model: type) -> jobkit.JobKind:
+    def succeed(job, _result) -> str:
+        job.finish()
+        return f"{noun} {job.pk} finished"
 
-        job = get_current_job()
-        if job is not None and job.worker_name:
-            return job.worker_name
-    except Exception:
-        pass
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return jobkit.JobKind(noun, model, claim=model.claim, fail=model.fail, succeed=succeed)
 
 
-class Heartbeat(threading.Thread):
-    """Keeps ``heartbeat_at`` fresh while a job computes (its own DB connection), so that
-    ``reap_stale`` can tell a slow job from a dead worker."""
-
-    def __init__(self, job, interval: float | None = None):
-        super().__init__(name=f"heartbeat-{type(job).__name__}-{job.pk}", daemon=True)
-        self.model, self.pk = type(job), job.pk
-        self.interval = interval or max(1.0, min(10.0, settings.RUN_HEARTBEAT_SECONDS / 4))
-        self._stop_event = threading.Event()
-
-    def run(self):
-        try:
-            while not self._stop_event.wait(self.interval):
-                try:
-                    self.model.objects.filter(pk=self.pk, status="running").update(heartbeat_at=timezone.now())
-                except Exception as exc:  # the database is away for a moment
-                    log.warning("heartbeat of %s %s failed: %s", self.model.__name__, self.pk, exc)
-                    close_old_connections()
-        finally:
-            connection.close()
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop_event.set()
-        self.join(timeout=10)
+EVAL_JOB = _kind("eval", EvalJob)
+CROSSPLAY_JOB = _kind("cross-play", CrossPlay)
 
 
 def _allowed_dirs() -> list:
@@ -84,20 +54,7 @@ def _finite(x):
 
 
 def execute_eval(job_id: int) -> str:
-    job = EvalJob.objects.filter(pk=job_id).first()
-    if job is None:
-        return f"eval {job_id} no longer exists"
-    if not job.claim(_worker_name()):
-        return f"eval {job_id} is {EvalJob.objects.get(pk=job_id).status}; nothing to do"
-    try:
-        with Heartbeat(job):
-            _evaluate(job)
-    except Exception as exc:
-        log.warning("eval %s failed:\n%s", job.pk, traceback.format_exc())
-        job.fail(str(exc).strip() or type(exc).__name__)
-        return f"eval {job.pk} failed: {job.error}"
-    job.finish()
-    return f"eval {job.pk} finished"
+    return jobkit.run_job(EVAL_JOB, job_id, _evaluate)
 
 
 def _evaluate(job: EvalJob) -> None:
@@ -180,20 +137,7 @@ def _json_clean(value):
 # ---- cross-play ---------------------------------------------------------------------------------
 
 def execute_crossplay(crossplay_id: int) -> str:
-    job = CrossPlay.objects.filter(pk=crossplay_id).first()
-    if job is None:
-        return f"cross-play {crossplay_id} no longer exists"
-    if not job.claim(_worker_name()):
-        return f"cross-play {crossplay_id} is {CrossPlay.objects.get(pk=crossplay_id).status}; nothing to do"
-    try:
-        with Heartbeat(job):
-            _crossplay(job)
-    except Exception as exc:
-        log.warning("cross-play %s failed:\n%s", job.pk, traceback.format_exc())
-        job.fail(str(exc).strip() or type(exc).__name__)
-        return f"cross-play {job.pk} failed: {job.error}"
-    job.finish()
-    return f"cross-play {job.pk} finished"
+    return jobkit.run_job(CROSSPLAY_JOB, crossplay_id, _crossplay)
 
 
 def _crossplay(job: CrossPlay) -> None:

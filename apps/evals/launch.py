@@ -13,15 +13,15 @@ Every problem is an ``EvalLaunchError`` whose ``field`` names the input to fix.
 from __future__ import annotations
 
 import logging
-import uuid
 from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
 from apps.evals.benchmarks import find
 from apps.evals.models import CrossPlay, EvalJob
+from apps.runs import jobkit
 from apps.runs.models import Checkpoint, Run
-from apps.runs.services.launch import QUEUES, QueueUnavailable, check_model
+from apps.runs.services.launch import QUEUES, check_model
 from trainer.evaluate import BenchmarkError, ModelSpecError, describe_target
 
 log = logging.getLogger("selfplay.evals")
@@ -182,20 +182,7 @@ def launch_crossplay(run: Run, checkpoints, *, n_tasks=8, answers_per_task=4, te
 
 def enqueue(job, func: str) -> str:
     """Put ``func(job.pk)`` on the job's queue; the job fails with the reason when Redis refuses."""
-    import django_rq
-
-    job_id = f"{type(job).__name__.lower()}-{job.pk}-{uuid.uuid4().hex[:8]}"
-    try:
-        django_rq.get_queue(job.queue).enqueue(func, job.pk, job_id=job_id, job_timeout=JOB_TIMEOUT,
-                                               result_ttl=7 * 24 * 3600, failure_ttl=30 * 24 * 3600)
-    except Exception as exc:  # redis.ConnectionError and friends
-        message = (f"could not queue the job on {job.queue!r}: Redis is not reachable ({exc}); "
-                   "start it (manage.py services start) and launch again")
-        job.fail(message)
-        raise QueueUnavailable(message) from None
-    type(job).objects.filter(pk=job.pk).update(job_id=job_id)
-    job.job_id = job_id
-    return job_id
+    return jobkit.enqueue(job, func, type(job).__name__.lower(), type(job).fail, "launch again", JOB_TIMEOUT)
 
 
 # ---- automatic evaluations ------------------------------------------------------------------------

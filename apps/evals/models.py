@@ -72,16 +72,14 @@ class JobMixin(models.Model):
     @classmethod
     def reap_stale(cls, now=None) -> list[int]:
         """Fail running jobs whose worker stopped beating (killed, machine gone): nobody else would."""
-        from datetime import timedelta
+        from apps.runs.jobkit import reap
 
-        now = now or timezone.now()
-        cutoff = now - timedelta(seconds=settings.RUN_HEARTBEAT_SECONDS)
-        stale = list(cls.objects.filter(status=Status.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", "worker_name"))
-        for pk, worker in stale:
-            cls.objects.filter(pk=pk, status=Status.RUNNING, heartbeat_at__lt=cutoff).update(
-                status=Status.FAILED, finished_at=now, error=f"the worker ({worker or 'unknown'}) stopped responding "
-                f"for more than {settings.RUN_HEARTBEAT_SECONDS}s; launch it again")
-        return [pk for pk, _ in stale]
+        return reap(cls, cls._fail_silent, "launch it again", now)
+
+    def _fail_silent(self, error: str) -> bool:
+        """Failed by the reaper, unless it beat or ended since the reaper read it."""
+        return type(self).objects.filter(pk=self.pk, status=Status.RUNNING, heartbeat_at=self.heartbeat_at).update(
+            status=Status.FAILED, finished_at=timezone.now(), error=error[:5000]) == 1
 
     def _end(self, status: str, error: str) -> None:
         now = timezone.now()

@@ -1,6 +1,7 @@
 """RQ jobs of runs: ``execute_run`` (queues gpu / cpu) and the periodic reaper (queue default).
 
-``execute_run(run_id)``:
+``execute_run(run_id)`` is ``jobkit.run_job`` (apps/runs/jobkit.py: the claim, the heartbeat
+thread, the failure recording shared with the eval jobs) over ``_execute``:
 1. claims the run atomically (queued -> running; any other status: nothing to do);
 2. builds the trainer config (run folder ``settings.RUNS_DIR/<id>``), a ``DjangoSink``, and
    the corpus's pgvector retriever and document source;
@@ -14,15 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-import threading
 import traceback
 from pathlib import Path
 
 from django.conf import settings
-from django.db import close_old_connections, connection
-from django.utils import timezone
 
+from apps.runs import jobkit
 from apps.runs.models import IllegalTransition, Run, Status
 from apps.runs.services import lifecycle
 from apps.runs.sink import DjangoSink, with_db_retry
@@ -31,28 +29,26 @@ log = logging.getLogger("selfplay.runs")
 
 
 def execute_run(run_id: int) -> str:
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None:
-        return f"run {run_id} no longer exists"
-    if not run.mark_running(_worker_name()):
-        return f"run {run_id} is {Run.objects.get(pk=run_id).status}; nothing to do"
+    return jobkit.run_job(RUN_JOB, run_id, _execute)
+
+
+def _execute(run: Run):
     os.environ.setdefault("SELFPLAY_DATA_DIR", str(settings.DATA_DIR))
     sink = DjangoSink(run)
     try:
         run_dir = Path(run.run_dir or Path(settings.RUNS_DIR) / str(run.pk))
         run_dir.mkdir(parents=True, exist_ok=True)
-        with _RunLog(run_dir / "run.log") as runlog, Heartbeat(run.pk):
+        with _RunLog(run_dir / "run.log") as runlog:
             try:
                 result = _train(run, run_dir, sink, runlog.stream)
                 sink.close()
             except Exception:
                 runlog.stream.write(traceback.format_exc())
                 raise
-    except Exception as exc:  # the run's own failure: record it, never crash the worker
-        log.exception("run %s failed", run.pk)
+    except Exception:
         _close_quietly(sink)
-        return _failed(run, exc)
-    return _ended(run, result)
+        raise
+    return result
 
 
 def _train(run: Run, run_dir: Path, sink: DjangoSink, stream):
@@ -107,15 +103,13 @@ def _ended(run: Run, result) -> str:
     return f"run {run.pk} {run.status} at step {result.steps}"
 
 
-def _failed(run: Run, exc: Exception) -> str:
-    message = str(exc).strip() or type(exc).__name__
+def _failed(run: Run, message: str) -> None:
     with_db_retry("recording the failure", run.refresh_from_db)  # the error may have been a lost connection
     if run.status == Status.RUNNING:
         try:
             run.mark_failed(message, resumable=bool(run.checkpoint_path))
         except IllegalTransition:
-            pass
-    return f"run {run.pk} failed: {message}"
+            pass  # the reaper or a person got there first
 
 
 def _close_quietly(sink: DjangoSink) -> None:
@@ -125,47 +119,7 @@ def _close_quietly(sink: DjangoSink) -> None:
         log.warning("could not flush the last reports of run %s: %s", sink.run_id, exc)
 
 
-def _worker_name() -> str:
-    try:
-        from rq import get_current_job
-
-        job = get_current_job()
-        if job is not None and job.worker_name:
-            return job.worker_name
-    except Exception:
-        pass
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class Heartbeat(threading.Thread):
-    """Touches ``heartbeat_at`` every few seconds while the trainer computes, on its own DB connection."""
-
-    def __init__(self, run_id: int, interval: float | None = None):
-        super().__init__(name=f"heartbeat-run-{run_id}", daemon=True)
-        self.run_id = run_id
-        self.interval = interval or max(1.0, min(5.0, settings.RUN_HEARTBEAT_SECONDS / 4))
-        self._stop_event = threading.Event()
-        self.beats = 0
-
-    def run(self):
-        try:
-            while not self._stop_event.wait(self.interval):
-                try:
-                    Run.objects.filter(pk=self.run_id, status=Status.RUNNING).update(heartbeat_at=timezone.now())
-                    self.beats += 1
-                except Exception as exc:  # the database is away for a moment: try again next beat
-                    log.warning("heartbeat of run %s failed: %s", self.run_id, exc)
-                    close_old_connections()
-        finally:
-            connection.close()
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop_event.set()
-        self.join(timeout=10)
+RUN_JOB = jobkit.JobKind("run", Run, claim=Run.mark_running, fail=_failed, succeed=_ended)
 
 
 class _RunLog:
@@ -191,12 +145,13 @@ class _RunLog:
 
 
 def reap_runs_job() -> list[int]:
-    """Periodic: reap silent runs, then schedule the next pass while any run is active."""
+    """Periodic: reap silent runs, evaluations and cross-play matrices (jobkit.reap_all), then
+    schedule the next pass while any of them is active. Returns the runs reaped."""
     import django_rq
 
-    reaped = lifecycle.reap_stale_runs()
+    reaped = jobkit.reap_all()
     conn = django_rq.get_connection("default")
     conn.delete(lifecycle.REAPER_KEY)
-    if lifecycle.active_runs_exist():
+    if jobkit.any_active():
         lifecycle.ensure_reaper_scheduled()
-    return reaped
+    return reaped["runs"]

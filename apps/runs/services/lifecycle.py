@@ -23,13 +23,11 @@ is read.
 from __future__ import annotations
 
 import logging
-import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
-from django.utils import timezone
 
+from apps.runs import jobkit
 from apps.runs.models import ACTIVE, IllegalTransition, Run, Status
 
 log = logging.getLogger("selfplay.runs")
@@ -40,24 +38,13 @@ JOB_TIMEOUT = 30 * 24 * 3600
 
 def enqueue(run: Run) -> str:
     """Put the run's job on its queue; marks the run failed (resumable) when Redis refuses."""
-    import django_rq
-
     from apps.runs.jobs import execute_run
-    from apps.runs.services.launch import QueueUnavailable
 
-    job_id = f"run-{run.pk}-{uuid.uuid4().hex[:8]}"
-    try:
-        django_rq.get_queue(run.queue).enqueue(execute_run, run.pk, job_id=job_id, job_timeout=JOB_TIMEOUT,
-                                               result_ttl=7 * 24 * 3600, failure_ttl=30 * 24 * 3600)
-    except Exception as exc:  # redis.ConnectionError and friends
-        message = (f"could not queue the job on {run.queue!r}: Redis is not reachable ({exc}); "
-                   "start it (manage.py services start) and resume the run")
-        run.mark_failed(message, resumable=True, expect=Status.QUEUED)
-        raise QueueUnavailable(message) from None
-    Run.objects.filter(pk=run.pk).update(job_id=job_id)
-    run.job_id = job_id
-    ensure_reaper_scheduled()
-    return job_id
+    return jobkit.enqueue(run, execute_run, "run", _fail_queued, "resume the run", JOB_TIMEOUT)
+
+
+def _fail_queued(run: Run, error: str) -> None:
+    run.mark_failed(error, resumable=True, expect=Status.QUEUED)
 
 
 def pause(run: Run, user=None) -> Run:
@@ -110,23 +97,15 @@ def _cancel_job(job_id: str) -> None:
 # ---- the reaper ----------------------------------------------------------------------------
 def reap_stale_runs(now=None) -> list[int]:
     """Mark running runs without a heartbeat for RUN_HEARTBEAT_SECONDS as failed and resumable."""
-    now = now or timezone.now()
-    limit = settings.RUN_HEARTBEAT_SECONDS
-    cutoff = now - timedelta(seconds=limit)
-    stale = Run.objects.filter(status=Status.RUNNING).filter(
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff))
-    reaped = []
-    for run in stale:
-        silent = int((now - (run.heartbeat_at or run.started_at)).total_seconds())
-        try:
-            run.mark_failed(f"worker stopped responding (no heartbeat from {run.worker_name or 'the worker'} "
-                            f"for {silent}s); resume to continue from the last checkpoint", resumable=True)
-        except IllegalTransition:
-            continue  # it changed state meanwhile
-        reaped.append(run.pk)
-    if reaped:
-        log.warning("reaped runs without heartbeat: %s", reaped)
-    return reaped
+    return jobkit.reap(Run, _fail_silent, "resume to continue from the last checkpoint", now)
+
+
+def _fail_silent(run: Run, error: str) -> bool:
+    try:
+        run.mark_failed(error, resumable=True)
+    except IllegalTransition:
+        return False  # it changed state meanwhile
+    return True
 
 
 def reaper_interval() -> int:

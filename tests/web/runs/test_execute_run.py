@@ -10,7 +10,8 @@ import pytest
 from django.db import connection
 
 from apps.episodes.models import Attempt, Task
-from apps.runs.jobs import Heartbeat, execute_run
+from apps.runs.jobkit import Heartbeat
+from apps.runs.jobs import execute_run
 from apps.runs.models import Checkpoint, Metric, Run
 from apps.runs.services import lifecycle
 from apps.runs.services.launch import launch
@@ -112,7 +113,7 @@ def test_the_heartbeat_thread_keeps_a_running_run_alive(roles):
     run = Run.objects.create(method="grpo", model_name="tiny", config={})
     run.mark_running("w")
     Run.objects.filter(pk=run.pk).update(heartbeat_at=None)
-    with Heartbeat(run.pk, interval=0.05) as beat:
+    with Heartbeat(Run, run.pk, interval=0.05) as beat:
         deadline = time.monotonic() + 10
         while beat.beats < 2 and time.monotonic() < deadline:
             time.sleep(0.05)

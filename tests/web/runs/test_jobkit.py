@@ -1,0 +1,57 @@
+"""apps/runs/jobkit.py: one job lifecycle for runs, evaluations and cross-play matrices.
+
+An eval job beats like a run while its body computes, and records a failing body's message; a
+Redis that refuses the job fails the row with what to do (a run stays resumable).
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from apps.evals.jobs import EVAL_JOB
+from apps.evals.launch import enqueue as enqueue_eval
+from apps.evals.models import EvalJob
+from apps.runs import jobkit
+from apps.runs.models import Run
+from apps.runs.services import lifecycle
+from apps.runs.services.launch import QueueUnavailable
+
+# The heartbeat thread has a database connection of its own, and django-rq enqueues on commit.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_an_eval_job_beats_while_its_body_runs_and_records_a_failure(roles, settings):
+    settings.RUN_HEARTBEAT_SECONDS = 4  # a beat every second
+    job = EvalJob.objects.create(model_spec="base:tiny", queue="cpu")
+    seen = []
+
+    def body(row):
+        claimed_at = EvalJob.objects.get(pk=row.pk).heartbeat_at
+        deadline = time.monotonic() + 20
+        while EvalJob.objects.get(pk=row.pk).heartbeat_at == claimed_at and time.monotonic() < deadline:
+            time.sleep(0.1)
+        seen.append(EvalJob.objects.get(pk=row.pk).heartbeat_at > claimed_at)
+        raise ValueError("benchmark 'x' has no items")
+
+    assert jobkit.run_job(EVAL_JOB, job.pk, body) == f"eval {job.pk} failed: benchmark 'x' has no items"
+    job.refresh_from_db()
+    assert seen == [True]  # the heartbeat thread touched the row while the body ran
+    assert (job.status, job.error) == ("failed", "benchmark 'x' has no items") and job.finished_at
+    assert jobkit.run_job(EVAL_JOB, job.pk, body) == f"eval {job.pk} is failed; nothing to do"
+    assert jobkit.run_job(EVAL_JOB, 999_999, body) == "eval 999999 no longer exists"
+
+
+def test_a_refused_queue_fails_the_row_with_what_to_do(roles, settings):
+    dead = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    settings.RQ_QUEUES = {name: {**cfg, "URL": dead} for name, cfg in settings.RQ_QUEUES.items()}
+    job = EvalJob.objects.create(model_spec="base:tiny", queue="cpu")
+    with pytest.raises(QueueUnavailable, match="Redis is not reachable"):
+        enqueue_eval(job, "apps.evals.jobs.execute_eval")
+    job.refresh_from_db()
+    assert job.status == "failed" and job.error.endswith("start it (manage.py services start) and launch again")
+    run = Run.objects.create(method="grpo", model_name="tiny", config={}, queue="cpu")
+    with pytest.raises(QueueUnavailable, match="resume the run"):
+        lifecycle.enqueue(run)
+    run.refresh_from_db()
+    assert run.status == "failed" and run.resumable and not run.job_id
