@@ -8,13 +8,21 @@ Prints one JSON line per part:
                 recall@10 of dense (HNSW, production SQL with its corpus filter) and hybrid (RRF with
                 HNSW dense) against the same with exact dense search; queries/s one at a time and
                 batched, pgvector SQL and FAISS (flat, HNSW) on the same chunk vectors.
-  * "synthetic" random unit vectors (384 dims) COPYed into a separate table `bench_vectors`, HNSW
-                (m=16, ef_construction=64, cosine) built with a time limit; recall@10 vs exact and
-                queries/s over an ef_search sweep, FAISS flat and HNSW(16, 64) on the same vectors.
-FAISS runs on one thread, like one Postgres backend answering one statement.
+  * "synthetic" random unit vectors (384 dims) COPYed into an UNLOGGED table `bench_vectors_<n>`,
+                HNSW (m=16, ef_construction=64, cosine) built with the server's parallel workers and a
+                time limit; FAISS HNSW(16, 64, inner product) on the same vectors. Then, per
+                hnsw.ef_search, recall@10 against exact (numpy) search and queries/s one at a time and
+                batched (50 queries in ONE statement: unnest + LATERAL), measured alternately, best of
+                --reps: pgvector `sql` (as apps/corpora/search.py sends it: Django's client-side
+                binding, the vector as a text literal) and `prepared` (binary parameters, a prepared
+                statement), FAISS on one thread like one Postgres backend. Needs no Django: a plain
+                psycopg connection to --pg-url (default: the project's database).
 
     .venv/bin/python benchmarks/search.py [--parts embed,corpus,synthetic] [--corpus wikipedia]
-        [--sizes 100000,1000000] [--build-limit 900] [--queries 200] [--reps 2] [--keep]
+        [--sizes 100000,1000000] [--build-limit 1800] [--queries 200] [--reps 2] [--ef 40,100,...]
+        [--keep] [--build-only] [--reuse] [--cache-dir DIR] [--pg-url URL]
+--build-only builds (table, index, FAISS index saved under --cache-dir) and keeps them; --reuse then
+measures without rebuilding.
 """
 from __future__ import annotations
 
@@ -224,100 +232,195 @@ def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def build_table(base: np.ndarray, build_limit: int) -> dict:
-    from django.db import connection
+def table_name(n: int) -> str:
+    return f"bench_vectors_{n}"
+
+
+def connect(url: str):
+    """A plain psycopg connection (autocommit) with pgvector's types: the synthetic part needs no Django."""
+    import psycopg
     from pgvector.psycopg import register_vector
 
-    with connection.cursor() as cur:
-        cur.execute("DROP TABLE IF EXISTS bench_vectors")
-        cur.execute("CREATE UNLOGGED TABLE bench_vectors (id int PRIMARY KEY, embedding vector(384) NOT NULL)")
-    register_vector(connection.connection)
+    conn = psycopg.connect(url.replace("postgis://", "postgresql://"), autocommit=True)
+    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    register_vector(conn)
+    return conn
+
+
+def _stored_build(conn, table: str, n: int) -> dict | None:
+    """The build figures of a complete earlier build of `table` (its COMMENT), else None."""
+    row = conn.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", [table]).fetchone()
+    if not row or not row[0]:
+        return None
+    stored = json.loads(row[0])
+    return stored if stored.get("n") == n and stored.get("hnsw_built") else None
+
+
+def build_table(conn, base: np.ndarray, build_limit: int, reuse: bool) -> dict:
+    """COPY the vectors into an UNLOGGED table and build the HNSW index (m 16, ef_construction 64,
+    cosine) with the server's parallel workers; with `reuse`, keep a complete earlier build."""
+    table = table_name(len(base))
+    stored = _stored_build(conn, table, len(base)) if reuse else None
+    if stored:
+        return {**stored, "reused_build": True}
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute(f"CREATE UNLOGGED TABLE {table} (id int PRIMARY KEY, embedding vector(384) NOT NULL)")
     start = time.perf_counter()
-    with connection.cursor() as cur, cur.cursor.copy("COPY bench_vectors (id, embedding) FROM STDIN (FORMAT BINARY)") as copy:
+    with conn.cursor() as cur, cur.copy(f"COPY {table} (id, embedding) FROM STDIN (FORMAT BINARY)") as copy:
         copy.set_types(["int4", "vector"])
         for i, vector in enumerate(base):
             copy.write_row((i, vector))
     copy_s = time.perf_counter() - start
-    with connection.cursor() as cur:
-        cur.execute("SET maintenance_work_mem = '4GB'")
-        cur.execute(f"SET max_parallel_maintenance_workers = {max(0, (os.cpu_count() or 1) - 1)}")
-        cur.execute(f"SET statement_timeout = '{build_limit}s'")
-        start = time.perf_counter()
-        try:
-            cur.execute("CREATE INDEX bench_vectors_hnsw ON bench_vectors USING hnsw (embedding vector_cosine_ops) "
-                        "WITH (m = 16, ef_construction = 64)")
-            built = True
-        except Exception as exc:  # noqa: BLE001 - the statement timeout
-            built = False
-            print(f"index build stopped: {exc}", file=sys.stderr)
-        build_s = time.perf_counter() - start
-        cur.execute("SET statement_timeout = 0")
-    return {"copy_s": round(copy_s, 1), "rows_per_s_copy": round(len(base) / copy_s), "hnsw_build_s": round(build_s, 1),
-            "hnsw_built": built}
+    workers = int(conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0])
+    conn.execute("SET maintenance_work_mem = '4GB'")  # the 1M graph (~2 GB) stays in memory
+    conn.execute(f"SET statement_timeout = '{build_limit}s'")
+    start = time.perf_counter()
+    try:
+        conn.execute(f"CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) "
+                     "WITH (m = 16, ef_construction = 64)")
+        built = True
+    except Exception as exc:  # noqa: BLE001 - the statement timeout
+        built = False
+        print(f"index build stopped: {exc}", file=sys.stderr)
+    build_s = time.perf_counter() - start
+    conn.execute("SET statement_timeout = 0")
+    conn.execute(f"VACUUM ANALYZE {table}")
+    heap, index = conn.execute("SELECT pg_relation_size(%s), pg_relation_size(%s)",
+                               [table, f"{table}_hnsw" if built else table]).fetchone()
+    record = {"n": len(base), "copy_s": round(copy_s, 1), "rows_per_s_copy": round(len(base) / copy_s),
+              "hnsw_build_s": round(build_s, 1), "hnsw_built": built, "parallel_workers": workers,
+              "build_load_avg": round(os.getloadavg()[0], 2), "heap_mb": heap >> 20, "index_mb": index >> 20 if built else 0}
+    conn.execute(f"COMMENT ON TABLE {table} IS {psycopg_literal(json.dumps(record))}")
+    return {**record, "reused_build": False}
 
 
-SINGLE_SQL = "SELECT id FROM bench_vectors ORDER BY embedding <=> %s::vector LIMIT 10"
+def psycopg_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def faiss_hnsw(base: np.ndarray, cache_dir: Path | None):
+    """FAISS HNSW(16, 64) inner product over `base`, built on every core (read from the cache if there)."""
+    import faiss
+
+    path = cache_dir / f"faiss_hnsw_{len(base)}.index" if cache_dir else None
+    if path is not None and path.exists() and path.with_suffix(".json").exists():
+        return faiss.read_index(str(path)), {**json.loads(path.with_suffix(".json").read_text()), "reused_build": True}
+    hnsw = faiss.IndexHNSWFlat(base.shape[1], 16, faiss.METRIC_INNER_PRODUCT)
+    hnsw.hnsw.efConstruction = 64
+    faiss.omp_set_num_threads(os.cpu_count() or 1)  # like pgvector's parallel build
+    start = time.perf_counter()
+    hnsw.add(base)
+    info = {"hnsw_build_s": round(time.perf_counter() - start, 1), "build_load_avg": round(os.getloadavg()[0], 2)}
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(hnsw, str(path))
+        path.with_suffix(".json").write_text(json.dumps(info))
+    return hnsw, {**info, "reused_build": False}
+
+
+SINGLE_SQL = "SELECT id FROM {table} ORDER BY embedding <=> %s::vector LIMIT 10"
 BATCH_SQL = """SELECT q.i, c.id FROM unnest(%s::vector[]) WITH ORDINALITY AS q(v, i)
-CROSS JOIN LATERAL (SELECT id FROM bench_vectors ORDER BY embedding <=> q.v LIMIT 10) c ORDER BY q.i"""
+CROSS JOIN LATERAL (SELECT id FROM {table} ORDER BY embedding <=> q.v LIMIT 10) c ORDER BY q.i"""
 
 
-def pg_sweep(queries: np.ndarray, truth: np.ndarray, efs: list[int]) -> list[dict]:
-    from django.db import connection
+class PgSearch:
+    """pgvector queries two ways on one backend: `sql` as apps/corpora/search.py sends them (Django's
+    client-side binding: the vector inlined as a text literal, parsed and planned every time) and
+    `prepared` (binary parameters and a prepared statement: no float parsing, no planning per query)."""
 
+    def __init__(self, conn, table: str):
+        import psycopg
+
+        self.single, self.batch = SINGLE_SQL.format(table=table), BATCH_SQL.format(table=table)
+        self.conn = conn
+        self.client = psycopg.ClientCursor(conn)  # what Django's psycopg backend uses
+        conn.execute("SET jit = off")  # as apps/corpora/search.py does
+
+    def set_ef(self, ef: int) -> None:
+        self.conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+
+    def sql_one(self, literal: str) -> list[int]:
+        self.client.execute(self.single, [literal])
+        return [r[0] for r in self.client.fetchall()]
+
+    def sql_batch(self, literals: list[str]) -> None:
+        self.client.execute(self.batch, [literals])
+        self.client.fetchall()
+
+    def prepared_one(self, vector: np.ndarray) -> list[int]:
+        return [r[0] for r in self.conn.execute(self.single, [vector], prepare=True, binary=True).fetchall()]
+
+    def prepared_batch(self, vectors) -> None:
+        self.conn.execute(self.batch, [vectors], prepare=True, binary=True).fetchall()
+
+    def index_used(self, vector: np.ndarray) -> bool:
+        plan = self.conn.execute("EXPLAIN " + self.single, [vector]).fetchall()
+        return "_hnsw" in " ".join(r[0] for r in plan)
+
+
+def side_by_side(pg: PgSearch, hnsw, queries: np.ndarray, truth: np.ndarray, efs: list[int], reps: int) -> list[dict]:
+    """Per ef_search: recall@10 and queries/s of pgvector (both ways) and FAISS HNSW on one thread,
+    measured alternately (best of `reps` rounds) so that the shared CPU's noise hits all of them."""
+    import faiss
+    from pgvector import Vector
+
+    faiss.omp_set_num_threads(1)  # one thread, like one Postgres backend answering one statement
     literals = ["[" + ",".join(f"{x:.7g}" for x in q.tolist()) + "]" for q in queries]
-    out = []
-    with connection.cursor() as cur:
-        cur.execute("SET jit = off")  # as apps/corpora/search.py does
-        for ef in efs:
-            cur.execute(f"SET hnsw.ef_search = {ef}")
-            found = []
+    vectors = list(queries)
+    batches = [(literals[i:i + 50], [Vector(v) for v in queries[i:i + 50]], queries[i:i + 50])
+               for i in range(0, len(queries), 50)]
+    singles = [queries[i:i + 1] for i in range(len(queries))]
+    rows = []
+    for ef in efs:
+        pg.set_ef(ef)
+        hnsw.hnsw.efSearch = ef
+        found_pg = [pg.prepared_one(v) for v in vectors]  # also warms the cache
+        found_sql = [pg.sql_one(lit) for lit in literals[:20]]
+        found_faiss = hnsw.search(queries, K)[1].tolist()
+        measures = {
+            "faiss_one": lambda: timed_qps(lambda q: hnsw.search(q, K), singles),
+            "pg_prepared_one": lambda: timed_qps(pg.prepared_one, vectors),
+            "pg_sql_one": lambda: timed_qps(pg.sql_one, literals),
+            "faiss_batched": lambda: timed_qps(lambda b: hnsw.search(b[2], K), batches, 50),
+            "pg_prepared_batched": lambda: timed_qps(lambda b: pg.prepared_batch(b[1]), batches, 50),
+            "pg_sql_batched": lambda: timed_qps(lambda b: pg.sql_batch(b[0]), batches, 50),
+        }
+        best = {name: 0.0 for name in measures}
+        for _ in range(reps):
+            for name, fn in measures.items():
+                best[name] = max(best[name], fn())
+        rows.append({"ef_search": ef, "pg_recall@10": round(recall_at_k(found_pg, truth.tolist()), 4),
+                     "sql_same_results": found_sql == found_pg[:20],
+                     "faiss_recall@10": round(recall_at_k(found_faiss, truth.tolist()), 4), **best,
+                     "ratio_one": round(best["pg_prepared_one"] / best["faiss_one"], 3),
+                     "ratio_batched": round(best["pg_prepared_batched"] / best["faiss_batched"], 3),
+                     "ratio_sql_one": round(best["pg_sql_one"] / best["faiss_one"], 3),
+                     "load_avg": round(os.getloadavg()[0], 2)})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress of a long sweep
+    return rows
 
-            def one(lit):
-                cur.execute(SINGLE_SQL, [lit])
-                found.append([r[0] for r in cur.fetchall()])
 
-            qps_one = timed_qps(one, literals)
-
-            def batch(lits):
-                cur.execute(BATCH_SQL, [lits])
-                cur.fetchall()
-
-            qps_batched = timed_qps(batch, [literals[i:i + 50] for i in range(0, len(literals), 50)], 50)
-            out.append({"ef_search": ef, "recall@10": round(recall_at_k(found, truth.tolist()), 4),
-                        "qps_one": qps_one, "qps_batched": qps_batched})
-    return out
-
-
-def at_target(sweep: list[dict], target: float = 0.95) -> dict | None:
-    return next((row for row in sweep if row["recall@10"] >= target), None)
-
-
-def bench_synthetic(n: int, n_queries: int, build_limit: int, keep: bool) -> dict:
-    from django.db import connection
-
+def bench_synthetic(url: str, n: int, n_queries: int, build_limit: int, keep: bool, reuse: bool, build_only: bool,
+                    reps: int, cache_dir: Path | None, efs: list[int]) -> dict:
+    conn = connect(url)
     base = unit_vectors(n, 384, seed=1)
     queries = unit_vectors(n_queries, 384, seed=2)
-    truth = exact_topk(base, queries)
-    record = {"part": "synthetic", "n": n, "dim": 384, "queries": n_queries, **build_table(base, build_limit)}
-    if record["hnsw_built"]:
-        with connection.cursor() as cur:
-            cur.execute("EXPLAIN " + SINGLE_SQL, ["[" + ",".join(["0.05"] * 384) + "]"])
-            record["hnsw_index_used"] = "bench_vectors_hnsw" in " ".join(r[0] for r in cur.fetchall())
-        record["pgvector"] = pg_sweep(queries, truth, EF_SWEEP)
-    record["faiss"] = faiss_figures(base, queries, truth, EF_SWEEP)
-    if record["hnsw_built"]:
-        pg = at_target(record["pgvector"])
-        fa = at_target(record["faiss"]["hnsw"])
-        same_ef = {r["ef_search"]: r for r in record["faiss"]["hnsw"]}
-        record["pgvector_vs_faiss_hnsw_qps_one_same_ef"] = {
-            r["ef_search"]: round(r["qps_one"] / same_ef[r["ef_search"]]["qps_one"], 3) for r in record["pgvector"]}
-        if pg and fa:
-            record["at_recall_0.95"] = {"pgvector_ef": pg["ef_search"], "faiss_ef": fa["ef_search"],
-                                        "qps_one_ratio": round(pg["qps_one"] / fa["qps_one"], 3),
-                                        "qps_batched_ratio": round(pg["qps_batched"] / fa["qps_batched"], 3)}
+    record = {"part": "synthetic", "n": n, "dim": 384, "queries": n_queries, "cpus": os.cpu_count(),
+              "pgvector": build_table(conn, base, build_limit, reuse)}
+    hnsw, record["faiss"] = faiss_hnsw(base, cache_dir)
+    record["pgvector_version"] = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
+    for name in ("shared_buffers", "effective_cache_size", "max_parallel_maintenance_workers"):
+        record[name] = conn.execute(f"SHOW {name}").fetchone()[0]
+    if record["pgvector"]["hnsw_built"] and not build_only:
+        truth = exact_topk(base, queries)
+        pg = PgSearch(conn, table_name(n))
+        record["hnsw_index_used"] = pg.index_used(queries[0])
+        record["sweep"] = side_by_side(pg, hnsw, queries, truth, efs, reps)
+        record["at_recall_0.95"] = next((r for r in record["sweep"] if r["pg_recall@10"] >= 0.95), None)
     if not keep:
-        with connection.cursor() as cur:
-            cur.execute("DROP TABLE IF EXISTS bench_vectors")
+        conn.execute(f"DROP TABLE IF EXISTS {table_name(n)}")
+    record["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    conn.close()
     return record
 
 
@@ -326,15 +429,24 @@ def main():
     parser.add_argument("--parts", default="embed,corpus,synthetic", help="comma list of embed, corpus, synthetic")
     parser.add_argument("--corpus", default="wikipedia", help="loaded bundled corpus (manage.py load_wikipedia)")
     parser.add_argument("--sizes", default="100000", help="synthetic table sizes, comma separated (e.g. 100000,1000000)")
-    parser.add_argument("--build-limit", type=int, default=900, help="seconds allowed for one HNSW build")
+    parser.add_argument("--build-limit", type=int, default=1800, help="seconds allowed for one HNSW build")
     parser.add_argument("--queries", type=int, default=200, help="queries per measurement")
+    parser.add_argument("--ef", default=",".join(map(str, EF_SWEEP)), help="synthetic: hnsw.ef_search values")
     parser.add_argument("--embed-texts", type=int, default=256, help="texts for the embedding comparison")
     parser.add_argument("--ingest-docs", type=int, default=300, help="documents for the end-to-end ingest figure")
     parser.add_argument("--reps", type=int, default=2, help="alternating repetitions (best kept)")
-    parser.add_argument("--keep", action="store_true", help="keep the bench_vectors table")
+    parser.add_argument("--keep", action="store_true", help="keep the bench_vectors_<n> tables")
+    parser.add_argument("--reuse", action="store_true",
+                        help="synthetic: reuse a kept table and the FAISS index cached in --cache-dir (no rebuild)")
+    parser.add_argument("--build-only", action="store_true", help="synthetic: build (table, index, FAISS) and stop")
+    parser.add_argument("--cache-dir", default="", help="synthetic: folder for built FAISS indexes "
+                        "(default $SELFPLAY_DATA_DIR/bench; 'none' for no cache)")
+    parser.add_argument("--pg-url", default="", help="synthetic: the Postgres to use (default: the project's, "
+                        "DATABASE_URL or the embedded server)")
     args = parser.parse_args()
-    setup()
     parts = set(args.parts.split(","))
+    if parts & {"embed", "corpus"}:
+        setup()
     if "embed" in parts:
         from apps.corpora.chunking import chunk_text
         from apps.corpora.embedder import get_embedder
@@ -346,8 +458,13 @@ def main():
     if "corpus" in parts:
         emit(bench_corpus(args.corpus, args.queries))
     if "synthetic" in parts:
+        from selfplay_web import config
+
+        cache = None if args.cache_dir == "none" else Path(args.cache_dir or config.data_dir() / "bench")
+        efs = [int(e) for e in args.ef.split(",") if e]
         for n in [int(s) for s in args.sizes.split(",") if s]:
-            emit(bench_synthetic(n, args.queries, args.build_limit, args.keep))
+            emit(bench_synthetic(args.pg_url or config.database_url(), n, args.queries, args.build_limit,
+                                 args.keep or args.build_only, args.reuse, args.build_only, args.reps, cache, efs))
 
 
 if __name__ == "__main__":

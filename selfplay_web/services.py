@@ -2,13 +2,18 @@
 
 Postgres: DATABASE_URL wins; otherwise an embedded server with its data under
 `$SELFPLAY_DATA_DIR/pg`, started detached so it survives this process. Its connection URL is
-written to `$SELFPLAY_DATA_DIR/pg.url` for settings to read.
+written to `$SELFPLAY_DATA_DIR/pg.url` for settings to read. The embedded server (never a
+DATABASE_URL one) is sized to the machine by `pg/selfplay.conf` (see `pg_tuning`): with the
+default 128 MB of shared_buffers a corpus's HNSW index does not stay in memory and every graph
+hop of a vector search goes through the OS page cache. Settings that need a restart
+(shared_buffers) take effect at the server's next start; the status line says when one is pending.
 
 Redis: REDIS_URL wins; otherwise 127.0.0.1:6379 if it answers; otherwise a `redis-server` we
 start with its data under `$SELFPLAY_DATA_DIR/redis` (URL written to redis/redis.url).
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -64,10 +69,91 @@ def _pg_running_info():
     return None
 
 
+GIB = 1 << 30
+TUNING_FILE = "selfplay.conf"
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: physical RAM, or a smaller cgroup limit."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            raw = Path(limit_file).read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit():
+            total = min(total, int(raw))
+    return total
+
+
+def pg_tuning(memory: int | None = None, cpus: int | None = None) -> dict[str, str]:
+    """Settings of the embedded server for a machine of `memory` bytes and `cpus` cores.
+
+    shared_buffers 25% of memory (128 MB to 4 GB): a corpus's HNSW index stays resident;
+    effective_cache_size 50% (the planner's guess of the OS cache); maintenance_work_mem 1/8 of
+    memory (64 MB to 2 GB): pgvector builds an HNSW graph in memory and spills to a slow path
+    when it does not fit; parallel index builds and queries on every core but one.
+    """
+    memory = memory or machine_memory()
+    cpus = cpus or os.cpu_count() or 1
+    mb = 1 << 20
+
+    def size(fraction: float, low: int, high: int) -> str:
+        return f"{max(low, min(high, int(memory * fraction))) // mb}MB"
+
+    return {
+        "shared_buffers": size(0.25, 128 * mb, 4 * GIB),
+        "effective_cache_size": size(0.5, 256 * mb, 64 * GIB),
+        "maintenance_work_mem": size(0.125, 64 * mb, 2 * GIB),
+        "max_parallel_maintenance_workers": str(max(1, min(7, cpus - 1))),
+        "max_parallel_workers_per_gather": str(max(1, min(4, cpus // 2))),
+    }
+
+
+def _write_tuning(pgdata: Path) -> None:
+    """`pgdata/selfplay.conf` with `pg_tuning()`, included at the end of postgresql.conf."""
+    lines = [f"{name} = '{value}'" for name, value in pg_tuning().items()]
+    target = pgdata / TUNING_FILE
+    text = "# written by selfplay_web/services.py at each start: sized to this machine\n" + "\n".join(lines) + "\n"
+    if not target.exists() or target.read_text() != text:
+        target.write_text(text)
+        target.chmod(0o644)
+    conf = pgdata / "postgresql.conf"
+    include = f"include_if_exists = '{TUNING_FILE}'"
+    if include not in conf.read_text():
+        with open(conf, "a") as handle:
+            handle.write(f"\n{include}\t# the machine-sized settings (selfplay)\n")
+
+
+def _pending_restart(server) -> list[str]:
+    """Reload the settings; name those that wait for a restart (shared_buffers on a running server)."""
+    server.psql("SELECT pg_reload_conf();")
+    out = server.psql("SELECT name FROM pg_settings WHERE pending_restart;")
+    return [line.strip() for line in out.splitlines()[2:] if line.strip() and not line.strip().startswith("(")]
+
+
+class _StartLock:
+    """One process at a time initialises and tunes the embedded server's data directory."""
+
+    def __enter__(self):
+        self.handle = open(config.data_dir() / "pg.lock", "w")
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
 def pg_start() -> Status:
     if os.environ.get("DATABASE_URL"):
         return pg_status()
-    server = _pg_server(start=True)
+    with _StartLock():
+        server = _pg_server(start=False)
+        server.ensure_pgdata_inited()  # initdb on first use, so the settings are there at the first start
+        _write_tuning(config.embedded_pg_dir())
+        server.start()
+    pending = _pending_restart(server)
     admin_uri = server.get_uri("postgres")
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}';")
     if "(1 row)" not in exists:
@@ -80,7 +166,10 @@ def pg_start() -> Status:
     )
     url = server.get_uri(DB_NAME)
     pg_state_file().write_text(url)
-    return Status("postgres", True, True, url, "(pgvector)")
+    detail = "(pgvector)"
+    if pending:
+        detail += f" (restart to apply {', '.join(pending)}: manage.py services stop, then start)"
+    return Status("postgres", True, True, url, detail)
 
 
 def pg_stop() -> Status:

@@ -9,22 +9,12 @@ The runs engineer injects both into `trainer.run(..., retriever=..., documents=.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 from django.db import connection
 
 from apps.corpora.models import Corpus, Document as DocumentRow
 from apps.corpora.search import search_many
-from trainer.tools.retriever import Passage
-
-try:  # the trainer's own class once trainer/tools defines it
-    from trainer.tools import Document  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - until trainer/tools/documents lands
-    @dataclass
-    class Document:
-        id: str
-        title: str
-        text: str
+from trainer.tools import Document, Passage
 
 
 def _corpus(corpus) -> Corpus:

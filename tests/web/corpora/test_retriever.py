@@ -6,6 +6,7 @@ import numpy as np
 from apps.corpora.ingest import ingest_documents
 from apps.corpora.parsing import ParsedDoc
 from apps.corpora.retriever import PgDocumentSource, PgvectorRetriever
+from trainer.tools import Document, DocumentSource
 from trainer.tools.retriever import Passage, Retriever
 
 from .conftest import DOCS
@@ -32,3 +33,4 @@ def test_the_document_source_samples_with_the_given_rng(corpus):
     many = source.sample(5, np.random.default_rng(0))
     assert len(many) == 5 and {d.title for d in many} <= {t for t, _ in DOCS.values()}
     assert all(d.text for d in many)
+    assert isinstance(source, DocumentSource) and all(isinstance(d, Document) for d in many)  # the trainer's own class
