@@ -100,7 +100,8 @@ def test_the_run_page_updates_live(roles, researcher, server, monkeypatch):
         page.click("button[type=submit]")
         page.wait_for_url(f"{server}/runs/{run.pk}/")
         chart_x = "() => { const c = document.getElementById('reward-chart'); return c.data && c.data[0] ? c.data[0].x : []; }"
-        page.wait_for_function(f"({chart_x})().length === 3", timeout=30_000)  # catch-up ran: the socket is open
+        page.wait_for_function(f"({chart_x})().length === 3", timeout=30_000)  # the page's own points
+        # (a report before the socket is open still arrives: its catch-up reads from the newest step drawn)
 
         reporter = threading.Thread(target=_report, args=(run.pk,))  # as a worker does: no event loop there
         reporter.start()
