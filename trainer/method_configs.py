@@ -11,9 +11,11 @@ Every field carries a description: the web builds its launch form from them
 """
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_NUMBERS = (int, float, Optional[int], Optional[float])
 
 
 class Section(BaseModel):
@@ -22,6 +24,14 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)  # inf/nan: never meant
     # Paper values for shared keys, as dotted path -> value; applied when the user sets none.
     shared_defaults: ClassVar[dict[str, object]] = {}
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value, info):
+        """pydantic would read ``steps: true`` (YAML ``yes``) as 1; a boolean for a number is a mistake."""
+        if isinstance(value, bool) and cls.model_fields[info.field_name].annotation in _NUMBERS:
+            raise ValueError("a number is needed here, not true/false")
+        return value
 
 
 class GrpoSection(Section):

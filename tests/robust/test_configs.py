@@ -50,6 +50,7 @@ MISTAKES = [
     ("set-below-a-leaf", {}, ["train.lr.x=1"], "train.lr", "valid number"),
     ("set-unknown", {}, ["train.warmup=3"], "train.warmup", "did you mean train.warmup_steps?"),
     ("int-of-a-string", {"train": {"steps": "ten"}}, [], "train.steps", "valid integer"),
+    ("boolean-for-a-number", {"train": {"steps": True}}, ["rollout.group_size=yes"], "train.steps", "not true/false"),
     ("lora-rank-type", {"model": {"lora": {"r": [8]}}}, [], "model.lora.r", "valid integer"),
     ("unknown-detector", {"watchdog": {"pause_on": ["explode"]}}, [], "watchdog.pause_on.0", "'entropy_collapse'"),
 ]
