@@ -216,3 +216,26 @@ def test_the_form_without_a_file_says_so(client, admin_user, kept_corpus):
     response = client.post(f"/corpora/{kept_corpus.pk}/upload/", {"title": "no file"})
     assert response.status_code == 400 and "This field is required" in response.content.decode()
     assert len(snapshot(kept_corpus)[0]) == 2
+
+
+def test_manage_py_ingest_refuses_every_malformed_file_and_keeps_the_corpus(kept_corpus, tmp_path):
+    """The command line door (``manage.py ingest CORPUS PATH...``): each file refused with its reason."""
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    paths = []
+    for i, (name, data, _) in enumerate(MALFORMED):
+        (tmp_path / str(i)).mkdir()
+        path = tmp_path / str(i) / name
+        path.write_bytes(data)
+        paths.append(str(path))
+    before = snapshot(kept_corpus)
+    err = io.StringIO()
+    with pytest.raises(CommandError, match=f"{len(MALFORMED)} file\\(s\\) refused"):
+        call_command("ingest", "kept", *paths, stdout=io.StringIO(), stderr=err)
+    lines = err.getvalue().splitlines()
+    for (name, _, needle) in MALFORMED:
+        assert any(line.startswith(f"refused: {name}: ") and needle in line for line in lines), name
+    assert snapshot(kept_corpus) == before
+    assert_still_searchable(kept_corpus)
