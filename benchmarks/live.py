@@ -12,6 +12,9 @@ and a websocket client logged in with a real session cookie. Prints one JSON lin
                ``sink``   the production path: ``DjangoSink.metrics()`` from a plain thread,
                           flushed every ``--flush`` s (one transaction of upserts, then one
                           ``publish()`` per (step, role)); latency includes the buffering wait.
+  * "ledger"   a run with ``--task-steps`` x ``--tasks-per-step`` tasks (~300-character questions,
+               every 7th a near copy): GET /runs/<id>/ledger/ (histogram, invalid share, per-step
+               series, near duplicates among the newest 400), best of ``--reps``.
   * "open"     a run holding ``--points`` metric points (``--names`` names x 2 roles x steps,
                inserted with generate_series); the time of what opening the page costs:
                the HTML of /runs/<id>/ and the JSON the page fetches on load (the reward
@@ -19,7 +22,7 @@ and a websocket client logged in with a real session cookie. Prints one JSON lin
                then headless Chromium from navigation to the reward chart drawn, and to all
                charts drawn (metric tab, ledger), when /usr/bin/chromium and playwright are there.
 
-    .venv/bin/python benchmarks/live.py [--parts latency,open] [--rate 1000] [--seconds 10]
+    .venv/bin/python benchmarks/live.py [--parts latency,open,ledger] [--rate 1000] [--seconds 10]
         [--flush 0.1] [--points 1000000] [--reps 3] [--keep]
 
 Everything lives in a database of its own (``--database``, created and migrated on first use);
@@ -310,11 +313,48 @@ def browser_open(base: str, cookie: str, run_id: int, reps: int) -> dict:
             "points_drawn_per_trace": drawn}
 
 
+# ---- part 3: the task ledger ------------------------------------------------------------------
+
+def fill_tasks(run_id: int, steps: int, per_step: int) -> dict:
+    """``steps`` x ``per_step`` tasks: ~300-character questions (every 7th a near copy of the one
+    before it), pass rates k/8, one in 10 invalid."""
+    from django.db import connection
+
+    from apps.episodes.models import Task
+
+    t0 = time.monotonic()
+    with connection.cursor() as cur:
+        cur.execute(f"""
+            INSERT INTO {Task._meta.db_table} (run_id, key, step, role, question, answer, valid, pass_rate,
+                                               document_id, format, data)
+            SELECT %s, s || ':' || i, s, 'challenger',
+                   'Question about passage ' || (CASE WHEN i %% 7 = 6 THEN i - 1 ELSE i END) || ' of step ' || s || ': '
+                     || repeat(md5((s * 1000 + (CASE WHEN i %% 7 = 6 THEN i - 1 ELSE i END))::text) || ' ', 8),
+                   '', i %% 10 <> 0, CASE WHEN i %% 10 <> 0 THEN ((s + i) %% 9) / 8.0 END, '', '', '{{}}'::jsonb
+            FROM generate_series(1, %s) AS s, generate_series(0, %s - 1) AS i""", [run_id, steps, per_step])
+    with connection.cursor() as cur:
+        cur.execute(f"VACUUM ANALYZE {Task._meta.db_table}")
+    return {"tasks": steps * per_step, "task_insert_s": round(time.monotonic() - t0, 1)}
+
+
+def ledger_times(port: int, cookie: str, run_id: int, reps: int) -> dict:
+    times = [timed_get(f"http://127.0.0.1:{port}/runs/{run_id}/ledger/", cookie)[0] for _ in range(reps + 1)][1:]
+    from apps.runs import ledger
+
+    t0 = time.perf_counter()
+    data = ledger.duplicates(run_id)
+    return {"ledger_ms": round(min(times) * 1000, 1), "ledger_median_ms": round(statistics.median(times) * 1000, 1),
+            "duplicates_in_process_ms": round((time.perf_counter() - t0) * 1000, 1),
+            "near_duplicate_rate": data["rate"], "checked": data["checked"]}
+
+
 # ---- main ------------------------------------------------------------------------------------
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--parts", default="latency,open")
+    ap.add_argument("--parts", default="latency,open,ledger")
+    ap.add_argument("--task-steps", type=int, default=200)
+    ap.add_argument("--tasks-per-step", type=int, default=100)
     ap.add_argument("--rate", type=float, default=1000)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--flush", type=float, default=0.1)
@@ -340,6 +380,11 @@ def main() -> None:
                 runs.append(run)
                 emit({**latency(port, cookie, run.pk, publisher, args.rate, args.seconds, args.flush),
                       "loadavg_before": [round(x, 2) for x in load]})
+        if "ledger" in parts:
+            run = make_run(user)
+            runs.append(run)
+            emit({"part": "ledger", "run": run.pk, **fill_tasks(run.pk, args.task_steps, args.tasks_per_step),
+                  **ledger_times(port, cookie, run.pk, args.reps), "loadavg": [round(x, 2) for x in os.getloadavg()]})
         if "open" in parts:
             run = make_run(user)
             runs.append(run)

@@ -87,3 +87,25 @@ def test_the_run_page_and_the_ledger_endpoint_show_the_ledger(client, researcher
     data = client.get(f"/runs/{run.pk}/ledger/").json()
     assert data["tasks"] == 4 and data["duplicates"]["duplicates"] == 1
     assert client.get("/runs/999999/ledger/").status_code == 404
+
+
+def test_minhash_flags_agree_with_exact_jaccard_on_planted_near_duplicates():
+    import random
+
+    rng = random.Random(7)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(2000)]
+    texts = []
+    for _ in range(150):
+        words = [rng.choice(vocab) for _ in range(rng.randint(8, 60))]
+        texts.append(" ".join(words))
+        if rng.random() < 0.5:  # a copy with some words changed: similarities spread around the threshold
+            for _ in range(rng.randint(0, max(1, len(words) // 3))):
+                words[rng.randrange(len(words))] = rng.choice(vocab)
+            texts.append(" ".join(words))
+    rng.shuffle(texts)
+    sets = [ledger.shingles(t) for t in texts]
+    exact = [any(ledger.jaccard(sets[i], sets[j]) >= 0.7 for j in range(max(0, i - 100), i)) for i in range(len(texts))]
+    assert 5 < sum(exact) < len(texts) // 2
+    assert ledger.near_duplicate_flags(texts, 0.7, 100) == exact
+    # the shingle hashes count the same k-grams as the sets
+    assert [len(ledger.shingle_hashes(t)) for t in texts[:20]] == [len(s) for s in sets[:20]]
