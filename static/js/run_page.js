@@ -16,7 +16,8 @@
     let tab = null, name = null, traces = {}, last = {}, ready = false, seq = 0;
 
     function title(tab, name) {
-      return {...LAYOUT, xaxis: {title: {text: "step"}}, yaxis: {title: {text: name || tab.label}},
+      return {...LAYOUT, margin: {...LAYOUT.margin, t: 30}, legend: {orientation: "h", y: 1.02, yanchor: "bottom"},
+              xaxis: {title: {text: "step"}}, yaxis: {title: {text: name || tab.label}},
               annotations: name ? [] : [{text: `${tab.label}: not reported yet`, showarrow: false,
                                         xref: "paper", yref: "paper", x: 0.5, y: 0.5}]};
     }
