@@ -1,4 +1,6 @@
 """Every API error is JSON `{"error": "..."}` with a 4xx status and a message that says how to fix it."""
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -25,7 +27,22 @@ def error_response(message: str, code: int = status.HTTP_400_BAD_REQUEST, **extr
     return Response({"error": message, **extra}, status=code)
 
 
+def _suspicious(exc: SuspiciousOperation) -> Response:
+    """Django refuses oversized or overfull request bodies while DRF parses them: JSON, not an HTML 400."""
+    if isinstance(exc, RequestDataTooBig):
+        return error_response(f"The request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 2**20} MiB: upload "
+                              "big documents as a multipart `file`.", status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    if isinstance(exc, TooManyFilesSent):
+        return error_response(f"Too many files in one request (limit {settings.DATA_UPLOAD_MAX_NUMBER_FILES}); "
+                              "send them in several requests or as one .zip.")
+    if isinstance(exc, TooManyFieldsSent):
+        return error_response(f"Too many form fields in one request (limit {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS}).")
+    return error_response(f"Bad request: {exc}")
+
+
 def exception_handler(exc, context):
+    if isinstance(exc, SuspiciousOperation):
+        return _suspicious(exc)
     if isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
     if isinstance(exc, Http404):

@@ -239,3 +239,20 @@ def test_manage_py_ingest_refuses_every_malformed_file_and_keeps_the_corpus(kept
         assert any(line.startswith(f"refused: {name}: ") and needle in line for line in lines), name
     assert snapshot(kept_corpus) == before
     assert_still_searchable(kept_corpus)
+
+
+def test_overfull_request_bodies_get_a_json_error(client, admin_user, kept_corpus, settings):
+    """Django refuses these while the body is parsed; the API still answers in its JSON error shape."""
+    client.force_login(admin_user)
+    url = URL.format(pk=kept_corpus.pk)
+    files = {f"f{i}": SimpleUploadedFile(f"a{i}.txt", GOOD_TEXT) for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FILES + 1)}
+    response = client.post(url, files)
+    assert response.status_code == 400 and "Too many files in one request" in response.json()["error"]
+    response = client.post(url, {f"k{i}": "v" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1)})
+    assert response.status_code == 400 and "Too many form fields" in response.json()["error"]
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2**20
+    response = client.post("/api/v1/runs/", json.dumps({"method": "spice", "model": "x" * 2**21}),
+                           content_type="application/json")
+    assert response.status_code == 413 and "over 1 MiB" in response.json()["error"]
+    assert snapshot(kept_corpus)[0] == sorted(kept_corpus.documents.values_list("id", flat=True))
+    nothing_stored_or_queued()
