@@ -162,8 +162,12 @@ def parse_html(data: bytes, name: str) -> Parsed:
     if len(data) > MAX_HTML_BYTES:
         raise IngestError(f"{name}: {len(data) / 1e6:.0f} MB is too large for one HTML page (limit {MAX_HTML_BYTES // 2**20} MiB); split it.")
     parser = _HTMLText()
-    parser.feed(decode_text(data, name))
-    parser.close()
+    text = decode_text(data, name)
+    try:
+        parser.feed(text)
+        parser.close()
+    except AssertionError as exc:  # html.parser asserts on some malformed declarations, e.g. "<![ x ]>"
+        raise IngestError(f"{name}: the HTML cannot be read ({exc}); fix that markup or upload the text as .txt.") from None
     lines = [" ".join(ln.split()) for ln in "".join(parser.parts).splitlines()]
     text = "\n".join(ln for ln in lines if ln)
     if not text:

@@ -110,6 +110,7 @@ MALFORMED: list[tuple[str, bytes, str]] = [
     ("scripts-only.html", b"<html><head><style>p{}</style></head><body><script>alert('x')</script>"
                           b"<noscript>enable js</noscript></body></html>", "no visible text"),
     ("binary.htm", GARBAGE, "looks like binary data"),
+    ("marked-section.html", b"<p>Moss</p><![ if !supportLists ]>1.<![endif]>", "the HTML cannot be read"),
     # JSONL
     ("broken.jsonl", b'{"title": "a", "text": "b"\n{not json}\n[1, 2', "no usable line"),
     ("missing-text.jsonl", _jsonl({"title": "only a title"}, {"body": "wrong key"}), "missing a non-empty \"text\" string"),

@@ -104,7 +104,7 @@ from apps.corpora.parsing import PARSERS, IngestError, check_file, parse_file  #
 EXTENSIONS = sorted(PARSERS)
 byte_blobs = st.one_of(st.binary(max_size=400), st.text(max_size=300).map(str.encode),
                        st.lists(st.sampled_from([b"{", b"}", b'"text"', b'"title"', b":", b",", b"\n", b"[", b"]",
-                                                 b"<p>", b"<script>", b"</", b"%PDF-", b"\xff", b"\x00", b"PK\x03\x04",
+                                                 b"<p>", b"<script>", b"</", b"<![", b"<!", b"<?", b"&#", b"]>", b"%PDF-", b"\xff", b"\x00", b"PK\x03\x04",
                                                  b"word ", b"null", b"1e999"]), max_size=80).map(b"".join))
 
 
