@@ -222,7 +222,8 @@ def _pdf_reader(data: bytes, name: str):
             raise IngestError(f"{name}: the PDF has no pages.")
     except IngestError:
         raise
-    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, OSError, RecursionError) as exc:
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, OSError, RecursionError, IndexError,
+            NotImplementedError, AssertionError, ArithmeticError) as exc:  # damaged files raise many kinds
         raise IngestError(f"{name}: corrupt or unreadable PDF ({type(exc).__name__}: {exc}); re-export it.") from None
     return reader
 

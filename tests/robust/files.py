@@ -106,6 +106,7 @@ MALFORMED: list[tuple[str, bytes, str]] = [
     ("truncated.pdf", make_pdf("Lichens grow slowly on granite")[:120], "corrupt or unreadable PDF"),
     ("no-pages.pdf", pdf_without_pages(), "the PDF has no pages"),
     ("locked.pdf", encrypted_pdf(), "the PDF is encrypted"),
+    ("certificate-locked.pdf", encrypted_pdf().replace(b"/Standard", b"/PubSecXX"), "only Standard PDF encryption"),
     # HTML
     ("scripts-only.html", b"<html><head><style>p{}</style></head><body><script>alert('x')</script>"
                           b"<noscript>enable js</noscript></body></html>", "no visible text"),

@@ -136,6 +136,23 @@ def test_parsing_arbitrary_zips_never_crashes(members):
     _parse_or_refuse(out.getvalue(), "bundle.zip")
 
 
+@FAST
+@given(edits=st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 40), st.sampled_from(
+           [b"", b"9", b"999999999", b"-1", b"<<", b">>", b"0 0 R", b"/Length 99999", b"[", b"(", b"\\", b"\xff"])),
+           min_size=1, max_size=6),
+       encrypted=st.booleans(), cut=st.integers(0, 4000))
+def test_damaged_pdfs_are_refused_or_read(edits, encrypted, cut):
+    from tests.web.corpora.conftest import make_pdf
+
+    from .files import encrypted_pdf
+
+    data = bytearray(encrypted_pdf() if encrypted else make_pdf("Lichens grow slowly on granite"))
+    for at, length, insert in edits:
+        at %= len(data) or 1
+        data[at:at + length] = insert
+    _parse_or_refuse(bytes(data[:max(cut, 200)]), "scan.pdf")
+
+
 @pytest.fixture(scope="module")
 def minilm_tokenizer():
     from transformers import AutoTokenizer
