@@ -1,6 +1,7 @@
 """Command line: ``python -m trainer run CONFIG.yaml [--set key=value ...] [--out DIR] [--resume]``.
 
-Runs one method standalone; metrics, samples and checkpoints go to the run folder (--out,
+Runs one method standalone (``--gpus N``: one process per GPU through torchrun, or
+``--launcher deepspeed --hostfile H`` for several machines); metrics, samples and checkpoints go to the run folder (--out,
 default $SELFPLAY_DATA_DIR/runs/<method>-<time>) and a progress line per step to stderr.
 Bad configs and impossible resumes exit with status 2 and a message saying what to fix.
 """
@@ -10,6 +11,8 @@ import argparse
 import json
 import os
 import sys
+
+from trainer.launch import add_launch_arguments, launched, relaunch_if_needed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,9 +24,15 @@ def main(argv: list[str] | None = None) -> int:
                        help="override a config key, e.g. --set train.lr=2e-6 (repeatable)")
     run_p.add_argument("--out", default=None, help="run folder (default $SELFPLAY_DATA_DIR/runs/<method>-<time>)")
     run_p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    add_launch_arguments(run_p)
     fields_p = sub.add_parser("fields", help="print a method's config fields as JSON lines (for forms)")
     fields_p.add_argument("method")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    if args.command == "run":
+        code = _launch(args, argv)  # --gpus N > 1: one process per GPU
+        if code is not None:
+            return code
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -53,11 +62,34 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ResumeError, ModelNotFound, DataError, CorpusError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from trainer.distributed import is_main
+
+    if not is_main():
+        return 0
     summary = {"steps": result.steps, "run_dir": result.run_dir, "final_checkpoint": result.final_checkpoint,
                "median_step_seconds": sorted(result.step_seconds)[len(result.step_seconds) // 2]
                if result.step_seconds else None, "stopped": result.stopped}
     print(json.dumps(summary))
     return 0
+
+
+def _launch(args, argv) -> int | None:
+    """Check a multi-GPU config here (a clear message beats N failing children), then run the
+    launcher; None when this process should run the method itself."""
+    if (args.gpus or 1) > 1 and not launched():
+        from trainer.config import ConfigError, load_config
+        from trainer.runner import check_multi_rank
+
+        try:
+            check_multi_rank(load_config(args.config, args.overrides), args.gpus)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    try:
+        return relaunch_if_needed(args, argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

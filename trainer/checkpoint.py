@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trainer import distributed as dist
 from trainer.config import Config, load_config, save_config
 
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
@@ -87,10 +88,11 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(STEP_DIR.match(p.name).group(1)))
 
 
-def save_weights(policy, folder: Path) -> None:
-    """Adapter (LoRA) or full model + tokenizer, as safetensors."""
+def save_weights(policy, folder: Path, state_dict: dict | None = None) -> None:
+    """Adapter (LoRA) or full model + tokenizer, as safetensors (``state_dict``: consolidated
+    weights when the model's own parameters are partitioned, ZeRO-3)."""
     folder.mkdir(parents=True, exist_ok=True)
-    policy.model.save_pretrained(folder, safe_serialization=True)
+    policy.model.save_pretrained(folder, safe_serialization=True, **({"state_dict": state_dict} if state_dict else {}))
     if not policy.is_lora:
         policy.tokenizer.save_pretrained(folder)
 
@@ -131,16 +133,40 @@ def _require(path: Path) -> None:
 
 def save_checkpoint(run_dir: str | Path, step: int, cfg: Config, policy, engine, recipe_state: dict | None = None,
                     keep_last: int | None = None) -> Path:
-    """Write checkpoint ``step`` atomically and prune old ones; returns its folder."""
+    """Write checkpoint ``step`` atomically and prune old ones; returns its folder.
+
+    Several ranks: every rank must call it (the engine state and ZeRO-3 weights are gathered
+    collectively); rank 0 writes the files, the others wait until they are in place."""
     folder = checkpoints_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"step-{step:06d}"
+    engine_state = engine.state_dict()
+    weights = _partitioned_weights(engine)
+    if not dist.is_main():
+        dist.barrier()
+        return final
+    try:
+        _write_checkpoint(folder, final, step, cfg, policy, engine_state, weights, recipe_state, keep_last)
+    finally:
+        dist.barrier()
+    return final
+
+
+def _partitioned_weights(engine) -> dict | None:
+    """Consolidated weights when the engine partitions them (ZeRO-3; a collective), else None."""
+    if getattr(engine, "zero_stage", None) == 3:
+        return engine.model_state_dict()
+    return None
+
+
+def _write_checkpoint(folder: Path, final: Path, step: int, cfg: Config, policy, engine_state: dict,
+                      weights: dict | None, recipe_state: dict | None, keep_last: int | None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".tmp-step-{step:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        save_weights(policy, tmp / "model")
-        torch.save(engine.state_dict(), tmp / "engine.pt")
+        save_weights(policy, tmp / "model", weights)
+        torch.save(engine_state, tmp / "engine.pt")
         torch.save({"step": step, "rng": rng_state(), "recipe": recipe_state or {}}, tmp / "state.pt")
         save_config(cfg, tmp / "config.yaml")
         meta = {"step": step, "method": cfg.method, "model": cfg.model.name_or_path, "lora_r": cfg.model.lora.r,
@@ -153,7 +179,6 @@ def save_checkpoint(run_dir: str | Path, step: int, cfg: Config, policy, engine,
         shutil.rmtree(final)
     os.replace(tmp, final)
     _prune(folder, keep_last if keep_last is not None else cfg.checkpoint.keep_last)
-    return final
 
 
 def _prune(folder: Path, keep_last: int) -> None:
@@ -189,7 +214,10 @@ def load_checkpoint(path: str | Path, cfg: Config, policy, engine) -> dict:
     for name in ("meta.json", "config.yaml", "engine.pt", "state.pt", "model"):
         _require(path / name)
     check_compatible(load_config(path / "config.yaml"), cfg)
-    load_weights(policy, path / "model")
+    if getattr(engine, "zero_stage", None) is None:
+        load_weights(policy, path / "model")
+    # else: a DeepSpeed engine's state holds every trainable weight in fp32 by name and writes
+    # them into this run's partitioning (any GPU count) in load_state_dict below.
     engine.load_state_dict(torch.load(path / "engine.pt", map_location=policy.device, weights_only=True))
     state = torch.load(path / "state.pt", weights_only=True)
     set_rng_state(state["rng"])

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from trainer import distributed as dist
 from trainer.checkpoint import save_checkpoint
 from trainer.sink import NullSink, Verdict
 from trainer.update import policy_update
@@ -45,6 +46,8 @@ class RecipeContext:
     verdicts: list[Verdict] = field(default_factory=list)
     harness: dict | None = None
     _pending: dict = field(default_factory=dict)
+    _records: list = field(default_factory=list)
+    _update_costs: dict = field(default_factory=lambda: {"update_tokens": 0, "update_seconds": 0.0})
     _last_step: int = 0
 
     def __post_init__(self):
@@ -63,9 +66,10 @@ class RecipeContext:
             yield step
             seconds = time.perf_counter() - t0
             self.step_seconds.append(seconds)
+            self._log_costs(step)
             self._last_step = step
             self._flush(step, seconds)
-            control = self.sink.control()
+            control = self._control()
             self.verdicts.extend(control.verdicts)
             if control.harness is not None:
                 self.harness = control.harness
@@ -77,9 +81,29 @@ class RecipeContext:
                 self.checkpoint(step)
 
     def _flush(self, step: int, seconds: float) -> None:
-        for role, values in self._pending.items():
+        pending = self._pending
+        if dist.active():  # rank 0 reports for all: metrics combined, samples gathered
+            pending = combine_rank_metrics(dist.gather_objects(pending))
+            seconds = max(dist.all_reduce([seconds], "max"))
+            records = [r for rank_records in dist.gather_objects(self._records) for r in rank_records]
+            if dist.is_main() and records:
+                self.sink.samples(step, records)
+            self._records = []
+        if SYSTEM in pending:
+            pending[SYSTEM] = with_rates(pending[SYSTEM])
+        for role, values in pending.items():
             self.sink.metrics(step, role, {**values, "step_seconds": seconds})
         self._pending = {}
+
+    def _control(self):
+        """The sink's answer (stop, pause, verdicts, harness); rank 0 asks, every rank hears it."""
+        if not dist.active():
+            return self.sink.control()
+        return dist.broadcast_object(self.sink.control() if dist.is_main() else None)
+
+    def shard(self, items) -> list:
+        """This rank's share of a step's inputs (all of them in one process); see distributed.shard."""
+        return dist.shard(items) if dist.active() else list(items)
 
     # -- reporting --------------------------------------------------------------------------
     def log(self, step: int, role: str, metrics: dict[str, float]) -> None:
@@ -88,8 +112,18 @@ class RecipeContext:
         self._pending.setdefault(role, {}).update(clean)
 
     def samples(self, step: int, records: list[dict]) -> None:
-        if records:
+        if dist.active():
+            self._records.extend(records)  # gathered to rank 0 at the end of the step
+        elif records:
             self.sink.samples(step, records)
+
+    def _log_costs(self, step: int) -> None:
+        """Role ``system``: rollout tokens and seconds, weight sync, update tokens and seconds."""
+        take = getattr(self.generator, "take", None)
+        costs = take() if callable(take) else {}
+        if costs or self._update_costs["update_seconds"]:
+            self.log(step, SYSTEM, {**costs, **self._update_costs})
+        self._update_costs = {"update_tokens": 0, "update_seconds": 0.0}
 
     def take_verdicts(self) -> list[Verdict]:
         """Human review verdicts received so far (each handed out once)."""
@@ -98,7 +132,11 @@ class RecipeContext:
 
     # -- training ---------------------------------------------------------------------------
     def update(self, samples, extra_loss=None) -> dict[str, dict[str, float]]:
-        return policy_update(self.policy, self.engine, samples, self.config, extra_loss=extra_loss)
+        t0 = time.perf_counter()
+        out = policy_update(self.policy, self.engine, samples, self.config, extra_loss=extra_loss)
+        self._update_costs["update_seconds"] += time.perf_counter() - t0
+        self._update_costs["update_tokens"] += sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+        return out
 
     def sampling_params(self, **overrides):
         from trainer.rollout import SamplingParams
@@ -126,3 +164,46 @@ class RecipeContext:
             self.rng.bit_generator.state = rng_state
         self.state = state
         self.start_step = self._last_step = step
+
+
+SYSTEM = "system"  # the role of the run's own costs (not a player)
+# Metrics that add up over ranks, and those whose extreme is the meaningful value.
+SUMMED = {"samples", "tokens", "skipped", "tasks", "rollout_tokens", "update_tokens"}
+MAXED = {"ratio_max", "gen_seconds", "update_seconds", "rollout_seconds", "weight_sync_seconds"}
+MINNED = {"ratio_min"}
+
+
+def combine_rank_metrics(per_rank: list[dict]) -> dict:
+    """{role: {name: value}} of every rank -> one dict: counts summed, time and ratio_max by max,
+    ratio_min by min, everything else averaged over the ranks that logged it.
+
+    [{"r": {"samples": 4, "reward": 1.0}}, {"r": {"samples": 4, "reward": 0.0}}]
+    -> {"r": {"samples": 8, "reward": 0.5}}
+    """
+    out: dict = {}
+    for role in dict.fromkeys(role for pending in per_rank for role in pending):
+        rows = [pending[role] for pending in per_rank if role in pending]
+        merged = {}
+        for name in dict.fromkeys(k for row in rows for k in row):
+            values = [row[name] for row in rows if name in row]
+            if name in SUMMED:
+                merged[name] = float(sum(values))
+            elif name in MAXED:
+                merged[name] = float(max(values))
+            elif name in MINNED:
+                merged[name] = float(min(values))
+            else:
+                merged[name] = float(sum(values) / len(values))
+        out[role] = merged
+    return out
+
+
+def with_rates(costs: dict) -> dict:
+    """Tokens per second of the rollouts and of the update (all ranks together: summed tokens
+    over the slowest rank's seconds). 1000 tokens in 0.5 s -> 2000.0."""
+    out = dict(costs)
+    for kind in ("rollout", "update"):
+        secs = out.get(f"{kind}_seconds", 0.0)
+        if secs > 0:
+            out[f"{kind}_tokens_per_s"] = out.get(f"{kind}_tokens", 0.0) / secs
+    return out

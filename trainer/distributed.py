@@ -78,3 +78,80 @@ def shard(items: Sequence, r: int | None = None, n: int | None = None) -> list:
 def barrier() -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
+
+
+def active() -> bool:
+    """True when this process is one of several ranks of an initialised process group."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized() and world_size() > 1
+
+
+def wanted() -> bool:
+    """True when a launcher started this process as one of several ranks (WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def _device() -> torch.device:
+    if torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce(values: Sequence[float], op: str = "sum") -> list[float]:
+    """Element-wise sum / max / min of a list of numbers over all ranks (the list itself if alone)."""
+    if not active():
+        return [float(v) for v in values]
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_device())
+    ops = {"sum": torch.distributed.ReduceOp.SUM, "max": torch.distributed.ReduceOp.MAX,
+           "min": torch.distributed.ReduceOp.MIN}
+    torch.distributed.all_reduce(t, op=ops[op])
+    return t.tolist()
+
+
+def gather_objects(obj) -> list:
+    """Every rank's ``obj`` in rank order, on every rank ([obj] when alone). Collective."""
+    if not active():
+        return [obj]
+    out = [None] * world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj, src: int = 0):
+    """Rank ``src``'s ``obj`` on every rank. Collective."""
+    if not active():
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def average_gradients(params: Sequence[torch.Tensor], bucket_bytes: int = 256 * 2**20) -> None:
+    """Data parallel: replace each gradient by its mean over the ranks (a missing one counts as
+    zero). Gradients travel flattened in buckets of one dtype (few large all-reduces)."""
+    if not active():
+        return
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    n = world_size()
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    bucket: list[torch.Tensor] = []
+    size = 0
+
+    def flush():
+        nonlocal bucket, size
+        if bucket:
+            flat = _flatten_dense_tensors(bucket)
+            torch.distributed.all_reduce(flat)
+            flat.div_(n)
+            for g, new in zip(bucket, _unflatten_dense_tensors(flat, bucket)):
+                g.copy_(new)
+        bucket, size = [], 0
+
+    for p in params:
+        if bucket and (p.grad.dtype != bucket[0].dtype or size + p.grad.numel() * p.grad.element_size() > bucket_bytes):
+            flush()
+        bucket.append(p.grad)
+        size += p.grad.numel() * p.grad.element_size()
+    flush()

@@ -154,7 +154,11 @@ def pick_device(cfg) -> torch.device:
     want = cfg.train.device
     if want == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("train.device is cuda but no GPU is visible; set train.device=cpu")
-    return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
+    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+        # one process per GPU under a launcher: this rank's own card
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if "LOCAL_RANK" in os.environ \
+            else torch.device("cuda")
+    return torch.device("cpu")
 
 
 def weight_dtype(cfg) -> torch.dtype:

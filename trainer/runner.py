@@ -9,6 +9,7 @@ run would have taken.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -18,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trainer import distributed as dist
 from trainer.checkpoint import ResumeError, latest_checkpoint, list_checkpoints, load_checkpoint
-from trainer.config import Config, load_config, save_config
+from trainer.config import Config, ConfigError, load_config, save_config
 from trainer.context import RecipeContext
 from trainer.engine import make_engine
 from trainer.methods import get_recipe
@@ -75,20 +77,75 @@ def default_run_dir(cfg: Config) -> Path:
     return data_dir() / "runs" / f"{cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def make_generator(cfg: Config, policy):
+def make_generator(cfg: Config, policy, engine=None):
+    """The rollout backend; under ZeRO-3 every generate() runs with the weights gathered."""
     if cfg.rollout.backend == "vllm":
         try:
             from trainer.rollout.vllm_backend import VLLMGenerator
         except ImportError as exc:
             raise RuntimeError(f"rollout.backend=vllm is not available ({exc}); install the gpu extra "
                                "or set rollout.backend=hf") from None
-        return VLLMGenerator.from_policy(policy, cfg)
-    from trainer.rollout import HFGenerator
+        with _gathered(engine):
+            generator = VLLMGenerator.from_policy(policy, cfg, engine=engine)
+    else:
+        from trainer.rollout import HFGenerator
 
-    # No seed: sampling draws from the global torch RNG, which checkpoints save and restore.
-    # from_policy also takes the policy's autocast (bf16 on GPU), so rollout log-probs match ours.
-    build = getattr(HFGenerator, "from_policy", None)
-    return build(policy) if build else HFGenerator(policy.model, policy.tokenizer)
+        # No seed: sampling draws from the global torch RNG, which checkpoints save and restore.
+        # from_policy also takes the policy's autocast (bf16 on GPU), so rollout log-probs match ours.
+        build = getattr(HFGenerator, "from_policy", None)
+        generator = build(policy) if build else HFGenerator(policy.model, policy.tokenizer)
+    if getattr(engine, "zero_stage", None) == 3:
+        generator = GatheredGenerator(generator, engine)
+    return MeteredGenerator(generator)
+
+
+def _gathered(engine):
+    return engine.gathered(hooks=False) if getattr(engine, "zero_stage", None) == 3 else contextlib.nullcontext()
+
+
+class MeteredGenerator:
+    """Counts what the rollouts cost: tokens generated, seconds spent, and (vLLM) the weight
+    push and its check. ``take()`` returns the counts since the last call (one step's worth)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.tokens, self.seconds = 0, 0.0
+        self._sync_seen = 0.0
+
+    def generate(self, prompts, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = self.inner.generate(prompts, *args, **kwargs)
+        self.seconds += time.perf_counter() - t0
+        self.tokens += sum(len(c.completion_ids) for c in out)
+        return out
+
+    def take(self) -> dict[str, float]:
+        stats = getattr(self.inner, "stats", None) or {}
+        sync = float(stats.get("sync_seconds", 0.0)) + float(stats.get("verify_seconds", 0.0))
+        out = {"rollout_tokens": self.tokens, "rollout_seconds": self.seconds,
+               "weight_sync_seconds": sync - self._sync_seen}
+        self.tokens, self.seconds, self._sync_seen = 0, 0.0, sync
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class GatheredGenerator:
+    """A generator whose calls see the full weights (ZeRO-3 partitions them between steps).
+
+    Gathering is collective: every rank calls generate() the same number of times per step
+    (the multi-rank recipes do: one call per rollout phase, even with nothing to generate)."""
+
+    def __init__(self, inner, engine):
+        self.inner, self.engine = inner, engine
+
+    def generate(self, *args, **kwargs):
+        with self.engine.gathered(hooks=False):
+            return self.inner.generate(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
 def _standalone_retriever(cfg: Config):
@@ -105,31 +162,59 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
     """Run a method end to end. ``policy`` may be passed to reuse an already loaded model."""
     cfg = load_config(config, overrides)
     _preflight(cfg)
-    run_dir = Path(run_dir) if run_dir else default_run_dir(cfg)
+    if dist.wanted():  # one of several ranks started by a launcher (python -m trainer run --gpus N)
+        check_multi_rank(cfg, int(os.environ["WORLD_SIZE"]))
+        dist.init_process_group()
+    run_dir = Path(dist.broadcast_object(str(run_dir) if run_dir else str(default_run_dir(cfg))))
     checkpoint = _check_run_dir(run_dir, resume)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    if dist.is_main():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
     apply_thread_setting()
     seed_everything(cfg.seed)
+    _seed_rank_sampling(cfg.seed, 0)
 
     policy = policy or load_policy(cfg, allowed_dirs=allowed_dirs)
     engine = make_engine(cfg, policy)
-    generator = make_generator(cfg, policy)
+    generator = make_generator(cfg, policy, engine)
     if retriever is None:
         retriever = _standalone_retriever(cfg)
     if documents is None and retriever is not None and hasattr(retriever, "sample"):
         documents = retriever  # the standalone BM25 retriever is also a DocumentSource
     recorder = _Recorder()
-    ctx = RecipeContext(config=cfg, policy=policy, generator=generator, engine=engine,
-                        sink=MultiSink(sink, JsonlSink(run_dir), recorder), retriever=retriever,
-                        documents=documents, run_dir=run_dir)
+    # Rank 0 owns the sink and the run folder's files; the other ranks report through it.
+    sinks = MultiSink(sink, JsonlSink(run_dir), recorder) if dist.is_main() else MultiSink(recorder)
+    ctx = RecipeContext(config=cfg, policy=policy, generator=generator, engine=engine, sink=sinks,
+                        retriever=retriever, documents=documents, run_dir=run_dir)
     if checkpoint is not None:
         loaded = load_checkpoint(checkpoint, cfg, policy, engine)
         ctx.restore(loaded["recipe"], loaded["step"])
+        _seed_rank_sampling(cfg.seed, loaded["step"])
     get_recipe(cfg.method)(ctx)
     final = ctx.final_checkpoint or (str(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None)
     return RunResult(steps=ctx._last_step, step_seconds=list(ctx.step_seconds), final_checkpoint=final, run_dir=str(run_dir), stopped=ctx.stopped,
                      metrics=recorder.rows)
+
+
+# Recipes that shard their step's inputs over ranks (ctx.shard); the others run on one GPU.
+MULTI_RANK_METHODS = ("grpo", "spice")
+
+
+def check_multi_rank(cfg: Config, ranks: int) -> None:
+    """Refuse (ConfigError) a config that cannot run as ``ranks`` processes."""
+    if cfg.method not in MULTI_RANK_METHODS:
+        raise ConfigError([("method", f"{cfg.method} runs on one GPU; --gpus > 1 is supported for "
+                                      f"{', '.join(MULTI_RANK_METHODS)} (run it with --gpus 1)")])
+    if cfg.train.prompts_per_step < ranks:
+        raise ConfigError([("train.prompts_per_step", f"{cfg.train.prompts_per_step} prompts cannot be shared by "
+                                                      f"{ranks} GPUs; use at least {ranks} or fewer GPUs")])
+
+
+def _seed_rank_sampling(seed: int, step: int) -> None:
+    """Several ranks: each samples different completions (torch RNG per rank); the python and
+    numpy RNGs that pick documents and prompts stay equal on every rank. Alone: unchanged."""
+    if dist.wanted():
+        torch.manual_seed(seed + 7919 * step + 104729 * dist.rank())
 
 
 def _preflight(cfg: Config) -> None:

@@ -22,7 +22,9 @@ Where the time goes, and what this file does about it:
   term: with ``train.skip_zero_advantage`` they are not run (they still count in the loss
   denominator, so the result is unchanged).
 - Loss normalisation is global: token_mean divides by the trained tokens of the whole step,
-  so gradient accumulation gives the same update as one big batch.
+  so gradient accumulation gives the same update as one big batch; with several ranks the
+  denominator counts every rank's tokens and every rank runs the same number of micro-batches
+  (ZeRO-3 gathers weights in each forward), so N GPUs give the update of one big batch too.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import torch
 
 from transformers import DynamicCache
 
+from trainer import distributed as dist
 from trainer.algos import aggregate, entropy, get_kl, policy_loss, token_logprobs
 
 
@@ -226,9 +229,8 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     t = cfg.train
     device = policy.device
     samples = [s for s in samples if len(s.completion_ids) > 0]
-    total_tokens = sum(s.n_trained for s in samples)
     max_len = cfg.rollout.max_new_tokens
-    denom = float(max(total_tokens, 1)) if t.loss_agg == "token_mean" else float(max(len(samples), 1) * max_len)
+    denom = _global_denominator(samples, t.loss_agg, max_len)
     kl_fn = get_kl(t.kl_estimator) if t.kl_coef > 0 else None
     if kl_fn is not None and not policy.has_frozen:
         raise RuntimeError("train.kl_coef > 0 needs the frozen base: load the policy with frozen=True")
@@ -250,6 +252,7 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
         packing = getattr(t, "packing", False)
         plan = plan_micro_batches(run, t.micro_batch_size, t.share_prompt_prefix,
                                   t.micro_batch_tokens if packing else None)
+        idle = _missing_micro_batches(len(plan), engine)  # agreed BEFORE any backward: ZeRO reduces in each
         for group, shared in plan:
             mb = make_micro_batch(group, cfg.rollout.temperature, device, shared, packed=packing)
             loss, parts = _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss)
@@ -262,10 +265,47 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
                     st.sums[key] = min(st.sums.get(key, value), value)
                 else:
                     st.add(key, value)
+        for _ in range(idle):
+            _idle_pass(policy, lm, engine, cfg, kl_fn, max_len)
     finally:
         policy.model.train(was_training)
     grad_norm = engine.step() if step else float("nan")
     return {role: _finish(st.sums, grad_norm, engine.lr) for role, st in stats.items()}
+
+
+def _global_denominator(samples: list[Sample], loss_agg: str, max_len: int) -> float:
+    """The loss denominator of the whole step: trained tokens (token_mean) or samples x max_len
+    (seq_sum), counted over every rank and divided by the rank count, because the engines
+    average gradients over ranks. One process: 3 samples of 10 trained tokens -> 30."""
+    tokens = sum(s.n_trained for s in samples)
+    count = len(samples)
+    ranks = 1
+    if dist.active():
+        tokens, count = dist.all_reduce([tokens, count])
+        ranks = dist.world_size()
+    total = max(tokens, 1) if loss_agg == "token_mean" else max(count, 1) * max_len
+    return float(total) / ranks
+
+
+def _missing_micro_batches(planned: int, engine=None) -> int:
+    """How many micro-batches this rank must add to match the busiest rank. A DeepSpeed engine
+    also needs one backward per step even when every sample was skipped (its step reads the
+    reduced gradients); alone with the torch engine, nothing is added."""
+    busiest = int(dist.all_reduce([planned], "max")[0]) if dist.active() else planned
+    if getattr(engine, "zero_stage", None) is not None:
+        busiest = max(busiest, 1)
+    return busiest - planned
+
+
+def _idle_pass(policy, lm, engine, cfg, kl_fn, max_len) -> None:
+    """A forward/backward with an exactly-zero gradient. Under ZeRO-3 every forward gathers the
+    weights and every backward reduces gradients with all ranks, so a rank with fewer samples
+    runs these until all ranks have run the same number of micro-batches."""
+    tok = policy.tokenizer.eos_token_id or 0
+    s = Sample(prompt_ids=[tok], completion_ids=[tok], loss_mask=[1], old_logprobs=[0.0], advantage=0.0)
+    mb = make_micro_batch([s], cfg.rollout.temperature, policy.device, shared=False)
+    loss, _ = _micro_loss(policy, lm, mb, cfg, kl_fn, 1.0, max_len, None)
+    engine.backward(loss * 0.0)
 
 
 def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):

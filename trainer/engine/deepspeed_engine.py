@@ -214,9 +214,13 @@ class DeepSpeedEngine:
         """AdamW creates its state at the first step; a fresh engine that resumes needs it now
         (zeros, step 0) so the saved moments have somewhere to go."""
         opt = self._base_optimizer()
-        for group in opt.param_groups:
+        # ZeRO-3 hands its flat fp32 partitions to the optimizer only during step(): use them
+        flats = getattr(self.optimizer, "fp32_partitioned_groups_flat", None)
+        groups = [(opt.param_groups[0], list(flats))] if flats is not None else \
+            [(g, g["params"]) for g in opt.param_groups]
+        for group, params in groups:
             on_device = bool(group.get("fused") or group.get("capturable"))
-            for p in group["params"]:
+            for p in params:
                 st = opt.state[p]
                 if not st:
                     st["step"] = torch.zeros((), dtype=torch.float32, device=p.device if on_device else "cpu")
@@ -240,15 +244,37 @@ class DeepSpeedEngine:
 
     # -- weights for generation and saving ---------------------------------------------------
     @contextlib.contextmanager
-    def gathered(self):
-        """Full weights on every rank for the duration (ZeRO-3); a no-op for stages 1-2."""
+    def gathered(self, hooks: bool = False):
+        """Full weights on every rank for the duration (ZeRO-3); a no-op for stages 1-2.
+
+        A collective: every rank enters together. ZeRO-3's per-module fetch/release hooks are
+        taken off meanwhile (``hooks=False``), so token-by-token generation runs on plain
+        tensors instead of re-gathering at every module call; they are put back after."""
         if self.zero_stage != 3:
             yield
             return
         import deepspeed
 
         with deepspeed.zero.GatheredParameters(list(self.ds.module.parameters()), modifier_rank=None):
-            yield
+            offload = None if hooks else self._remove_zero3_hooks()
+            try:
+                yield
+            finally:
+                if offload is not None:
+                    offload._register_deepspeed_module(offload.module)
+
+    def _remove_zero3_hooks(self):
+        """Detach ZeRO-3's module hooks; returns the object that re-registers them (or None)."""
+        opt = self.ds.optimizer
+        offload = getattr(opt, "parameter_offload", None) or opt
+        if not (hasattr(offload, "forward_hooks") and hasattr(offload, "_register_deepspeed_module")):
+            return None  # another DeepSpeed layout: keep the hooks (slower, still correct)
+        for p in offload.module.parameters():
+            getattr(p, "ds_active_sub_modules", set()).clear()
+        for hook in [*offload.forward_hooks, *offload.backward_hooks]:
+            hook.remove()
+        offload.forward_hooks, offload.backward_hooks = [], []
+        return offload
 
     def model_state_dict(self) -> dict:
         """Consolidated 16-bit weights (collective under ZeRO-3; full on rank 0)."""

@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from trainer.distributed import average_gradients
+
 
 def warmup_constant(warmup_steps: int):
     """LR factor for optimizer step s (0-based): (s + 1) / (warmup + 1) during warmup, then 1.
@@ -58,7 +60,9 @@ class TorchEngine:
         return float(torch.nn.utils.get_total_norm(grads))
 
     def step(self) -> float:
-        """Clip, step, advance the schedule, zero the gradients; returns the pre-clip norm."""
+        """Average over the ranks (multi-GPU), clip, step, advance the schedule, zero the
+        gradients; returns the pre-clip norm."""
+        average_gradients(self.params)
         if self.grad_clip > 0:
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
         else:

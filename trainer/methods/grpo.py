@@ -98,6 +98,8 @@ def run_grpo(ctx) -> None:
 def grpo_step(ctx, step: int, batch: list[dict]) -> dict[str, float]:
     """One GRPO step on ``batch`` (records with prompt and answer); returns the logged metrics."""
     cfg, sec = ctx.config, ctx.config.grpo
+    mine = ctx.shard(range(len(batch)))  # several GPUs: each rank samples its share of the prompts
+    batch = [batch[i] for i in mine]
     G, n = cfg.rollout.group_size, len(batch)
     prompts = [chat(ctx.policy.tokenizer, sec.system_prompt, row["prompt"]) for row in batch]
 
@@ -124,23 +126,25 @@ def grpo_step(ctx, step: int, batch: list[dict]) -> dict[str, float]:
         "gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
     }
     ctx.log(step, ROLE, metrics)
-    ctx.samples(step, _records(step, batch, completions, rewards, sec.log_samples, G))
+    ctx.samples(step, _records(step, batch, completions, rewards, sec.log_samples, G, mine))
     return metrics
 
 
-def _records(step, batch, completions, rewards, limit, G) -> list[dict]:
-    """Sink records: the first ``limit`` attempts and the tasks they answer."""
+def _records(step, batch, completions, rewards, limit, G, index=None) -> list[dict]:
+    """Sink records: the first ``limit`` attempts and the tasks they answer. ``index``: each
+    prompt's position in the whole step's batch (keys are global when ranks share a step)."""
     out, tasks = [], set()
+    index = list(range(len(batch))) if index is None else index
     for i, c in enumerate(completions[:limit]):
         j = i // G
-        task_key = f"{step}:t{j}"
+        task_key = f"{step}:t{index[j]}"
         if task_key not in tasks:
             tasks.add(task_key)
             group = rewards[j]
             out.append({"kind": "task", "key": task_key, "role": "dataset", "step": step,
                         "question": batch[j]["prompt"], "answer": batch[j]["answer"], "valid": True,
                         "pass_rate": float(group.mean()), "document_id": None, "format": None, "data": {}})
-        out.append({"kind": "attempt", "key": f"{step}:{i}", "task_key": task_key, "role": ROLE, "step": step,
+        out.append({"kind": "attempt", "key": f"{step}:{index[j] * G + i % G}", "task_key": task_key, "role": ROLE, "step": step,
                     "text": c.text, "reward": float(rewards.flatten()[i]),
                     "turns": [{"role": "assistant", "text": c.text}], "passages": [],
                     "token_ids": c.prompt_ids + c.completion_ids,

@@ -140,13 +140,27 @@ def challenger_prompt(tokenizer, doc, sec) -> list[int]:
                                                sec.formats, sec.answer_types))
 
 
-def challenge(ctx, docs, step: int) -> list[Attempt]:
-    """Both Challenger turns for ``challenger_attempts`` conversations per document, batched."""
+def draw_numbers(docs) -> list[int]:
+    """How many times each document was drawn before, in this step: [a, b, a] -> [0, 0, 1]."""
+    seen: Counter = Counter()
+    out = []
+    for doc in docs:
+        out.append(seen[doc.id])
+        seen[doc.id] += 1
+    return out
+
+
+def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Attempt]:
+    """Both Challenger turns for ``challenger_attempts`` conversations per document, batched.
+
+    ``draws``: each document's draw number in the whole step (keys stay unique when the same
+    document is drawn twice, also on different ranks); by default counted within ``docs``."""
     sec, tok = ctx.config.spice, ctx.policy.tokenizer
-    attempts, seen, N = [], Counter(), sec.challenger_attempts
+    attempts, N = [], sec.challenger_attempts
+    draws = draw_numbers(docs) if draws is None else draws
     for d, doc in enumerate(docs):
         prompt = challenger_prompt(tok, doc, sec)
-        first_i, seen[doc.id] = seen[doc.id] * N, seen[doc.id] + 1  # a document drawn twice keeps keys unique
+        first_i = draws[d] * N
         attempts += [Attempt(str(doc.id), doc.title, first_i + i, f"{step}:{doc.id}:{first_i + i}", list(prompt),
                              group=d) for i in range(N)]
     first = ctx.generator.generate([a.prompt_ids for a in attempts],
@@ -238,8 +252,10 @@ def run_spice(ctx) -> None:
         review.apply(ctx.take_verdicts())
         rng = random.Random(int(ctx.rng.integers(2**62)))
         t0 = time.perf_counter()
-        docs = sample_documents(ctx, ctx.config.train.prompts_per_step, rng)
-        attempts = challenge(ctx, docs, step)
+        drawn = sample_documents(ctx, ctx.config.train.prompts_per_step, rng)
+        mine = ctx.shard(range(len(drawn)))  # several GPUs: each rank plays its share of the documents
+        docs = [drawn[i] for i in mine]
+        attempts = challenge(ctx, docs, step, [draw_numbers(drawn)[i] for i in mine])
         by_doc: list[list[Attempt]] = [[] for _ in docs]
         for a in attempts:
             by_doc[a.group].append(a)

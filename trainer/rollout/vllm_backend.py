@@ -105,7 +105,7 @@ class VLLMGenerator:
     def __init__(self, model, tokenizer, model_path: str, *, mode: str = "colocate", gpu_memory_utilization: float = 0.35,
                  max_model_len: int | None = None, seed: int = 0, sleep: bool = False, check_tol: float = 0.05,
                  vllm_device: int = 1, autocast_dtype: torch.dtype | None = torch.bfloat16, enforce_eager: bool = False,
-                 llm_kwargs: dict | None = None):
+                 llm_kwargs: dict | None = None, version_fn=None):
         if mode not in MODES:
             raise ValueError(f"vLLM mode must be one of {MODES}, got {mode!r}")
         self.model = model
@@ -121,6 +121,9 @@ class VLLMGenerator:
         elif gen_eos:
             self.eos_ids.update(int(i) for i in gen_eos)
         self._group = None
+        # What says "the weights changed": the parameters' in-place version counters, plus the
+        # engine's step count (ZeRO-3 keeps the real weights in partitions the model never sees).
+        self.version_fn = version_fn
         self._asleep = False
         self._versions: tuple[int, ...] | None = None
         self.last_check: dict = {}
@@ -136,11 +139,26 @@ class VLLMGenerator:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def from_policy(cls, policy, cfg) -> "VLLMGenerator":
+    def from_policy(cls, policy, cfg, engine=None) -> "VLLMGenerator":
+        """From the run's policy. Several ranks (one process per GPU): colocated, every rank
+        runs its own engine through vLLM's ``external_launcher`` (the launcher's process group,
+        a different seed per rank); separate, rank r's engine takes GPU ``world_size + r``."""
+        from trainer import distributed as dist
+
         r = cfg.rollout
-        return cls(policy.model, policy.tokenizer, policy.path, mode=getattr(r, "vllm_mode", "colocate"),
-                   gpu_memory_utilization=r.gpu_memory_utilization, seed=cfg.seed,
-                   sleep=bool(getattr(r, "vllm_sleep", False)), autocast_dtype=policy.autocast_dtype or torch.bfloat16)
+        mode = getattr(r, "vllm_mode", "colocate")
+        kwargs: dict = {}
+        device = 1
+        if dist.wanted():
+            if mode == "colocate":
+                kwargs["distributed_executor_backend"] = "external_launcher"
+            device = dist.world_size() + dist.local_rank()
+        gen = cls(policy.model, policy.tokenizer, policy.path, mode=mode,
+                  gpu_memory_utilization=r.gpu_memory_utilization, seed=cfg.seed + dist.rank(),
+                  sleep=bool(getattr(r, "vllm_sleep", False)), vllm_device=device,
+                  autocast_dtype=policy.autocast_dtype or torch.bfloat16, llm_kwargs=kwargs,
+                  version_fn=(lambda: engine.steps) if engine is not None else None)
+        return gen
 
     def _start(self, kwargs: dict, vllm_device: int):
         from vllm import LLM
@@ -180,8 +198,11 @@ class VLLMGenerator:
             self.llm.wake_up()
             self._asleep = False
 
+    def _weights_version(self) -> tuple:
+        return (_param_versions(self.model), self.version_fn() if self.version_fn else None)
+
     def needs_sync(self) -> bool:
-        return self._versions != _param_versions(self.model)
+        return self._versions != self._weights_version()
 
     def sync_weights(self) -> None:
         """Push the trainer's current weights into vLLM (no disk), then verify them."""
@@ -195,7 +216,7 @@ class VLLMGenerator:
         else:
             self._send_nccl(weights)
         self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
-        self._versions = _param_versions(self.model)
+        self._versions = self._weights_version()
         del weights
         self.stats["syncs"] += 1
         self.stats["sync_seconds"] += time.perf_counter() - t0
