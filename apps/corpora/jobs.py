@@ -44,6 +44,12 @@ def ingest_upload(corpus_id: int, stored_path: str, original_name: str) -> dict:
             corpus.begin_ingest(0)
             corpus.finish_ingest(str(exc))
             return {"error": str(exc)}
+        except Exception as exc:  # a parser bug must not leave the corpus queued forever
+            log.exception("parsing %s failed", original_name)
+            message = f"{original_name}: could not be read ({type(exc).__name__}: {exc}); check the file or report it."
+            corpus.begin_ingest(0)
+            corpus.finish_ingest(message)
+            return {"error": message}
         result = run_ingest(corpus, parsed.documents, parsed.errors)
         result["errors"] = parsed.errors + result.get("errors", [])
         return result

@@ -252,9 +252,10 @@ def parse_pdf(data: bytes, name: str) -> Parsed:
 def _zip_members(data: bytes, name: str) -> tuple[zipfile.ZipFile, list[zipfile.ZipInfo]]:
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a damaged directory raises BadZipFile, NotImplementedError, IndexError ...
         raise IngestError(f"{name}: corrupt zip file ({exc}); re-create the archive.") from None
-    infos = [i for i in archive.infolist() if not i.is_dir() and not i.filename.startswith(SKIPPED_ZIP_PREFIXES)]
+    infos = [i for i in archive.infolist()  # a nameless entry (a damaged directory) is no file
+             if i.filename and not i.is_dir() and not i.filename.startswith(SKIPPED_ZIP_PREFIXES)]
     if len(infos) > MAX_ZIP_MEMBERS:
         raise IngestError(f"{name}: {len(infos)} files in the zip (limit {MAX_ZIP_MEMBERS}); split it.")
     total = sum(i.file_size for i in infos)
@@ -296,12 +297,13 @@ def parse_zip(data: bytes, name: str) -> Parsed:
             continue
         try:
             content = archive.read(info)
+        except Exception as exc:  # noqa: BLE001 - a damaged member raises zlib, lzma, struct, value ... errors
+            parsed.errors.append(f"{member}: could not unpack ({type(exc).__name__}: {exc})")
+            continue
+        try:
             part = PARSERS[extension(info.filename)](content, member)
         except IngestError as exc:
             parsed.errors.append(str(exc))
-            continue
-        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
-            parsed.errors.append(f"{member}: could not unpack ({exc})")
             continue
         parsed.documents += part.documents
         parsed.errors += part.errors

@@ -43,6 +43,14 @@ def encrypted_zip() -> bytes:
     return bytes(data)
 
 
+def damaged_member_zip() -> bytes:
+    """A zip whose first member's deflate stream is damaged (the directory is intact) and whose second is fine."""
+    data = bytearray(make_zip({"damaged.txt": GOOD_TEXT * 40, "fine.txt": b"Tardigrades survive the vacuum of space."}))
+    start = 30 + len("damaged.txt")  # local file header, then the member's compressed bytes
+    data[start + 4:start + 12] = b"\xff" * 8
+    return bytes(data)
+
+
 def many_members_zip(n: int) -> bytes:
     return zip_with([(f"d/{i}.txt", b"x") for i in range(n)], compression=zipfile.ZIP_STORED)
 

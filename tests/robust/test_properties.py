@@ -153,6 +153,22 @@ def test_damaged_pdfs_are_refused_or_read(edits, encrypted, cut):
     _parse_or_refuse(bytes(data[:max(cut, 200)]), "scan.pdf")
 
 
+@FAST
+@given(edits=st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 8), st.sampled_from(
+           [b"", b"\x00", b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x01\x00\x00\x00", b"PK\x01\x02", b"\x0e"])),
+           min_size=1, max_size=4),
+       method=st.sampled_from([zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA]))
+def test_damaged_zips_are_refused_or_read(edits, method):
+    from tests.web.corpora.conftest import make_zip
+
+    data = bytearray(make_zip({"a.txt": b"Lichens grow slowly on granite. " * 20, "b.md": b"# Moss\n\nMoss is green."},
+                              method))
+    for at, length, insert in edits:
+        at %= len(data)
+        data[at:at + length] = insert
+    _parse_or_refuse(bytes(data), "bundle.zip")
+
+
 @pytest.fixture(scope="module")
 def minilm_tokenizer():
     from transformers import AutoTokenizer

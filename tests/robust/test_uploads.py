@@ -136,6 +136,22 @@ def test_a_partly_broken_jsonl_keeps_the_good_lines_and_reports_the_bad_ones(cli
     assert_still_searchable(kept_corpus)
 
 
+def test_a_zip_member_that_cannot_be_unpacked_is_reported_and_the_rest_kept(client, admin_user, kept_corpus):
+    from .files import damaged_member_zip
+
+    client.force_login(admin_user)
+    status, _ = api_upload(client, kept_corpus, "mixed.zip", damaged_member_zip())
+    assert status == 202  # the upload check reads the directory only
+    (stored,) = upload_dir().iterdir()
+    result = ingest_upload(kept_corpus.pk, str(stored), "mixed.zip")
+    assert result["documents"] == 1
+    assert any(e.startswith("mixed.zip/damaged.txt: could not unpack") for e in result["errors"]), result["errors"]
+    kept_corpus.refresh_from_db()
+    assert kept_corpus.status == Corpus.Status.READY and kept_corpus.doc_count == 3
+    assert any("damaged.txt: could not unpack" in e for e in kept_corpus.errors)
+    assert_still_searchable(kept_corpus)
+
+
 def test_the_form_shows_the_broken_lines_of_an_accepted_jsonl(client, admin_user, kept_corpus):
     data = b'{"title": "Ok", "text": "Fine text about moss."}\n{oops\n'
     client.force_login(admin_user)
