@@ -332,7 +332,7 @@ class PgSearch:
         import psycopg
 
         self.single, self.batch = SINGLE_SQL.format(table=table), BATCH_SQL.format(table=table)
-        self.conn = conn
+        self.conn, self.table = conn, table
         self.client = psycopg.ClientCursor(conn)  # what Django's psycopg backend uses
         conn.execute("SET jit = off")  # as apps/corpora/search.py does
 
@@ -352,6 +352,21 @@ class PgSearch:
 
     def prepared_batch(self, vectors) -> None:
         self.conn.execute(self.batch, [vectors], prepare=True, binary=True).fetchall()
+
+    def blocks(self) -> tuple[int, int]:
+        """(blocks read from outside shared_buffers, blocks found in them) of the table and its index so far."""
+        self.conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, flushed at the next statement
+        self.conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = self.conn.execute("SELECT coalesce(heap_blks_read, 0) + coalesce(idx_blks_read, 0), "
+                                "coalesce(heap_blks_hit, 0) + coalesce(idx_blks_hit, 0) FROM pg_statio_user_tables "
+                                "WHERE relname = %s", [self.table]).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def warm(self, queries: np.ndarray) -> None:
+        """Pull the graph into shared_buffers: every query once at the largest ef_search."""
+        self.set_ef(1000)
+        for vector in queries:
+            self.prepared_one(vector)
 
     def index_used(self, vector: np.ndarray) -> bool:
         plan = self.conn.execute("EXPLAIN " + self.single, [vector]).fetchall()
@@ -386,22 +401,25 @@ def side_by_side(pg: PgSearch, hnsw, queries: np.ndarray, truth: np.ndarray, efs
             "pg_sql_batched": lambda: timed_qps(lambda b: pg.sql_batch(b[0]), batches, 50),
         }
         best = {name: 0.0 for name in measures}
+        before = pg.blocks()
         for _ in range(reps):
             for name, fn in measures.items():
                 best[name] = max(best[name], fn())
+        read, hit = (after - first for after, first in zip(pg.blocks(), before))
         rows.append({"ef_search": ef, "pg_recall@10": round(recall_at_k(found_pg, truth.tolist()), 4),
                      "sql_same_results": found_sql == found_pg[:20],
                      "faiss_recall@10": round(recall_at_k(found_faiss, truth.tolist()), 4), **best,
                      "ratio_one": round(best["pg_prepared_one"] / best["faiss_one"], 3),
                      "ratio_batched": round(best["pg_prepared_batched"] / best["faiss_batched"], 3),
                      "ratio_sql_one": round(best["pg_sql_one"] / best["faiss_one"], 3),
+                     "pg_blocks_read_outside_shared_buffers": read, "pg_blocks_hit": hit,
                      "load_avg": round(os.getloadavg()[0], 2)})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress of a long sweep
     return rows
 
 
 def bench_synthetic(url: str, n: int, n_queries: int, build_limit: int, keep: bool, reuse: bool, build_only: bool,
-                    reps: int, cache_dir: Path | None, efs: list[int]) -> dict:
+                    reps: int, cache_dir: Path | None, efs: list[int], warm: int = 0) -> dict:
     conn = connect(url)
     base = unit_vectors(n, 384, seed=1)
     queries = unit_vectors(n_queries, 384, seed=2)
@@ -415,6 +433,10 @@ def bench_synthetic(url: str, n: int, n_queries: int, build_limit: int, keep: bo
         truth = exact_topk(base, queries)
         pg = PgSearch(conn, table_name(n))
         record["hnsw_index_used"] = pg.index_used(queries[0])
+        if warm:
+            start = time.perf_counter()
+            pg.warm(unit_vectors(warm, 384, seed=3))
+            record["warm"] = {"queries": warm, "seconds": round(time.perf_counter() - start, 1)}
         record["sweep"] = side_by_side(pg, hnsw, queries, truth, efs, reps)
         record["at_recall_0.95"] = next((r for r in record["sweep"] if r["pg_recall@10"] >= 0.95), None)
     if not keep:
@@ -441,6 +463,8 @@ def main():
     parser.add_argument("--build-only", action="store_true", help="synthetic: build (table, index, FAISS) and stop")
     parser.add_argument("--cache-dir", default="", help="synthetic: folder for built FAISS indexes "
                         "(default $SELFPLAY_DATA_DIR/bench; 'none' for no cache)")
+    parser.add_argument("--warm", type=int, default=0, help="synthetic: first run this many other random "
+                        "queries at ef_search 1000 (pulls the graph into shared_buffers)")
     parser.add_argument("--pg-url", default="", help="synthetic: the Postgres to use (default: the project's, "
                         "DATABASE_URL or the embedded server)")
     args = parser.parse_args()
@@ -464,7 +488,8 @@ def main():
         efs = [int(e) for e in args.ef.split(",") if e]
         for n in [int(s) for s in args.sizes.split(",") if s]:
             emit(bench_synthetic(args.pg_url or config.database_url(), n, args.queries, args.build_limit,
-                                 args.keep or args.build_only, args.reuse, args.build_only, args.reps, cache, efs))
+                                 args.keep or args.build_only, args.reuse, args.build_only, args.reps, cache, efs,
+                                 args.warm))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,6 @@ case "$step" in
     *) echo "unknown step $step"; exit 2 ;;
 esac
 python3 benchmarks/search.py --parts synthetic --pg-url "$url" --sizes "$sizes" --cache-dir "$W/faiss" \
-    --queries 200 --reps 2 --keep "${extra[@]}" > "$OUT/search-$step.jsonl" 2> "$OUT/search-$step.err" || true
+    --queries 200 --reps 2 --keep ${WARM:+--warm $WARM} "${extra[@]}" > "$OUT/search-$step.jsonl" 2> "$OUT/search-$step.err" || true
 cp "$W/sock/pg.log" "$OUT/pg.log" 2>/dev/null || true
 tail -c 3000 "$OUT/search-$step.err"; cat "$OUT/search-$step.jsonl"
