@@ -9,7 +9,7 @@ and a websocket client logged in with a real session cookie. Prints one JSON lin
                receive - send (same machine, same clock). Two publishers:
                ``async``  one event loop calling ``channel_layer.group_send`` (the transport:
                           Redis channel layer -> consumer -> websocket);
-               ``sink``   the production path: ``DjangoSink.metrics()`` from a plain thread,
+               ``sink``   the production path: ``DjangoSink.metrics()`` in a process of its own,
                           flushed every ``--flush`` s (one transaction of upserts, then one
                           ``publish()`` per (step, role)); latency includes the buffering wait.
   * "ledger"   a run with ``--task-steps`` x ``--tasks-per-step`` tasks (~300-character questions,
@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "selfplay_web.settings")
 USER = "bench-live"
+SERVER_LOG = os.environ.get("BENCH_LIVE_SERVER_LOG", "/tmp/bench_live_server.log")
 
 
 def setup(database: str):
@@ -92,8 +93,9 @@ def free_port() -> int:
 
 
 def start_server(port: int) -> subprocess.Popen:
+    log = open(SERVER_LOG, "w")  # noqa: SIM115  (the server's output, for when a part fails)
     proc = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -193,6 +195,26 @@ def _publish_sink(run_id: int, rate: float, seconds: float, flush: float) -> int
     return n
 
 
+def _sink_child(run_id: int, rate: float, seconds: float, flush: float, out) -> None:
+    import django
+
+    django.setup()  # DATABASE_URL (the benchmark's database) comes with the environment
+    out.put(_publish_sink(run_id, rate, seconds, flush))
+
+
+def _sink_in_a_process(run_id: int, rate: float, seconds: float, flush: float) -> int:
+    """The sink in a process of its own, as in a worker: it shares no GIL with the websocket client."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_sink_child, args=(run_id, rate, seconds, flush, out))
+    proc.start()
+    sent = out.get(timeout=seconds + 300)
+    proc.join(timeout=60)
+    return sent
+
+
 def latency(port: int, cookie: str, run_id: int, publisher: str, rate: float, seconds: float, flush: float) -> dict:
     latencies: list[float] = []
     n_expected = int(rate * seconds)
@@ -206,7 +228,7 @@ def latency(port: int, cookie: str, run_id: int, publisher: str, rate: float, se
         if publisher == "async":
             sent = await _publish_async(run_id, rate, seconds)
         else:
-            sent = await asyncio.to_thread(_publish_sink, run_id, rate, seconds, flush)
+            sent = await asyncio.to_thread(_sink_in_a_process, run_id, rate, seconds, flush)
         send_s = time.monotonic() - t0
         await receiver
         return sent, send_s
@@ -391,6 +413,9 @@ def main() -> None:
             filled = fill_points(run.pk, args.points, NAMES)
             emit({"part": "open", "run": run.pk, **filled, **open_page(port, cookie, run.pk, args.reps),
                   "loadavg": [round(x, 2) for x in os.getloadavg()]})
+    except BaseException:
+        print(f"failed; the server's output is in {SERVER_LOG}", file=sys.stderr)
+        raise
     finally:
         server.terminate()
         server.wait(timeout=30)
