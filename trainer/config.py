@@ -114,6 +114,7 @@ class TrainConfig(Section):
 class CheckpointConfig(Section):
     every: int = Field(50, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_last: int = Field(2, ge=1, description="Keep this many newest checkpoints.")
+    final: bool = Field(True, description="Also checkpoint the last step (off for throughput benchmarks).")
 
 
 class DataConfig(Section):

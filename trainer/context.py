@@ -77,7 +77,7 @@ class RecipeContext:
                 self.stopped = True
                 self.checkpoint(step)
                 return
-            if step == total or (every and step % every == 0):
+            if (step == total and self.config.checkpoint.final) or (every and step % every == 0):
                 self.checkpoint(step)
 
     def _flush(self, step: int, seconds: float) -> None:
