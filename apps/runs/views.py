@@ -25,6 +25,12 @@ LATEST_SAMPLES = 12
 INITIAL_POINTS = 1000  # per role, about the reward chart's width in pixels
 
 
+def _latest_attempts(run):
+    """The samples table's attempts, without their token arrays and turns (the trajectory page has them)."""
+    return (Attempt.objects.filter(run=run).defer("token_ids", "loss_mask", "turns", "passages", "data")
+            .order_by("-step", "-id")[:LATEST_SAMPLES])
+
+
 def with_last_reward(qs):
     """Annotate ``last_reward``: the newest reward metric of each run (any role)."""
     newest = (Metric.objects.filter(run=OuterRef("pk"), name__in=run_metrics.REWARD_NAMES)
@@ -70,7 +76,7 @@ def detail(request, run_id: int):
         "can_control": can_control_run(request.user, run),
         "events": run.events.all()[:50],
         "tasks": Task.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
-        "attempts": Attempt.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
+        "attempts": _latest_attempts(run),
         "latest": run_metrics.latest_values(run),
         "reward_name": reward,
         # the reward chart's first points come with the page (no round trip before it can draw)
@@ -113,7 +119,7 @@ def samples(request, run_id: int):
     return render(request, "runs/_samples.html", {
         "run": run,
         "tasks": Task.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
-        "attempts": Attempt.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
+        "attempts": _latest_attempts(run),
     })
 
 
