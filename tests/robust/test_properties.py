@@ -360,6 +360,14 @@ def test_spice_task_of_broken_output_is_a_task_or_invalid(text, choice):
         return
     assert task.question.strip() and task.answer
     assert task.answer in S.MCQ_LETTERS if choice.format == "mcq" else task.answer_type == choice.answer_type
+    if task.answer_type in ("integer", "float"):
+        assert math.isfinite(float(task.answer))
+
+
+@pytest.mark.parametrize("answer", ["nan", "inf", "-Infinity", "1e999", "1_000"])
+def test_a_float_task_with_a_non_finite_or_odd_answer_is_invalid(answer):
+    with pytest.raises(S.TaskError, match="finite decimal number"):
+        S.parse_task(json.dumps({"question": "How far is it, in km?", "answer": answer}), S.FormatChoice("free_form", "float"))
 
 
 @pytest.mark.parametrize("text", ['{"a":' * 3000, "[" * 3000, '{"question": ' + "[" * 3000, '{"suitable_for_mcq": ' * 2000])

@@ -20,6 +20,7 @@ The Reasoner sees only the question (Figure 8: "reason step by step ... \\boxed{
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from collections.abc import Sequence
@@ -277,9 +278,11 @@ def _check_answer(answer: str, kind: str, max_string_words: int) -> str:
         return cleaned.split(".")[0]
     if kind == "float":
         try:
-            float(answer.replace(",", ""))
+            value = float(answer.replace(",", ""))
         except ValueError:
             raise TaskError(f"float answer expected, got {answer!r}") from None
+        if not math.isfinite(value) or "_" in answer:  # float() also reads "nan", "inf", "1e999" and "1_000"
+            raise TaskError(f"float answer must be a finite decimal number, got {answer!r}")
         return answer.replace(",", "")
     if kind == "boolean":
         if answer.lower() not in ("true", "false"):
