@@ -12,7 +12,8 @@ benchmark's own (``--database``; setup and helpers from benchmarks/live.py).
   (/api/v1/runs/<id>/ and /api/v1/runs/<id>/metrics/?since_step=, alternately).
 
 Reported (one JSON line): websocket delivery latency (receive - send, same machine and clock)
-p50/p95/p99 over every (viewer, step); steps missed per viewer (dropped messages); HTTP latency
+p50/p95/p99 over every (viewer, step); steps never received (dropped; late ones are waited for up
+to ``--drain`` s after the writer ends); HTTP latency
 p50/p95 and errors; the server's RSS at the start, middle and end (memory stable?); load average.
 
     .venv/bin/python benchmarks/load.py [--viewers 200] [--rate 1000] [--seconds 20] [--poll 2]
@@ -176,7 +177,10 @@ async def run_load(args, base: str, run_id: int, cookie: str, server_pid: int) -
     rss.append(rss_mb(server_pid))
     out, _ = await writer.communicate()
     written = json.loads(out.decode().strip().splitlines()[-1])
-    await asyncio.sleep(3)  # the last messages drain
+    last, drained_at = written["steps"], time.monotonic()
+    while time.monotonic() - drained_at < args.drain and not all(last in seen for seen in stats.seen):
+        await asyncio.sleep(0.2)  # late is not lost: wait (up to --drain s) for the last step everywhere
+    drain_s = time.monotonic() - drained_at
     stop.set()
     await asyncio.gather(*tasks)
     rss.append(rss_mb(server_pid))
@@ -186,7 +190,7 @@ async def run_load(args, base: str, run_id: int, cookie: str, server_pid: int) -
     ws, http = stats.ws_latency_ms, stats.http_ms
     return {
         "viewers": args.viewers, "rate_asked": args.rate, "seconds": args.seconds, "names_per_step": args.names,
-        "poll_s": args.poll, "connect_all_s": round(connect_s, 1), "writer": written,
+        "poll_s": args.poll, "connect_all_s": round(connect_s, 1), "writer": written, "drain_s": round(drain_s, 1),
         "ws_deliveries": len(ws), "ws_p50_ms": _r(statistics.median(ws)) if ws else None,
         "ws_p95_ms": _r(percentile(ws, 95)) if ws else None, "ws_p99_ms": _r(percentile(ws, 99)) if ws else None,
         "viewers_missing_steps": sum(1 for m in missed if m), "steps_missed_total": sum(missed),
@@ -208,6 +212,7 @@ def main() -> None:
     ap.add_argument("--names", type=int, default=10, help="metric names per step")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--poll", type=float, default=2.0, help="seconds between a viewer's API calls")
+    ap.add_argument("--drain", type=float, default=60, help="most seconds to wait for late messages after the writer")
     ap.add_argument("--database", default="selfplay_bench_load", help="created and migrated when missing")
     ap.add_argument("--writer", type=int, help=argparse.SUPPRESS)  # internal: the writer subprocess
     args = ap.parse_args()

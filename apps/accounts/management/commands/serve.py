@@ -14,5 +14,8 @@ class Command(BaseCommand):
     def handle(self, port, host, **options):
         from daphne.cli import CommandLineInterface
 
-        sys.argv = ["daphne", "-b", host, "-p", str(port), "--proxy-headers", "selfplay_web.asgi:application"]
+        # a websocket handshake may wait longer than daphne's 5 s default while many pages connect at once
+        # on a busy machine (benchmarks/load.py: most of 200 viewers were dropped with 5 s)
+        sys.argv = ["daphne", "-b", host, "-p", str(port), "--proxy-headers", "--websocket_connect_timeout", "30",
+                    "selfplay_web.asgi:application"]
         CommandLineInterface.entrypoint()
