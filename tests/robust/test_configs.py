@@ -247,3 +247,10 @@ def test_the_trainer_cli_process_exits_2_without_a_traceback(tmp_path):
     done = subprocess.run([sys.executable, "-m", "trainer", "run", str(cfg)], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=120)
     assert done.returncode == 2 and "is not UTF-8 text" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_trainer_cli_fields_of_an_unknown_method_exit_2(capsys):
+    from trainer.__main__ import main
+
+    assert main(["fields", "ppo"]) == 2
+    assert "method: unknown method 'ppo'; choose one of grpo, spice" in capsys.readouterr().err
