@@ -412,3 +412,28 @@ def test_other_tag_readers_never_raise(text):
     parse_rubric(text), extract_conclusion(text), parse_verdict(text), parse_score(text), parse_rubrics(text)
     scores = parse_scores(text, ["accuracy", "clarity"], 10.0)
     assert all(0.0 <= v <= 1.0 and not math.isnan(v) for v in scores.values.values())
+
+
+# ---------------------------------------------------------------- the web's launch validation (every door's first step)
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(method=st.one_of(st.sampled_from(METHODS), st.text(max_size=6)),
+       model=st.one_of(st.none(), st.sampled_from(["smollm2-135m-instruct", "/etc", "../x", "", "no-such"]),
+                       st.text(max_size=12)),
+       corpus=st.one_of(st.none(), st.sampled_from(["kept", "nope", ""]), st.text(max_size=6)),
+       config=st.one_of(st.none(), st.dictionaries(st.one_of(st.sampled_from(PATHS), keys), json_values, max_size=4)),
+       sets=overrides, queue=st.one_of(st.none(), st.sampled_from(["gpu", "cpu", "tpu", ""])))
+@pytest.mark.django_db
+def test_launch_validation_gives_a_config_or_a_launch_error(researcher, kept_corpus, method, model, corpus, config,
+                                                            sets, queue):
+    from apps.runs.services.launch import LaunchError, validate
+
+    try:
+        cfg, corpus_obj, queue_name = validate(method, model, corpus, config, sets, user=researcher, web=True,
+                                               queue=queue)
+    except LaunchError as exc:
+        assert exc.problems and all(isinstance(p, str) and m for p, m in exc.problems)
+        assert all(len(m) < 2000 for _, m in exc.problems)
+        return
+    assert cfg.method == method and queue_name in ("gpu", "cpu")
+    assert corpus_obj is not None or method == "grpo"
