@@ -55,3 +55,17 @@ def test_a_refused_queue_fails_the_row_with_what_to_do(roles, settings):
         lifecycle.enqueue(run)
     run.refresh_from_db()
     assert run.status == "failed" and run.resumable and not run.job_id
+
+
+def test_reap_runs_also_fails_silent_evaluations(roles, settings, capsys):
+    from datetime import timedelta
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    silent = timezone.now() - timedelta(seconds=settings.RUN_HEARTBEAT_SECONDS + 5)
+    job = EvalJob.objects.create(model_spec="base:tiny", status="running", worker_name="gpu-box:7", heartbeat_at=silent)
+    call_command("reap_runs")
+    assert f"reaped 1 evaluation(s): {job.pk}" in capsys.readouterr().out
+    job.refresh_from_db()
+    assert job.status == "failed" and "no heartbeat from gpu-box:7" in job.error and "launch it again" in job.error

@@ -1,13 +1,19 @@
-"""manage.py reap_runs: mark running runs whose worker stopped sending heartbeats as failed (resumable)."""
+"""manage.py reap_runs: fail running jobs whose worker stopped sending heartbeats: runs (resumably),
+evaluations and cross-play matrices (apps/runs/jobkit.py: reap_all)."""
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from apps.runs.services.lifecycle import reap_stale_runs
+from apps.runs.jobkit import reap_all
 
 
 class Command(BaseCommand):
-    help = f"Fail (resumably) running runs without a heartbeat for SELFPLAY_HEARTBEAT_SECONDS ({settings.RUN_HEARTBEAT_SECONDS}s)."
+    help = (f"Fail running runs (resumably), evaluations and cross-play matrices without a heartbeat for "
+            f"SELFPLAY_HEARTBEAT_SECONDS ({settings.RUN_HEARTBEAT_SECONDS}s).")
 
     def handle(self, *args, **options):
-        reaped = reap_stale_runs()
-        self.stdout.write(f"reaped {len(reaped)} run(s)" + (f": {', '.join(map(str, reaped))}" if reaped else ""))
+        reaped = reap_all()
+        runs = reaped["runs"]
+        self.stdout.write(f"reaped {len(runs)} run(s)" + (f": {', '.join(map(str, runs))}" if runs else ""))
+        for kind, noun in (("evals", "evaluation"), ("crossplays", "cross-play matrix")):
+            if reaped[kind]:
+                self.stdout.write(f"reaped {len(reaped[kind])} {noun}(s): {', '.join(map(str, reaped[kind]))}")
