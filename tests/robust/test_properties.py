@@ -300,17 +300,18 @@ def test_extractors_stay_fast_on_adversarial_strings(text):
 @settings(max_examples=15, deadline=None)
 @given(pred=answer_text, gold=st.sampled_from(["42", "\\frac{1}{2}", "x^2+1", "0.5", "true", "\\sqrt{2}"]))
 def test_math_equal_on_arbitrary_predictions_is_a_bool_within_its_timeout(pred, gold):
+    V.math_equal("1", "1.5", timeout=120.0)  # the helper process is running (its start-up is not timed)
     start = time.perf_counter()
     assert isinstance(V.math_equal(pred, gold, timeout=3.0), bool)
-    assert time.perf_counter() - start < 3.0 + 120.0 * (V._WORKER._proc is None)  # first call starts the helper
+    assert time.perf_counter() - start < 3.0 + 5.0  # the timeout plus the time to kill a hung helper
 
 
 def test_math_equal_gives_up_on_a_hanging_expression():
-    V.math_equal("1", "1.0")  # helper started
+    V.math_equal("1", "1.5", timeout=120.0)  # helper started
     start = time.perf_counter()
     assert V.math_equal("9^{9^{9^{9^{9^{9}}}}}", "2", timeout=1.0) is False
     assert time.perf_counter() - start < 5.0
-    assert V.math_equal("\\frac{1}{2}", "0.5", timeout=10.0) is True  # a fresh helper still answers
+    assert V.math_equal("\\frac{1}{2}", "0.5", timeout=120.0) is True  # a fresh helper still answers
 
 
 # ---------------------------------------------------------------- task parsers of model output
