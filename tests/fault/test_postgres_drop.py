@@ -16,7 +16,8 @@ from django.db import connection
 from apps.episodes.models import Attempt, Task
 from apps.runs.models import Metric, Run
 from apps.runs.services.launch import launch
-from tests.fault.conftest import APP_NAME, wait_for
+from apps.runs.sink import DjangoSink
+from tests.fault.conftest import APP_NAME, test_database_url, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,3 +62,28 @@ def test_dropped_database_connections_are_retried_and_the_run_finishes(roles, re
     assert Attempt.objects.filter(run=run, task__isnull=True).count() == 0  # links resolved: no half-written step
     runlog = (Path(done.run_dir) / "run.log").read_text()
     assert "database connection lost while" in runlog and "reconnecting" in runlog
+
+
+def _terminate_this_session() -> None:
+    """End this process's own database session from another connection, as an admin or a restart would."""
+    import psycopg
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    with psycopg.connect(test_database_url(), autocommit=True) as other:
+        assert other.execute("SELECT pg_terminate_backend(%s)", [pid]).fetchone()[0]
+
+
+def test_a_sink_flush_on_a_terminated_connection_is_retried_once_reconnected(roles, caplog):
+    run = Run.objects.create(method="grpo", model_name="tiny", config={}, total_steps=3)
+    run.mark_running("w")
+    sink = DjangoSink(run)
+    sink.metrics(1, "solver", {"loss": 1.5, "reward_mean": 0.25})
+    _terminate_this_session()
+    control = sink.control()  # flush (retried on a new connection), then the run's row
+    assert not control.stop
+    assert dict(Metric.objects.filter(run=run).values_list("name", "value")) == {"loss": 1.5, "reward_mean": 0.25}
+    assert Run.objects.get(pk=run.pk).current_step == 1
+    assert any("database connection lost while writing reports" in r.getMessage() for r in caplog.records)
+
