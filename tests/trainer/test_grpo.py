@@ -19,11 +19,14 @@ def test_grpo_trains_and_reports_every_step(tiny_config, tmp_path, monkeypatch):
     cfg = tiny_config(reward="exact", train={"steps": 2, "kl_coef": 0.05}, grpo={"log_samples": 3})
     result = trainer.run(cfg, run_dir=tmp_path / "run")
     assert result.steps == 2 and len(result.step_seconds) == 2
-    assert [r["step"] for r in result.metrics] == [1, 2]
-    for row in result.metrics:
+    solver = [r for r in result.metrics if r["role"] != "system"]  # system: the run's own costs
+    assert [r["step"] for r in solver] == [1, 2]
+    for row in solver:
         assert row["role"] == "solver" and STEP_METRICS <= set(row)
+    costs = [r for r in result.metrics if r["role"] == "system"]
+    assert [r["step"] for r in costs] == [1, 2] and all(r["rollout_tokens"] > 0 for r in costs)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2
+    assert len(rows) == 4
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     attempts = [s for s in samples if s["kind"] == "attempt"]
     assert len(attempts) == 6 and {"task"} <= {s["kind"] for s in samples}

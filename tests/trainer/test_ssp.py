@@ -227,7 +227,7 @@ def test_ssp_runs_three_steps_on_a_random_model_and_reports_every_question(tiny_
     assert len(proposer) == 6 and all(p["reward"] == 0.0 for p in proposer)  # filtered: 0, not a penalty
     assert all(len(p["token_ids"]) <= 48 and len(p["loss_mask"]) == len(p["token_ids"]) for p in proposer)
     metrics = _rows(tmp_path / "run", "metrics.jsonl")
-    assert {m["role"] for m in metrics} == {"proposer", "solver"}
+    assert {m["role"] for m in metrics} == {"proposer", "solver", "system"}
     assert [m["step"] for m in metrics if m["role"] == "proposer"] == [1, 2, 3]
 
 
