@@ -76,12 +76,19 @@ def main(argv: list[str] | None = None) -> int:
 def _launch(args, argv) -> int | None:
     """Check a multi-GPU config here (a clear message beats N failing children), then run the
     launcher; None when this process should run the method itself."""
-    if (args.gpus or 1) > 1 and not launched():
-        from trainer.config import ConfigError, load_config
-        from trainer.runner import check_multi_rank
+    if launched():
+        return None
+    from trainer.config import ConfigError, load_config
+    from trainer.runner import check_multi_rank
 
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except (ConfigError, OSError):
+        return None  # the run below reports it
+    args.gpus = args.gpus or cfg.train.gpus
+    if args.gpus > 1:
         try:
-            check_multi_rank(load_config(args.config, args.overrides), args.gpus)
+            check_multi_rank(cfg, args.gpus)
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -101,6 +101,8 @@ class TrainConfig(Section):
     adam_beta2: float = Field(0.999, ge=0, lt=1, description="AdamW beta2.")
     adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train; auto = cuda when available.")
+    gpus: int = Field(1, ge=1, le=64, description="Processes, one per GPU of the machine (data parallel; grpo and "
+                      "spice). The worker or `python -m trainer run` launches them; rank 0 reports.")
     share_prompt_prefix: bool = Field(
         True, description="Run a group's shared prompt once per micro-batch in the update (exact; faster).")
     packing: bool = Field(

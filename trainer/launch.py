@@ -27,7 +27,8 @@ _OWN_FLAGS = ("--gpus", "--launcher", "--hostfile", "--master-port")
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``run`` subcommand's multi-GPU flags."""
-    parser.add_argument("--gpus", type=int, default=1, help="GPUs on this machine (>1 relaunches, one process each)")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="GPUs on this machine (>1 relaunches, one process each; default: train.gpus)")
     parser.add_argument("--launcher", choices=LAUNCHERS, default="torchrun", help="multi-GPU launcher")
     parser.add_argument("--hostfile", default=None, help="DeepSpeed hostfile for several machines")
     parser.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one)")

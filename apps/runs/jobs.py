@@ -4,7 +4,8 @@
 thread, the failure recording shared with the eval jobs) over ``_execute``:
 1. claims the run atomically (queued -> running; any other status: nothing to do);
 2. builds the trainer config (run folder ``settings.RUNS_DIR/<id>``), a ``DjangoSink``, and
-   the corpus's pgvector retriever and document source;
+   the corpus's pgvector retriever and document source (``train.gpus`` > 1: one process per GPU
+   through torchrun, apps/runs/ranks.py);
 3. calls ``trainer.run(...)``, resuming from the newest checkpoint in the run folder if any,
    while a background thread keeps ``heartbeat_at`` fresh;
 4. records how it ended: finished, paused / cancelled (asked for, honoured at a step
@@ -62,6 +63,10 @@ def _train(run: Run, run_dir: Path, sink: DjangoSink, stream):
     resume = latest_checkpoint(run_dir) is not None
     if resume:
         run.notable(f"resuming from {latest_checkpoint(run_dir).name}")
+    if cfg.train.gpus > 1:  # one process per GPU; rank 0 reports through its own DjangoSink
+        from apps.runs.ranks import train_ranks
+
+        return train_ranks(run, run_dir, cfg, stream, resume)
     both = MultiSink(sink, ConsoleSink(cfg.train.steps, stream=stream))
     return train(cfg, sink=both, retriever=retriever, documents=documents, run_dir=run_dir, resume=resume)
 

@@ -195,6 +195,10 @@ def test_multi_rank_refusals(tiny_config, tmp_path):
     assert done.returncode == 2 and "train.prompts_per_step" in done.stderr and "2 GPUs" in done.stderr
     done = run(tiny_config("piplay"), "p.json")
     assert done.returncode == 2 and "runs on one GPU" in done.stderr
+    (tmp_path / "c.json").write_text(json.dumps(tiny_config("grpo", train={"prompts_per_step": 1, "gpus": 2})))
+    done = subprocess.run([sys.executable, "-m", "trainer", "run", str(tmp_path / "c.json"), "--out",
+                           str(tmp_path / "c")], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "2 GPUs" in done.stderr  # train.gpus in the config is --gpus's default
     done = run(tiny_config("grpo"), "h.json", "--hostfile", str(tmp_path / "nope"))
     assert done.returncode == 2 and "needs --launcher deepspeed" in done.stderr
 
