@@ -34,3 +34,19 @@ def test_ingest_and_search_commands(db, tmp_path, sample_files, capsys):
     assert "1. paper" in capsys.readouterr().out
     with pytest.raises(CommandError, match="no corpus 'nope'"):
         call_command("search", "nope", "x")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_load_wikipedia_enqueue_goes_to_the_named_queue(rq_queues, capsys):
+    """`make demo` puts the background load on `default`, so the demo run on `cpu` is not kept waiting."""
+    import django_rq
+    from rq.worker import SimpleWorker
+
+    call_command("load_wikipedia", "--corpus", "wiki-q", "--limit", "3", "--enqueue", "--queue", "default")
+    assert "on the default queue" in capsys.readouterr().out
+    assert django_rq.get_queue("cpu").count == 0 and django_rq.get_queue("default").count == 1
+    django_rq.get_worker("default", worker_class=SimpleWorker).work(burst=True)
+    corpus = Corpus.objects.get(name="wiki-q")
+    assert corpus.doc_count == 3 and corpus.status == "ready"
+    with pytest.raises(CommandError):
+        call_command("load_wikipedia", "--enqueue", "--queue", "nope")

@@ -1,4 +1,4 @@
-"""`manage.py load_wikipedia [--corpus NAME] [--limit N] [--offset N] [--enqueue]`: the bundled
+"""`manage.py load_wikipedia [--corpus NAME] [--limit N] [--offset N] [--enqueue [--queue Q]]`: the bundled
 ~10,000 Wikipedia vital-article summaries, embedded and indexed. Re-running is cheap: documents
 already in the corpus are recognised by their content hash and skipped before embedding."""
 from __future__ import annotations
@@ -21,9 +21,11 @@ class Command(BaseCommand):
         parser.add_argument("--corpus", default="wikipedia", help="corpus name (created if missing; default wikipedia)")
         parser.add_argument("--limit", type=int, default=None, help="load only this many articles")
         parser.add_argument("--offset", type=int, default=0, help="skip this many articles first")
-        parser.add_argument("--enqueue", action="store_true", help="run as a background job on the `cpu` queue")
+        parser.add_argument("--enqueue", action="store_true", help="run as a background job on a worker queue")
+        parser.add_argument("--queue", choices=("gpu", "cpu", "default"), default="cpu",
+                            help="the queue of --enqueue (default cpu; `make demo` uses default so its run is not kept waiting)")
 
-    def handle(self, *args, corpus, limit, offset, enqueue, **options):
+    def handle(self, *args, corpus, limit, offset, enqueue, queue, **options):
         if (limit is not None and limit < 1) or offset < 0:
             raise CommandError("--limit must be >= 1 and --offset >= 0.")
         row = Corpus.objects.filter(name=corpus).first()
@@ -39,9 +41,10 @@ class Command(BaseCommand):
 
             job_id = uuid.uuid4().hex
             row.queue_ingest(job_id)  # before enqueueing, so the worker's progress is never overwritten
-            django_rq.get_queue("cpu").enqueue(load_wikipedia_job, row.pk, offset, limit, job_id=job_id,
+            django_rq.get_queue(queue).enqueue(load_wikipedia_job, row.pk, offset, limit, job_id=job_id,
                                                job_timeout=24 * 3600)
-            self.stdout.write(f"enqueued job {job_id}: Wikipedia articles from #{offset} into corpus {row.name!r}")
+            self.stdout.write(f"enqueued job {job_id} on the {queue} queue: Wikipedia articles from #{offset} "
+                              f"into corpus {row.name!r}")
             return
         from apps.corpora.jobs import run_ingest
         from apps.corpora.wikipedia import wikipedia_documents
