@@ -13,6 +13,7 @@ from apps.accounts.roles import can, can_control_run, role_required
 from apps.episodes.models import Attempt, Task
 from apps.runs import compare as run_compare
 from apps.runs import ledger as run_ledger
+from apps.runs import method_panel
 from apps.runs import metrics as run_metrics
 from apps.runs import trajectory as run_trajectory
 from apps.runs.forms import LaunchForm
@@ -83,6 +84,7 @@ def detail(request, run_id: int):
         "reward_series": run_metrics.series(run, [reward], points=INITIAL_POINTS),
         "tabs": run_metrics.tabs(run_metrics.metric_names(run.pk)),
         "ledger": run_ledger.ledger(run),
+        "method_panel": method_panel.panel(run),  # SCOPE / SCORE / pi-Play: gates, harness, QCPs
         "checkpoints": run.checkpoints.all()[:5],
     })
 
