@@ -37,6 +37,9 @@ import torch
 from trainer.rollout.types import Completion, SamplingParams
 
 MODES = ("colocate", "separate")
+# Set by torchrun / the DeepSpeed launcher in each rank; kept away from a separate engine's process.
+_LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                  "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
 
 
 class WeightSyncError(RuntimeError):
@@ -168,15 +171,19 @@ class VLLMGenerator:
             return LLM(enable_sleep_mode=self.sleep, **kwargs)
         from vllm.config import WeightTransferConfig
 
-        old = os.environ.get("CUDA_VISIBLE_DEVICES")
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(vllm_device)  # the engine process sees only its GPU
+        # The engine process inherits this environment: it sees only its GPU, and none of the
+        # launcher's rank variables (vLLM reads LOCAL_RANK & co. for its own world of one).
+        saved = {k: os.environ.pop(k) for k in list(os.environ) if k in _LAUNCHER_VARS or k.startswith("TORCHELASTIC_")}
+        saved.setdefault("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(vllm_device)
         try:
             llm = LLM(weight_transfer_config=WeightTransferConfig(backend="nccl"), **kwargs)
         finally:
-            if old is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = old
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         self._init_nccl(llm)
         return llm
 
