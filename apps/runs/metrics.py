@@ -178,7 +178,7 @@ TABS = (
     ("length", ("response_length", "length")),
     ("KL", ("kl", "kl_k3", "kl_k2", "kl_k1")),
     ("zero-variance groups", ("zero_variance_groups", "zero_variance")),
-    ("tokens/s", ("gen_tokens_per_s", "tokens_per_s")),
+    ("tokens/s", ("gen_tokens_per_s", "rollout_tokens_per_s", "tokens_per_s")),  # rollout_: role "system"
 )
 
 
