@@ -40,7 +40,19 @@ def index(request):
         "crossplays": CrossPlay.objects.select_related("run")[:20],
         "models": available_models(), "corpora": Corpus.objects.order_by("name"), "scorings": SCORING,
         "runs": Run.objects.order_by("-id")[:50], "can_launch": can(request.user, "launch_run"),
+        "default_queue": _default_queue(),
     })
+
+
+def _default_queue() -> str:
+    """gpu when a live worker serves it, else cpu (the CPU-only `make demo` has no gpu worker)."""
+    from apps.runs.workers import workers_overview
+
+    try:
+        workers = workers_overview()["workers"]
+    except Exception:  # Redis down: keep the form usable, the launch itself reports the problem
+        return "gpu"
+    return "gpu" if any("gpu" in w["queues"] for w in workers) or not workers else "cpu"
 
 
 def panel_context(request, run: Run, error: str = "", notice: str = "") -> dict:
