@@ -16,7 +16,7 @@
     let tab = null, name = null, traces = {}, last = {}, ready = false, seq = 0;
 
     function title(tab, name) {
-      return {...LAYOUT, margin: {...LAYOUT.margin, t: 30}, legend: {orientation: "h", y: 1.02, yanchor: "bottom"},
+      return {...LAYOUT, margin: {...LAYOUT.margin, t: 30}, legend: {orientation: "h", y: 1.02, yanchor: "bottom"}, showlegend: true,
               xaxis: {title: {text: "step"}}, yaxis: {title: {text: name || tab.label}},
               annotations: name ? [] : [{text: `${tab.label}: not reported yet`, showarrow: false,
                                         xref: "paper", yref: "paper", x: 0.5, y: 0.5}]};
@@ -35,7 +35,7 @@
       name = tab.names.find(n => present.has(n)) || null;
       const shown = data.series.filter(s => s.name === name);
       shown.forEach((s, j) => { traces[s.role] = j; last[s.role] = s.steps[s.steps.length - 1]; });
-      await Plotly.react(el, shown.map(s => ({x: s.steps, y: s.values, mode: "lines", name: s.role || "all"})),
+      await Plotly.react(el, shown.map(s => ({x: s.steps, y: s.values, mode: s.steps.length > 300 ? "lines" : "lines+markers", name: s.role || "all"})),
                          title(tab, name), CONFIG);
       el.dataset.metric = name || "";
       ready = true;
@@ -52,7 +52,7 @@
       if (!name) { name = n; el.dataset.metric = n; Plotly.relayout(el, title(tab, n)); }
       if (!(msg.role in traces)) {
         traces[msg.role] = Object.keys(traces).length;
-        Plotly.addTraces(el, {x: [], y: [], mode: "lines", name: msg.role || "all"});
+        Plotly.addTraces(el, {x: [], y: [], mode: "lines+markers", name: msg.role || "all"});
       }
       Plotly.extendTraces(el, {x: [fresh.map(p => p.step)], y: [fresh.map(p => p.values[n])]}, [traces[msg.role]]);
       last[msg.role] = fresh[fresh.length - 1].step;
