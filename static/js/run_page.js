@@ -80,7 +80,7 @@
       {type: "bar", x: mids, y: d.bins.map(b => b.recent), name: recent, customdata: labels, hovertemplate: "%{customdata}: %{y}<extra>recent</extra>", marker: {color: "#3b5bdb"}},
     ], {...LAYOUT, margin: {...LAYOUT.margin, t: 24}, barmode: "group", bargap: 0.15,
         xaxis: {title: {text: "solver pass rate"}, range: [0, 1], tickformat: ".0%", dtick: 0.1},
-        yaxis: {title: {text: "graded tasks"}},
+        yaxis: {title: {text: "graded tasks"}, rangemode: "nonnegative"},
         shapes: [{type: "line", x0: d.target, x1: d.target, yref: "paper", y0: 0, y1: 1, line: {color: "#e8590c", dash: "dash", width: 2}}],
         annotations: [{x: d.target, yref: "paper", y: 1, yanchor: "bottom", text: "target 50%", showarrow: false, font: {color: "#e8590c"}}]},
       CONFIG);
@@ -90,7 +90,8 @@
       {x: d.steps, y: d.invalid_share_by_step, mode: "lines+markers", name: "invalid share"},
       {x: d.steps, y: d.pass_rate_by_step, mode: "lines+markers", name: "mean pass rate"},
       {x: d.duplicates.steps, y: d.duplicates.rate_by_step, mode: "lines+markers", name: "near-duplicate rate (recent)"},
-    ], {...LAYOUT, xaxis: {title: {text: "step"}}, yaxis: {range: [0, 1.02], tickformat: ".0%"}}, CONFIG);
+    ], {...LAYOUT, margin: {...LAYOUT.margin, t: 30}, legend: {orientation: "h", y: 1.02, yanchor: "bottom"},  // legend above: below, it ran into the axis title
+        xaxis: {title: {text: "step"}}, yaxis: {range: [0, 1.02], tickformat: ".0%"}}, CONFIG);
     hist.dataset.ready = "1";
   }
 
