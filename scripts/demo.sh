@@ -15,7 +15,12 @@ $PY manage.py migrate --noinput -v 0
 LOGIN=$($PY manage.py ensure_admin)
 pids=()
 cleanup() {
+  trap - EXIT INT TERM
   echo; echo "stopping the web server and the workers..."
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # An RQ worker's first signal waits for its job (the demo run takes hours); a second one, more
+  # than 1 s later, stops the job too. The run is then failed (resumable) by the next reaper.
+  sleep 2
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
@@ -42,6 +47,8 @@ echo
 # The corpus: the first 1,000 Wikipedia summaries now (the run needs documents), the rest later.
 if [ -x scripts/demo_data.sh ]; then bash scripts/demo_data.sh now; fi
 
+# A demo run left "running" by an earlier Ctrl-C is failed first (no heartbeat), so a fresh one starts.
+$PY manage.py reap_runs > /dev/null 2>&1 || true
 # The demo run: a small SPICE run of SmolLM2-135M-Instruct on the CPU over the Wikipedia corpus
 # (the first worker serves the cpu queue). Re-running `make demo` reuses an active demo run.
 RUN_ID=$($PY manage.py launch spice --corpus wikipedia --model smollm2-135m-instruct --user admin \
@@ -51,7 +58,7 @@ RUN_ID=$($PY manage.py launch spice --corpus wikipedia --model smollm2-135m-inst
   --set spice.challenger_attempts=4 --set spice.challenger_group_size=4 --set spice.max_document_tokens=384 \
   --set checkpoint.every=5 2> "$LOG/launch.log") || RUN_ID=""
 if [ -n "$RUN_ID" ]; then
-  echo "  demo SPICE run: $URL/runs/$RUN_ID/ (first step in about a minute)"
+  echo "  demo SPICE run: $URL/runs/$RUN_ID/ (on 2 CPU cores a step takes minutes)"
 else
   echo "  the demo run was not launched: $(tail -n 3 "$LOG/launch.log")"
 fi
