@@ -8,6 +8,7 @@ from apps.corpora.models import Corpus, Document
 from apps.corpora.uploads import upload_dir
 
 from .conftest import make_zip
+from tests.web.runs.conftest import roles  # noqa: F401  (a flush by an earlier transactional test drops the role groups)
 
 
 def _upload(client, corpus, name, data):
@@ -74,7 +75,7 @@ def test_search_on_a_mismatched_corpus_is_a_clear_400(client, reader):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_upload_returns_202_and_a_real_worker_ingests_it(client, rq_queues, sample_files):
+def test_upload_returns_202_and_a_real_worker_ingests_it(client, rq_queues, sample_files, roles):
     import django_rq
     from django.contrib.auth.models import Group, User
 
