@@ -246,8 +246,8 @@ def test_continue_chat_closes_the_turn_and_opens_the_next(smollm2_tokenizer):
 import json  # noqa: E402
 
 from tests.trainer.taught import pair, teach  # noqa: E402
-from trainer.methods.spice import challenger_prompt  # noqa: E402
-from trainer.methods.spice_tasks import MCQ_PROMPT  # noqa: E402
+from trainer.methods.spice import challenger_prompt, prefill_ids  # noqa: E402
+from trainer.methods.spice_tasks import MCQ_PROMPT, TASK_PREFILL  # noqa: E402
 from trainer.prompts import chat  # noqa: E402
 from trainer.runner import run  # noqa: E402
 from trainer.tools.corpus import Document, JsonlDocumentSource  # noqa: E402
@@ -293,12 +293,14 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     sec = load_config(_spice_config(tiny_config, tiny_model_dir)).spice
     eos = [tok.eos_token_id]
-    choice = tok.encode('{"suitable_for_mcq": true, "suitable_for_free_form": false}', add_special_tokens=False) + eos
-    mcq = tok.encode('{"multiple_choice_question": "Which is largest? A) one B) two C) three D) four", '
+    # both turns open with the recipe's prefill (prompt tokens): the model writes the rest of the JSON
+    choice = tok.encode(' true, "suitable_for_free_form": false}', add_special_tokens=False) + eos
+    mcq = tok.encode('Which is largest? A) one B) two C) three D) four", '
                      '"multiple_choice_correct": "D"}', add_special_tokens=False) + eos
     task = SpiceTask("mcq", "mcq", "Which is largest? A) one B) two C) three D) four", "D")
     conversation = [(challenger_prompt(tok, DOCS[0], sec), False), (choice, True),
-                    (continue_chat(tok, MCQ_PROMPT, True), False), (mcq, True)]  # both Challenger turns at once
+                    (continue_chat(tok, MCQ_PROMPT, True) + prefill_ids(tok, TASK_PREFILL["mcq"]), False),
+                    (mcq, True)]  # both Challenger turns at once
     asked = chat(tok, None, reasoner_prompt(task))
     answers = [pair(asked, tok.encode(f"So \\boxed{{{x}}}", add_special_tokens=False) + eos) for x in "DB"]  # 50/50
     taught = teach(tiny_model_dir, tmp_path / "taught", [conversation, *answers], target_loss=0.05)  # 50/50 floor 0.018
@@ -349,3 +351,19 @@ def test_a_review_flag_reaches_the_recipe_and_survives_checkpoint_and_resume(tin
     result = run(cfg, documents=JsonlDocumentSource(DOCS[:1]), run_dir=tmp_path / "run", resume=True,
                  overrides=["train.steps=3"])
     assert result.steps == 3 and flagged() == ["1:d1:0"]  # restored from the checkpoint, not sent again
+
+
+def test_both_challenger_turns_open_with_their_json_prefill(smollm2_tokenizer):
+    """The prefill is prompt (never trained) and is parsed with the reply, which must still finish the JSON."""
+    from trainer.methods.spice_tasks import FORMAT_PREFILL
+
+    tok = smollm2_tokenizer
+    prompt = challenger_prompt(tok, DOCS[0], SEC)
+    assert prompt[-len(prefill_ids(tok, FORMAT_PREFILL)):] == prefill_ids(tok, FORMAT_PREFILL)
+    assert parse_format_choice(FORMAT_PREFILL + ' false, "suitable_for_free_form": true, "best_answer_type": "String"}',
+                               FORMATS, TYPES) == FormatChoice("free_form", "string")
+    with pytest.raises(TaskError, match="no parsable JSON"):  # an unfinished object stays invalid
+        parse_format_choice(FORMAT_PREFILL + ' false, "suitable_for_free_form": true', FORMATS, TYPES)
+    task = parse_task(TASK_PREFILL["free_form"] + 'Who designed Castle Drogo?", "answer": "Edwin Lutyens"}',
+                      FormatChoice("free_form", "string"))
+    assert task.question == "Who designed Castle Drogo?" and task.answer == "Edwin Lutyens"

@@ -39,6 +39,8 @@ import torch
 from trainer.algos import get_advantage
 from trainer.methods.review import ReviewState
 from trainer.methods.spice_tasks import (
+    FORMAT_PREFILL,
+    TASK_PREFILL,
     FormatChoice,
     SpiceTask,
     TaskError,
@@ -137,7 +139,12 @@ def challenger_prompt(tokenizer, doc, sec) -> list[int]:
     body = document_text(doc, tokenizer, sec.max_document_tokens)
     body = f"Title: {doc.title}\n\n{body}" if doc.title else body
     return chat(tokenizer, None, format_prompt(f"[BEGINNING OF THE DOCUMENT]\n{body}\n[END OF THE DOCUMENT]",
-                                               sec.formats, sec.answer_types))
+                                               sec.formats, sec.answer_types)) + prefill_ids(tokenizer, FORMAT_PREFILL)
+
+
+def prefill_ids(tokenizer, text: str) -> list[int]:
+    """The tokens opening an assistant turn (spice_tasks FORMAT_PREFILL / TASK_PREFILL)."""
+    return tokenizer.encode(text, add_special_tokens=False)
 
 
 def draw_numbers(docs) -> list[int]:
@@ -168,22 +175,24 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
     second = []
     for a, c in zip(attempts, first):
         a.extend(c.completion_ids, c.logprobs, trained=True)
-        a.turns.append({"role": "assistant", "text": c.text})
+        a.turns.append({"role": "assistant", "text": FORMAT_PREFILL + c.text})
         try:
-            a.choice = parse_format_choice(c.text, sec.formats, sec.answer_types)
+            a.choice = parse_format_choice(FORMAT_PREFILL + c.text, sec.formats, sec.answer_types)
         except TaskError as err:
             a.reason = f"format: {err}"
             continue
         user = task_prompt(a.choice)
-        a.extend(continue_chat(tok, user, c.finish_reason == "eos"), [], trained=False)
+        a.extend(continue_chat(tok, user, c.finish_reason == "eos") + prefill_ids(tok, TASK_PREFILL[a.choice.format]),
+                 [], trained=False)
         a.turns.append({"role": "user", "text": user})
         second.append(a)
     outs = ctx.generator.generate([a.prompt_ids + a.completion_ids for a in second], ctx.sampling_params())
     for a, c in zip(second, outs):
         a.extend(c.completion_ids, c.logprobs, trained=True)
-        a.turns.append({"role": "assistant", "text": c.text})
+        text = TASK_PREFILL[a.choice.format] + c.text
+        a.turns.append({"role": "assistant", "text": text})
         try:
-            a.task = parse_task(c.text, a.choice, sec.max_string_answer_words)
+            a.task = parse_task(text, a.choice, sec.max_string_answer_words)
         except TaskError as err:
             a.reason = f"task: {err}"
     return attempts

@@ -8,7 +8,11 @@ The Challenger is one two-turn conversation over a corpus document (spice.txt, A
    A) to D) inline, ``multiple_choice_correct``) or free-form (``question``, ``answer``,
    ``answer_type``).
 
-Wording is ours, structure is the paper's (steps, field names, output rules). The paper runs
+Wording is ours and short, structure is the paper's (the two turns, field names, output rules):
+each prompt ends with the exact JSON form and a worked example, and each assistant turn opens
+with the start of its JSON (``FORMAT_PREFILL`` / ``TASK_PREFILL``, prompt tokens): with the
+paper's long step-by-step guidance SmolLM2-135M-Instruct wrote no valid task (0/16), with
+these 12/16 at temperature 0.7 (benchmarks/RESULTS.md, "SPICE Challenger formats"). The paper runs
 the two prompts as two separate calls that both hold the document; we continue the same
 conversation instead, so the document is read once. Parsing is strict: the JSON must load
 as written (code fences around it are tolerated, broken JSON is never repaired), required
@@ -29,133 +33,62 @@ from dataclasses import dataclass
 ANSWER_TYPES = ("integer", "float", "expression", "string", "boolean")
 MCQ_LETTERS = ("A", "B", "C", "D")
 
-FORMAT_PROMPT = """Read this document and decide whether it is better suited to a CHALLENGING multiple-choice \
-question (MCQ) or to a CHALLENGING free-form question.
-
-Document:
+# Short prompts ending with the exact JSON to write (see the module docstring for why).
+FORMAT_PROMPT = """Document:
 {document}
 
-What each format needs:
+Which question format fits this document best? A multiple-choice question (MCQ: four options, needs several \
+connected facts, three plausible wrong options) or a free-form question with one exact short answer (a number, \
+a formula, a name of 1-3 words, or true/false). Pick the one that gives the hardest question.{format_rule}
 
-Multiple choice:
-- complex relationships and reasoning paths with several steps
-- room for 3 wrong options that are plausible
-- the synthesis of several concepts
-- understanding that well-made wrong options can test
+For a multiple-choice question set suitable_for_mcq to true and best_answer_type to null; for a free-form \
+question set suitable_for_free_form to true and best_answer_type to {answer_type_choices}.
+Reply with ONLY one line of JSON like this example:
+{{"suitable_for_mcq": false, "suitable_for_free_form": true, "best_answer_type": "Integer", "reason": "has numbers"}}"""
 
-Free-form:
-- specific calculations (Integer or Float answers)
-- formulas or relations to derive (Expression answers)
-- precise terms or names (String answers, 1-3 words)
-- claims to check across several facts (Boolean answers)
-- exactly one clear correct answer
+MCQ_PROMPT = """Now write one hard multiple-choice question from the document above. It needs at least two \
+connected facts from the document, and it must stand alone: the student never sees the document, so never \
+write "the text" or "the document". Put four options A) B) C) D) inside the question: one correct, three \
+plausible but wrong.
 
-Pick EXACTLY ONE format that would give the best challenging question for this document.{format_rule}
+Reply with ONLY this JSON object, nothing before or after it:
+{"multiple_choice_question": "<question> A) <option> B) <option> C) <option> D) <option>", \
+"multiple_choice_correct": "<A, B, C or D>"}
+Example (for another document):
+{"multiple_choice_question": "Which river flows through both Vienna and Budapest? A) Rhine B) Danube C) Elbe \
+D) Vistula", "multiple_choice_correct": "B"}"""
 
-Reply with ONLY a JSON object (no markdown, no text before or after it) of this form:
-{{"suitable_for_mcq": <true or false>, "suitable_for_free_form": <true or false>, \
-"best_answer_type": <{answer_type_choices} or null>, "reason": "<short reason, plain words>"}}
-For example:
-{{"suitable_for_mcq": false, "suitable_for_free_form": true, "best_answer_type": "Integer", \
-"reason": "the document gives dates that can be combined"}}
+ANSWER_RULES = {  # the answer_type's rule and an example answer, as JSON
+    "Integer": ("a whole number", "390"),
+    "Float": ("a decimal number; the question says the precision", "1.25"),
+    "Expression": ("a formula in simplest form", '"2*x^2 + 3*x"'),
+    "String": ("a name or term of 1-3 words", '"Paris"'),
+    "Boolean": ("true or false", "true"),
+}
 
-RULES:
-1. Output the JSON object and nothing else.
-2. Exactly one of suitable_for_mcq and suitable_for_free_form is true.
-3. best_answer_type is null for a multiple-choice question.
-4. No backticks, no LaTeX, no special characters in reason; keep it under 100 characters."""
+FREE_FORM_PROMPT = """Now write one hard question from the document above whose answer has the type: \
+{answer_type} ({answer_rule}). It needs at least two connected facts from the document, has exactly one \
+correct answer, and must stand alone: the student never sees the document, so never write "the text" or \
+"the document".
 
-MCQ_PROMPT = """Now write a CHALLENGING multiple-choice exam question from the document above, one that needs \
-several connected ideas and more than one reasoning step.
+Reply with ONLY this JSON object, nothing before or after it:
+{{"question": "<the question>", "answer": <the answer>, "answer_type": "{answer_type}"}}
+Example (for another document):
+{{"question": "{example_question}", "answer": {example_answer}, "answer_type": "{answer_type}"}}"""
 
-## Step 1: Find information that needs synthesis
-Look for relationships between ideas from different parts of the document, calculations or procedures with \
-dependent steps, conclusions that follow only from combining stated facts, trade-offs and conditional rules.
-Avoid single stated facts, stand-alone definitions and isolated numbers: they make easy questions.
+EXAMPLE_QUESTIONS = {  # each with the answer in ANSWER_RULES: 12*25+3*30=390; 150/120=1.25; x*(2x+3)
+    "Integer": "A school has 12 classes of 25 pupils and 3 classes of 30 pupils; how many pupils does it have?",
+    "Float": "A car covers 150 km in 2 hours; what is its mean speed in km per minute, to two decimals?",
+    "Expression": "A rectangle is x wide and 2*x + 3 long; what is its area as a polynomial in x?",
+    "String": "Which city hosted both the 1900 and the 1924 Summer Olympics?",
+    "Boolean": "Was the Eiffel Tower completed before the first modern Olympic Games were held?",
+}
 
-## Step 2: Plan how to make it hard
-Say which easy version you avoid, which layers you add, which ideas the student must connect and which \
-shortcuts you block. Put this in "hardening_process".
-
-## Step 3: Write the question
-It applies several ideas from different parts of the document, tests relationships rather than recall, and \
-may use a "what if" variation of the document's principles.
-The question must stand alone: never write "according to the text", "in the document", "the passage states" \
-or the like. Give every piece of context and define special terms inside the question.
-
-## Step 4: Aim for Hard or Extra Hard
-It must not be answerable by looking up one fact, finding one sentence or matching keywords.
-
-## Step 5: Write the four options
-Options A) B) C) D) of about equal length, the same units and formatting, a neutral tone, and wrong options \
-that are plausible to someone with partial understanding (typical slips in the calculation, partial reasoning, \
-related concepts mixed up).
-Write them inside the question text:
-"<question text> A) <option> B) <option> C) <option> D) <option>"
-
-## Step 6: Test it yourself
-Solve it as a student would. If two options can be ruled out without understanding, if the options give the \
-answer away, or if it takes fewer than 3 reasoning steps, make it harder. Put your solution in \
-"self_test_solution".
-
-## Output format
-First think step by step (privately). Then output ONE JSON object, without markdown or code fences, with:
-- "hardening_process": your strategy from Step 2
-- "multiple_choice_question": the complete stand-alone question with options A) to D); empty string if the \
-document lacks enough substance
-- "multiple_choice_correct": the letter of the correct option (A, B, C or D); empty string if no question
-- "self_test_solution": your solution from Step 6
-- "question_difficulty": "Hard" or "Extra Hard"
-
-Example of the structure:
-{{"hardening_process": "...", "multiple_choice_question": "... A) ... B) ... C) ... D) ...", \
-"multiple_choice_correct": "B", "self_test_solution": "...", "question_difficulty": "Hard"}}"""
-
-FREE_FORM_PROMPT = """Now write a CHALLENGING free-form question from the document above whose answer has the \
-type: {answer_type}.
-
-## Step 1: Find information that needs synthesis, for a {answer_type} answer
-- Integer or Float: calculations over several parts of the document, dependent steps, rates, ratios, counts.
-- Expression: relations between variables that form a formula or equation.
-- String: a precise term, name or identifier of 1-3 words at most (e.g. "Newton", "gradient descent", "Paris").
-- Boolean: a claim whose truth needs several facts to be checked together.
-Avoid direct lookups, simple arithmetic, verbatim definitions and trivial yes/no questions.
-
-## Step 2: Plan how to make it hard
-Say which easy version you avoid, which layers you add, which parts of the document must be combined and which \
-shortcuts you block. Put this in "hardening_process".
-
-## Step 3: Write the question
-It connects 3 or more ideas, forces several reasoning steps and has exactly one correct answer. It must stand \
-alone: never write "according to the text", "in the document" or the like; give all context, definitions, \
-units and the expected precision inside the question.
-
-## Step 4: Make the answer precise
-- Integer: a whole number, no decimals or ranges ("answer": 42).
-- Float: a decimal number; say the precision in the question ("answer": 3.14).
-- Expression: standard notation in simplest form ("answer": "2*x^2 + 3*x - 5").
-- String: 1-3 words, no extra punctuation ("answer": "Paris").
-- Boolean: exactly true or false ("answer": true).
-The answer is a plain value, never a list or an object.
-
-## Step 5: Solve it yourself
-Work through the full solution step by step and check the answer has the required type. Put it in \
-"step_by_step_solution".
-
-## Output format
-First think step by step (privately). Then output ONE JSON object, without markdown or code fences, with:
-- "identified_information": the pieces of the document the question needs
-- "hardening_process": your strategy from Step 2
-- "question": exactly one stand-alone question as a single string; empty string if the document lacks \
-material for a {answer_type} answer
-- "answer": the answer as a plain value of type {answer_type}; empty string if not derivable from the document
-- "answer_type": "{answer_type}"
-- "step_by_step_solution": your solution from Step 5
-- "difficulty_level": "Hard" or "Extra Hard"
-
-Example of the structure:
-{{"identified_information": ["...", "..."], "hardening_process": "...", "question": "...", "answer": 42, \
-"answer_type": "{answer_type}", "step_by_step_solution": "...", "difficulty_level": "Hard"}}"""
+# Both Challenger turns open with the start of their JSON (prompt tokens, never trained; parsed
+# together with the reply, which must still complete valid JSON). With these prefixes
+# SmolLM2-135M-Instruct writes a parsable task 12/16 times at temperature 0.7 (0/16 without).
+FORMAT_PREFILL = '{"suitable_for_mcq":'
+TASK_PREFILL = {"mcq": '{"multiple_choice_question": "', "free_form": '{"question": "'}
 
 REASONER_FREE_FORM = "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 REASONER_MCQ = ("{question}\n\nPlease reason step by step, and put the letter of the correct option "
@@ -195,7 +128,10 @@ def task_prompt(choice: FormatChoice) -> str:
     """Turn two of the Challenger (Figure 10 structure) for the chosen format."""
     if choice.format == "mcq":
         return MCQ_PROMPT
-    return FREE_FORM_PROMPT.format(answer_type=choice.answer_type.capitalize())
+    kind = choice.answer_type.capitalize()
+    rule, example = ANSWER_RULES[kind]
+    return FREE_FORM_PROMPT.format(answer_type=kind, answer_rule=rule, example_question=EXAMPLE_QUESTIONS[kind],
+                                   example_answer=example)
 
 
 def reasoner_prompt(task: SpiceTask) -> str:
