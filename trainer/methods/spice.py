@@ -264,7 +264,8 @@ def run_spice(ctx) -> None:
         drawn = sample_documents(ctx, ctx.config.train.prompts_per_step, rng)
         mine = ctx.shard(range(len(drawn)))  # several GPUs: each rank plays its share of the documents
         docs = [drawn[i] for i in mine]
-        attempts = challenge(ctx, docs, step, [draw_numbers(drawn)[i] for i in mine])
+        draws = draw_numbers(drawn)
+        attempts = challenge(ctx, docs, step, [draws[i] for i in mine])
         by_doc: list[list[Attempt]] = [[] for _ in docs]
         for a in attempts:
             by_doc[a.group].append(a)
