@@ -79,9 +79,25 @@ def secret_key(debug: bool) -> str:
         raise SettingError("SECRET_KEY is not set; production needs an explicit SECRET_KEY")
     path = data_dir() / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        try:  # created owner-only from the start (no moment where others can read it)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process wrote it meanwhile
+            return path.read_text().strip()
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(50))
     return path.read_text().strip()
+
+
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]", "testserver"}
+
+
+def insecure_http(allowed_hosts: list[str]) -> bool:
+    """Whether the server is served over plain HTTP (no Secure cookies, no https redirect, no HSTS).
+
+    SELFPLAY_INSECURE_HTTP=1/0 decides; unset, it is plain HTTP only when ALLOWED_HOSTS names
+    nothing but this machine (`make demo` on http://127.0.0.1:8000), else HTTPS is expected."""
+    local = bool(allowed_hosts) and all(h.lower() in LOOPBACK_HOSTS for h in allowed_hosts)
+    return env_bool("SELFPLAY_INSECURE_HTTP", local)
 
 
 def embedded_pg_dir() -> Path:

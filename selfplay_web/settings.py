@@ -5,6 +5,8 @@ REDIS_URL      Redis for Channels and RQ (default: what `manage.py services star
 SELFPLAY_DATA_DIR  where models, checkpoints, uploads, the embedded database live (default ./var)
 SECRET_KEY     generated once into the data dir when absent (outside production)
 DEBUG, ALLOWED_HOSTS
+Security (DEBUG off; docs/SECURITY.md): SELFPLAY_INSECURE_HTTP, SELFPLAY_BEHIND_PROXY, CSRF_TRUSTED_ORIGINS,
+SECURE_HSTS_SECONDS / _INCLUDE_SUBDOMAINS / _PRELOAD, SECURE_SSL_REDIRECT, SESSION_COOKIE_SECURE, CSRF_COOKIE_SECURE
 """
 from __future__ import annotations
 
@@ -145,14 +147,33 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 
+# Security (docs/SECURITY.md). Always: HttpOnly session cookie, nosniff, no framing, same-origin referrers.
 SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
-if not DEBUG:
-    SESSION_COOKIE_SECURE = envcfg.env_bool("SESSION_COOKIE_SECURE", True)
-    CSRF_COOKIE_SECURE = envcfg.env_bool("CSRF_COOKIE_SECURE", True)
-    SECURE_REFERRER_POLICY = "same-origin"
+SECURE_REFERRER_POLICY = "same-origin"
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+try:
+    if envcfg.env_bool("SELFPLAY_BEHIND_PROXY", False):  # a TLS proxy in front sets X-Forwarded-Proto
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    if not DEBUG:
+        # DEBUG off means HTTPS: Secure cookies, redirect to https, HSTS; unless the server is plain
+        # HTTP (SELFPLAY_INSECURE_HTTP=1, the default when ALLOWED_HOSTS names only this machine).
+        _HTTPS = not envcfg.insecure_http(ALLOWED_HOSTS)
+        SESSION_COOKIE_SECURE = envcfg.env_bool("SESSION_COOKIE_SECURE", _HTTPS)
+        CSRF_COOKIE_SECURE = envcfg.env_bool("CSRF_COOKIE_SECURE", _HTTPS)
+        SECURE_SSL_REDIRECT = envcfg.env_bool("SECURE_SSL_REDIRECT", _HTTPS)
+        SECURE_HSTS_SECONDS = envcfg.env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if _HTTPS else 0)
+        SECURE_HSTS_INCLUDE_SUBDOMAINS = envcfg.env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+        SECURE_HSTS_PRELOAD = envcfg.env_bool("SECURE_HSTS_PRELOAD", False)
+        if not SECURE_HSTS_PRELOAD:
+            # W021 asks for HSTS preload: joining the browsers' preload list is the site owner's
+            # commitment (hard to undo), so it is opt-in (SECURE_HSTS_PRELOAD=1), not a default.
+            SILENCED_SYSTEM_CHECKS = ["security.W021"]
+except envcfg.SettingError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 LOGGING = {
     "version": 1,
