@@ -66,3 +66,17 @@ def test_an_optimizer_step_marks_the_weights_changed(tiny_model_dir):
     engine.backward(model(input_ids=x, labels=x).loss)
     engine.step()
     assert _param_versions(model) != before
+
+
+def test_flat_logprobs_give_the_sampled_tokens_logprob():
+    from trainer.rollout.vllm_backend import flat_sampled_logprobs
+
+    # position 0 holds only the sampled token; position 1 holds a top-1 entry first, then the sampled
+    # token; position 2 lacks the sampled token (nan) — vLLM's FlatLogprobs layout as plain lists
+    ids = [5, 7, 9]
+    start, end = [0, 1, 3], [1, 3, 4]
+    token_ids, logprobs = [5, 3, 7, 4], [-0.25, -0.1, -2.5, -0.7]
+    got = flat_sampled_logprobs(ids, start, end, token_ids, logprobs)
+    assert got[:2] == [-0.25, -2.5] and math.isnan(got[2])
+    # fewer positions than ids (a truncated output) gives fewer values: the caller's length check fires
+    assert flat_sampled_logprobs(ids, start[:2], end[:2], token_ids, logprobs) == [-0.25, -2.5]

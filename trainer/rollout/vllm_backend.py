@@ -57,13 +57,38 @@ def truncated_is_weights(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor,
     return torch.exp(trainer_logp - rollout_logp).clamp(max=cap).detach()
 
 
+def flat_sampled_logprobs(ids: list[int], start: list[int], end: list[int], token_ids: list[int],
+                          logprobs: list[float]) -> list[float]:
+    """The log-prob of each sampled token from vLLM's flat layout (``FlatLogprobs``: position i's
+    entries are ``[start[i], end[i])`` of the flat ``token_ids`` / ``logprobs`` lists). With
+    ``logprobs=0`` each position holds just the sampled token; nan where it is missing."""
+    out = []
+    for i, tok in enumerate(ids[: len(start)]):
+        value = float("nan")
+        for k in range(start[i], end[i]):
+            if token_ids[k] == tok:
+                value = float(logprobs[k])
+                break
+        out.append(value)
+    return out
+
+
+def _sampled_logprobs(ids: list[int], lp) -> list[float]:
+    if lp is None:
+        return []
+    if hasattr(lp, "start_indices"):  # FlatLogprobs (SamplingParams(flat_logprobs=True)): no per-token objects
+        return flat_sampled_logprobs(ids, lp.start_indices, lp.end_indices, lp.token_ids, lp.logprobs)
+    out = []
+    for tok, entry in zip(ids, lp):
+        value = entry.get(tok) if entry else None
+        out.append(float(value.logprob) if value is not None else float("nan"))
+    return out
+
+
 def _completion_of(out, params: SamplingParams, tokenizer, eos_ids: set[int]) -> Completion:
     """One vLLM CompletionOutput -> our Completion (ids never cut; logprob of each sampled token)."""
     ids = list(out.token_ids)
-    lps = []
-    for tok, entry in zip(ids, out.logprobs or []):
-        lp = entry.get(tok) if entry else None
-        lps.append(float(lp.logprob) if lp is not None else float("nan"))
+    lps = _sampled_logprobs(ids, out.logprobs)
     if len(lps) != len(ids):
         raise RuntimeError(f"vLLM returned {len(lps)} logprobs for {len(ids)} tokens; request logprobs=0")
     stop = out.stop_reason if isinstance(out.stop_reason, str) else None
@@ -276,6 +301,13 @@ class VLLMGenerator:
             logits = self.model(input_ids=x).logits[0, :-1].float()  # [L-1, V]
         return torch.log_softmax(logits, -1).gather(1, x[0, 1:, None]).squeeze(1).cpu()
 
+    @staticmethod
+    def _fast_output(params: SamplingParams) -> dict:
+        """Output options that cost vLLM less per token: flat log-probs (a few lists per request instead
+        of a dict + Logprob object per token) and, when no stop string needs the text, no incremental
+        detokenization (we decode the finished ids once ourselves)."""
+        return {"flat_logprobs": True, "detokenize": bool(params.stop)}
+
     # -- the Generator protocol ---------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams, use_adapter: bool = True) -> list[Completion]:
         if not use_adapter:
@@ -291,7 +323,7 @@ class VLLMGenerator:
         vsp = VSP(n=1, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
                   min_tokens=min(params.min_new_tokens, params.max_new_tokens), stop=list(params.stop) or None,
                   stop_token_ids=sorted(self.eos_ids), include_stop_str_in_output=True, logprobs=0,
-                  skip_special_tokens=True)
+                  skip_special_tokens=True, **self._fast_output(params))
         outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], vsp, use_tqdm=False)
         if self.sleep:  # hand the KV cache (and the weights, to CPU) back to the update pass
             self.llm.sleep(level=1)
