@@ -379,6 +379,8 @@ def _explain(exc: ValidationError) -> list[tuple[str, str]]:
             problems.append((path, "unknown key" + _hint(loc)))
         elif err["type"] == "missing":
             problems.append((path, "required key is missing"))
+        elif loc[-1].endswith("api_key"):  # a refused key is not echoed (method_configs.check_key_ref)
+            problems.append((path, err["msg"]))
         else:
             problems.append((path, f"{err['msg']} (got {_SHORT.repr(err.get('input'))})"))
     return problems

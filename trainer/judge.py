@@ -489,6 +489,17 @@ class Judge:
 
 # ---- construction from a recipe context ---------------------------------------------------------
 
+def key_env(ref: str | None, default: str = "SELFPLAY_JUDGE_API_KEY") -> str:
+    """The environment variable an endpoint's key is read from: ``env:NAME`` -> NAME, unset -> the
+    default. A ``sealed:`` key is the web server's: only its worker opens it (into an env: one)."""
+    if not ref:
+        return default
+    if ref.startswith("env:"):
+        return ref[4:]
+    raise ValueError("this API key was sealed by the web server; only its worker can open it. Standalone, give "
+                     "the key as env:NAME (an environment variable holding it)")
+
+
 def make_judge(ctx, kind: str = "frozen_base", endpoint: str | None = None, model: str | None = None,
                api_key_env: str = "SELFPLAY_JUDGE_API_KEY", **kw) -> Judge | None:
     """The judge a config asks for: "frozen_base" (the policy's frozen base), "endpoint"

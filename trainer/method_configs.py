@@ -11,11 +11,27 @@ Every field carries a description: the web builds its launch form from them
 """
 from __future__ import annotations
 
+import re
 from typing import ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _NUMBERS = (int, float, Optional[int], Optional[float])
+
+
+KEY_REF = re.compile(r"env:[A-Za-z_][A-Za-z0-9_]*|sealed:[A-Za-z0-9_=-]+")
+
+
+def check_key_ref(value: str | None) -> str | None:
+    """An API key field holds a reference, never the key: ``env:NAME`` (the worker's environment)
+    or ``sealed:...`` (encrypted by the web server, opened only by its worker). A key written
+    into a config would land in config.yaml, checkpoints and exports (and config errors do not
+    echo these fields' values: trainer.config._explain)."""
+    if value is None or KEY_REF.fullmatch(value):
+        return value
+    raise ValueError("give the API key as env:NAME, the name of an environment variable that holds it "
+                     "(a key in the config would be written to config.yaml and checkpoints); "
+                     "the web form and the API also take the key itself and store it encrypted")
 
 
 class Section(BaseModel):
@@ -127,6 +143,11 @@ class SspSection(Section):
         "frozen_base", description="Answer judge (ours: frozen base by default; an OpenAI-compatible endpoint; or exact match).")
     judge_endpoint: str | None = Field(None, description="Base URL of an OpenAI-compatible judge (judge=endpoint).")
     judge_model: str | None = Field(None, description="Model name sent to the judge endpoint.")
+    judge_api_key: str | None = Field(
+        None, description="The judge endpoint's API key as env:NAME (read from the environment variable NAME; "
+        "unset: $SELFPLAY_JUDGE_API_KEY). Typed into the web form or the API, the key itself is stored encrypted.")
+
+    _key_ref = field_validator("judge_api_key")(lambda cls, v: check_key_ref(v))
 
     @model_validator(mode="after")
     def _needs(self) -> "SspSection":
@@ -236,6 +257,11 @@ class ScoreSection(Section):
         "(title) or no query (skip) (ours).")
     max_document_tokens: int = Field(512, ge=32, description="Documents shown to the query writer (tokens, ours).")
     harness_model: str | None = Field(None, description="Model name sent to the meta-harness endpoint.")
+    harness_api_key: str | None = Field(
+        None, description="The meta-harness endpoint's API key as env:NAME (read from the environment variable NAME; "
+        "unset: $SELFPLAY_JUDGE_API_KEY). Typed into the web form or the API, the key itself is stored encrypted.")
+
+    _key_ref = field_validator("harness_api_key")(lambda cls, v: check_key_ref(v))
 
 
 class PiplaySection(Section):

@@ -47,6 +47,7 @@ from django.db.models.functions import Cast, Coalesce
 from apps.api.export_sql import lines_sql
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.review.models import ReviewItem
+from apps.runs.sealed import redact, redact_overrides
 
 PAGE = 2000  # rows per JSONL page
 PARQUET_PAGE = 500  # rows per Parquet row group: converting a page costs Python objects, keep it small
@@ -363,7 +364,8 @@ def line_pages(p: Plan, size: int | None = None):
 
 def _config_row(run) -> tuple:
     return (run.pk, run.method, run.model_name, run.corpus.name if run.corpus_id else run.corpus_name, run.status,
-            run.total_steps, json.dumps(run.config), json.dumps(run.overrides), run.created_at.isoformat())
+            run.total_steps, json.dumps(redact(run.config)), json.dumps(redact_overrides(run.overrides)),
+            run.created_at.isoformat())
 
 
 def _pair_pages(p: Plan, page_tasks: int):

@@ -21,6 +21,7 @@ from apps.accounts.roles import HasRole, can, can_control_run
 from apps.api.errors import error_response
 from apps.runs import metrics as run_metrics
 from apps.runs.models import IllegalTransition, Run
+from apps.runs.sealed import redact, redact_overrides
 from apps.runs.services import lifecycle
 from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
 from apps.runs.views import with_last_reward
@@ -39,7 +40,8 @@ def run_dict(run: Run, full: bool = True) -> dict:
     }
     if full:
         out.update({"worker": run.worker_name or None, "job_id": run.job_id or None, "run_dir": run.run_dir,
-                    "checkpoint_path": run.checkpoint_path or None, "config": run.config, "overrides": run.overrides,
+                    "checkpoint_path": run.checkpoint_path or None, "config": redact(run.config),
+                    "overrides": redact_overrides(run.overrides),
                     "checkpoints": [{"step": c.step, "path": c.path, "created": c.created}
                                     for c in run.checkpoints.all()[:20]]})
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import yaml
 from django import forms
 
+from apps.runs.sealed import SECRET_PATHS
 from apps.runs.services.launch import available_models
 from trainer.config import method_fields
 
@@ -81,6 +82,8 @@ class LaunchForm(forms.Form):
 def _form_field(row: dict) -> forms.Field:
     common = {"label": row["path"], "help_text": row["help"], "initial": _initial(row), "required": False}
     kind = row["type"]
+    if row["path"] in SECRET_PATHS:  # typed, never shown again (not even after a form error)
+        return forms.CharField(**common, widget=forms.PasswordInput(attrs={"autocomplete": "off"}))
     if kind == "bool":
         return forms.BooleanField(**common)
     if kind == "choice":

@@ -72,8 +72,11 @@ def _train(run: Run, run_dir: Path, sink: DjangoSink, stream):
 
 
 def _config_for_worker(run: Run) -> dict:
-    """The stored config; a model named by folder resolves against this server's models dir."""
-    cfg = dict(run.config)
+    """The stored config; a model named by folder resolves against this server's models dir; a
+    sealed API key is opened into this process's environment (the trainer gets env:NAME)."""
+    from apps.runs.sealed import open_for_worker
+
+    cfg = open_for_worker(dict(run.config), run.pk)
     name = (cfg.get("model") or {}).get("name_or_path", "")
     local = Path(settings.MODELS_DIR) / name
     if name and "/" not in name and (local / "config.json").is_file():

@@ -148,9 +148,9 @@ class Score:
             return mh.HumanDriver()
         if not sec.harness_endpoint:
             raise ValueError("score.meta_harness=endpoint needs score.harness_endpoint (an OpenAI-compatible base URL)")
-        from trainer.judge import EndpointClient
+        from trainer.judge import EndpointClient, key_env
 
-        client = EndpointClient(sec.harness_endpoint, model=sec.harness_model)
+        client = EndpointClient(sec.harness_endpoint, model=sec.harness_model, api_key_env=key_env(sec.harness_api_key))
         return mh.EndpointDriver(client.chat, self.pool, sec.max_tool_calls)
 
     @property

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from trainer.algos import get_advantage
-from trainer.judge import make_judge
+from trainer.judge import key_env, make_judge
 from trainer.methods.replay import ReplayBuffer
 from trainer.methods.review import ReviewState
 from trainer.methods.ssp_tasks import (
@@ -236,7 +236,8 @@ def run_ssp(ctx) -> None:
     if ctx.retriever is None:
         raise RuntimeError("SSP needs a search tool: set corpus.path (standalone) or launch it on a corpus (web)")
     tool = SearchTool(ctx.retriever, k=sec.top_k, tokenizer=ctx.policy.tokenizer)
-    judge = make_judge(ctx, sec.judge, sec.judge_endpoint, sec.judge_model)  # None for judge=exact
+    judge = make_judge(ctx, sec.judge, sec.judge_endpoint, sec.judge_model,  # None for judge=exact
+                       api_key_env=key_env(sec.judge_api_key))
     answer_list = load_answers(sec.answers_path) if sec.answer_source == "list" else None
     review, buffer = ReviewState(), ReplayBuffer(sec.replay_reset_every)
     review.load_state_dict(ctx.state.get("review", {}))

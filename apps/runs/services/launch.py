@@ -211,8 +211,10 @@ def available_models() -> list[str]:
 def launch(method: str, model: str | None, corpus=None, config: dict | None = None,
            overrides: list[str] | None = None, user=None, web: bool = True, queue: str | None = None) -> Run:
     """Validate, create the Run (queued) and put its job on the queue. Raises LaunchError / QueueUnavailable."""
+    from apps.runs.sealed import seal_inputs
     from apps.runs.services.lifecycle import enqueue
 
+    config, overrides = seal_inputs(config, overrides)  # a typed-in API key is stored encrypted, never plain
     cfg, corpus_obj, queue_name = validate(method, model, corpus, config, overrides, user, web, queue)
     with transaction.atomic():
         run = Run.objects.create(

@@ -1,0 +1,189 @@
+"""API keys of run configs (apps/runs/sealed.py): typed into the API, the launch form or
+``manage.py launch``, a judge endpoint's key is stored encrypted; no page, API answer, export,
+event or trainer file shows it; the run's worker still hands the real key to the endpoint.
+
+The endpoint is a real HTTP server in the test that records the Authorization header it gets
+from the trainer's own client (trainer.judge), built from the config exactly as the SSP recipe
+builds it from what the run job prepares.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test import Client, override_settings
+from rest_framework.test import APIClient
+
+from apps.corpora.models import Corpus
+from apps.runs.jobs import _config_for_worker
+from apps.runs.models import Run
+from apps.runs.sealed import SecretError, open_for_worker
+from trainer.config import ConfigError, load_config, save_config
+from trainer.judge import key_env, make_judge
+
+pytestmark = pytest.mark.django_db
+
+KEY = "sk-test-5f3a9c1e-do-not-leak"
+HARNESS_KEY = "sk-harness-77e0b2-do-not-leak"
+
+
+@pytest.fixture
+def endpoint():
+    """An OpenAI-compatible /chat/completions that records the Authorization headers it gets."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            seen.append(self.headers.get("Authorization", ""))
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps({"choices": [{"message": {"content": "yes"}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/v1", seen
+    server.shutdown()
+
+
+@pytest.fixture
+def ssp_run(researcher, endpoint, rq_queues, django_capture_on_commit_callbacks):
+    """An SSP run launched through the API with the judge's key typed in (and a SCORE-style key as --set)."""
+    Corpus.objects.create(name="secret-corpus")
+    url, _ = endpoint
+    client = APIClient()
+    client.force_authenticate(researcher)
+    config = {"train": {"steps": 2, "device": "cpu"},
+              "ssp": {"judge": "endpoint", "judge_endpoint": url, "judge_model": "judge", "judge_api_key": KEY}}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/api/v1/runs/", {"method": "ssp", "model": "smollm2-135m-instruct",
+                                                 "corpus": "secret-corpus", "config": config}, format="json")
+    assert response.status_code == 201, response.content
+    assert KEY not in response.content.decode()
+    return Run.objects.get(pk=response.json()["id"])
+
+
+def _texts(run) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT config::text, overrides::text FROM runs_run WHERE id = %s", [run.pk])
+        config, overrides = cursor.fetchone()
+    events = " ".join(run.events.values_list("message", flat=True))
+    return config + overrides + events
+
+
+def test_the_key_is_stored_sealed_not_plain(ssp_run):
+    stored = ssp_run.config["ssp"]["judge_api_key"]
+    assert stored.startswith("sealed:") and KEY not in _texts(ssp_run)
+    assert ssp_run.overrides["config"]["ssp"]["judge_api_key"].startswith("sealed:")
+
+
+def test_no_page_api_answer_or_export_shows_the_key(ssp_run, researcher, tmp_path):
+    sealed = ssp_run.config["ssp"]["judge_api_key"]
+    api = APIClient()
+    api.force_authenticate(researcher)
+    detail = api.get(f"/api/v1/runs/{ssp_run.pk}/")
+    assert detail.status_code == 200
+    assert detail.json()["config"]["ssp"]["judge_api_key"] == "<hidden>"
+    assert detail.json()["config"]["ssp"]["judge_endpoint"].startswith("http://127.0.0.1")  # the rest is shown
+    answers = [detail, api.get("/api/v1/runs/"), api.get(f"/api/v1/runs/{ssp_run.pk}/export/config.jsonl")]
+    pages = Client()
+    pages.force_login(researcher)
+    answers += [pages.get(f"/runs/{ssp_run.pk}/"), pages.get("/runs/"), pages.get("/")]
+    bodies = []
+    for response in answers:
+        assert response.status_code == 200
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        assert KEY.encode() not in body and sealed.encode() not in body, response.request["PATH_INFO"]
+        bodies.append(body)
+    exported = json.loads(bodies[2])
+    assert json.loads(exported["config"])["ssp"]["judge_api_key"] == "<hidden>"
+    out = tmp_path / "config.jsonl"
+    call_command("export", str(ssp_run.pk), "--kind", "config", "-o", str(out))
+    assert KEY not in out.read_text() and sealed not in out.read_text() and "<hidden>" in out.read_text()
+
+
+def test_the_worker_hands_the_real_key_to_the_endpoint_and_writes_only_a_reference(ssp_run, endpoint, tmp_path):
+    url, seen = endpoint
+    cfg = load_config(_config_for_worker(ssp_run))  # what the run job gives trainer.run
+    assert cfg.ssp.judge_api_key == f"env:SELFPLAY_RUN{ssp_run.pk}_SSP_JUDGE_API_KEY"
+    save_config(cfg, tmp_path / "config.yaml")  # the run folder's and every checkpoint's config.yaml
+    assert KEY not in (tmp_path / "config.yaml").read_text()
+    # the SSP recipe's own call (trainer/methods/ssp.py)
+    judge = make_judge(None, cfg.ssp.judge, cfg.ssp.judge_endpoint, cfg.ssp.judge_model,
+                       api_key_env=key_env(cfg.ssp.judge_api_key))
+    assert judge.equivalent("What is 2+2?", "4", "four") is not None
+    assert seen and set(seen) == {f"Bearer {KEY}"}
+
+
+def test_a_set_override_and_the_launch_command_seal_the_key_too(researcher, rq_queues, django_capture_on_commit_callbacks,
+                                                                 endpoint, capsys):
+    url, _ = endpoint
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("launch", "score", "--corpus", Corpus.objects.create(name="c2").name, "--model",
+                     "smollm2-135m-instruct", "--set", "train.steps=2", "--set", "train.device=cpu",
+                     "--set", "score.meta_harness=endpoint", "--set", f"score.harness_endpoint={url}",
+                     "--set", f"score.harness_api_key={HARNESS_KEY}")
+    run = Run.objects.latest("id")
+    assert HARNESS_KEY not in _texts(run) and HARNESS_KEY not in capsys.readouterr().out
+    assert run.config["score"]["harness_api_key"].startswith("sealed:")
+    assert any(s.startswith("score.harness_api_key=sealed:") for s in run.overrides["set"])
+    cfg = load_config(_config_for_worker(run))
+    assert os.environ[key_env(cfg.score.harness_api_key)] == HARNESS_KEY
+
+
+def test_an_env_reference_is_kept_as_given(researcher, rq_queues, django_capture_on_commit_callbacks):
+    Corpus.objects.create(name="c3")
+    client = APIClient()
+    client.force_authenticate(researcher)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/api/v1/runs/", {"method": "ssp", "model": "smollm2-135m-instruct", "corpus": "c3",
+                                                 "config": {"train.device": "cpu",
+                                                            "ssp.judge_api_key": "env:MY_JUDGE_KEY"}}, format="json")
+    assert response.status_code == 201, response.content
+    run = Run.objects.get(pk=response.json()["id"])
+    assert run.config["ssp"]["judge_api_key"] == "env:MY_JUDGE_KEY"
+    assert client.get(f"/api/v1/runs/{run.pk}/").json()["config"]["ssp"]["judge_api_key"] == "env:MY_JUDGE_KEY"
+
+
+def test_the_launch_form_takes_the_key_as_a_password_and_never_echoes_it(researcher):
+    Corpus.objects.create(name="c4")
+    client = Client()
+    client.force_login(researcher)
+    page = client.get("/runs/new/?method=ssp")
+    assert b'type="password" name="cfg__ssp__judge_api_key"' in page.content
+    refused = client.post("/runs/new/", {"method": "ssp", "model": "smollm2-135m-instruct", "corpus": "c4",
+                                         "cfg__train__steps": "0", "cfg__ssp__judge_api_key": KEY})
+    assert refused.status_code == 400 and b"errorlist" in refused.content
+    assert KEY.encode() not in refused.content
+
+
+def test_a_key_sealed_under_another_secret_key_fails_clearly_unless_it_is_a_fallback(ssp_run):
+    sealed = ssp_run.config["ssp"]["judge_api_key"]
+    from django.conf import settings
+
+    old = settings.SECRET_KEY
+    with override_settings(SECRET_KEY="a-new-secret-key-" + "x" * 40, SECRET_KEY_FALLBACKS=[]):
+        with pytest.raises(SecretError, match="SECRET_KEY_FALLBACKS"):
+            open_for_worker(ssp_run.config, ssp_run.pk)
+    with override_settings(SECRET_KEY="a-new-secret-key-" + "x" * 40, SECRET_KEY_FALLBACKS=[old]):
+        opened = open_for_worker({"ssp": {"judge_api_key": sealed}}, ssp_run.pk)
+    assert opened["ssp"]["judge_api_key"].startswith("env:")
+
+
+def test_the_standalone_trainer_refuses_a_plain_key_without_echoing_it():
+    with pytest.raises(ConfigError) as exc:
+        load_config({"method": "ssp", "model": {"name_or_path": "x"}, "ssp": {"judge_api_key": KEY}})
+    assert "env:NAME" in str(exc.value) and KEY not in str(exc.value)
+    with pytest.raises(ValueError, match="sealed by the web server"):
+        key_env("sealed:abc")
