@@ -379,7 +379,7 @@ def _explain(exc: ValidationError) -> list[tuple[str, str]]:
             problems.append((path, "unknown key" + _hint(loc)))
         elif err["type"] == "missing":
             problems.append((path, "required key is missing"))
-        elif loc[-1].endswith("api_key"):  # a refused key is not echoed (method_configs.check_key_ref)
+        elif loc[-1].endswith(("api_key", "_endpoint")):  # a refused key or URL with one is not echoed
             problems.append((path, err["msg"]))
         else:
             problems.append((path, f"{err['msg']} (got {_SHORT.repr(err.get('input'))})"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from typing import ClassVar, Literal, Optional
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -32,6 +33,21 @@ def check_key_ref(value: str | None) -> str | None:
     raise ValueError("give the API key as env:NAME, the name of an environment variable that holds it "
                      "(a key in the config would be written to config.yaml and checkpoints); "
                      "the web form and the API also take the key itself and store it encrypted")
+
+
+CREDENTIAL_PARAM = re.compile(r"(?i)key|token|secret|passw|auth|^sig$|signature")
+
+
+def check_endpoint(value: str | None) -> str | None:
+    """An endpoint URL is stored and shown with the config: no credentials in it."""
+    if value is None:
+        return value
+    parts = urlsplit(value)
+    names = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    if parts.username or parts.password or any(CREDENTIAL_PARAM.search(n) for n in names):
+        raise ValueError("put no credentials in the endpoint URL (it is stored and shown with the run's config); "
+                         "give the key in the matching *_api_key field")
+    return value
 
 
 class Section(BaseModel):
@@ -148,6 +164,7 @@ class SspSection(Section):
         "unset: $SELFPLAY_JUDGE_API_KEY). Typed into the web form or the API, the key itself is stored encrypted.")
 
     _key_ref = field_validator("judge_api_key")(lambda cls, v: check_key_ref(v))
+    _endpoint = field_validator("judge_endpoint")(lambda cls, v: check_endpoint(v))
 
     @model_validator(mode="after")
     def _needs(self) -> "SspSection":
@@ -262,6 +279,7 @@ class ScoreSection(Section):
         "unset: $SELFPLAY_JUDGE_API_KEY). Typed into the web form or the API, the key itself is stored encrypted.")
 
     _key_ref = field_validator("harness_api_key")(lambda cls, v: check_key_ref(v))
+    _endpoint = field_validator("harness_endpoint")(lambda cls, v: check_endpoint(v))
 
 
 class PiplaySection(Section):

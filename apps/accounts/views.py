@@ -1,4 +1,5 @@
 from django.shortcuts import render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 from rest_framework.authtoken.models import Token
 
@@ -11,6 +12,7 @@ def home(request):
 
 
 @require_http_methods(["GET", "POST"])
+@never_cache  # the page shows the token: no browser or proxy cache keeps it
 def token(request):
     """Show (or rotate, on POST) the user's API token."""
     if request.method == "POST":

@@ -187,3 +187,23 @@ def test_the_standalone_trainer_refuses_a_plain_key_without_echoing_it():
     assert "env:NAME" in str(exc.value) and KEY not in str(exc.value)
     with pytest.raises(ValueError, match="sealed by the web server"):
         key_env("sealed:abc")
+
+
+@pytest.mark.parametrize("url", [f"http://judge:{KEY}@127.0.0.1:9/v1", f"https://127.0.0.1:9/v1?api-key={KEY}"])
+def test_an_endpoint_url_carrying_a_credential_is_refused_without_echoing_it(researcher, url):
+    Corpus.objects.create(name="c5")
+    client = APIClient()
+    client.force_authenticate(researcher)
+    response = client.post("/api/v1/runs/", {"method": "ssp", "model": "smollm2-135m-instruct", "corpus": "c5",
+                                             "config": {"ssp": {"judge": "endpoint", "judge_endpoint": url,
+                                                                "judge_model": "j"}}}, format="json")
+    assert response.status_code == 400 and "ssp.judge_endpoint" in response.json()["fields"]
+    assert "_api_key" in response.json()["error"] and KEY not in response.content.decode()
+    assert not Run.objects.exists()
+
+
+def test_the_token_page_is_not_cached(researcher):
+    client = Client()
+    client.force_login(researcher)
+    page = client.get("/accounts/token/")
+    assert page.status_code == 200 and "no-store" in page["Cache-Control"]
