@@ -111,6 +111,10 @@ class TrainConfig(Section):
         16384, ge=1, description="With packing: most tokens in one packed micro-batch.")
     offload_optimizer: bool = Field(
         False, description="DeepSpeed: keep fp32 master weights and Adam states in CPU memory (engine=deepspeed).")
+    rollout_is_cap: float = Field(
+        0.0, ge=0, description="Truncated importance sampling between the rollout engine's log-probs and the "
+        "trainer's: each token's loss is weighted by min(pi_trainer / pi_rollout, cap), with the trainer's own "
+        "log-probs as the PPO reference (0 = off: the rollout's log-probs are the reference). For rollout.backend=vllm.")
 
 
 class CheckpointConfig(Section):

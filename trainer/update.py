@@ -40,6 +40,7 @@ from transformers import DynamicCache
 
 from trainer import distributed as dist
 from trainer.algos import aggregate, entropy, get_kl, policy_loss, token_logprobs
+from trainer.algos.losses import truncated_is_weights
 
 
 @dataclass
@@ -316,12 +317,17 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
     scaled = logits.float() / mb.temp[:, None]  # [N, V]
     ids = mb.completion[mb.mask]  # [N]
     logp = _scatter(token_logprobs(scaled, ids), mb.mask)  # [B, C]
-    pg, clip = policy_loss(logp, mb.old_logp, mb.adv, mb.mask, t.clip_low, t.clip_high,
-                           agg=t.loss_agg, max_len=max_len, denom=denom)
     n = int(mb.mask.sum())
+    cap = getattr(t, "rollout_is_cap", 0.0)
+    if cap > 0:
+        reference, adv, is_parts = rollout_is(logp, mb.old_logp, mb.adv, mb.mask, cap)
+    else:
+        reference, adv, is_parts = mb.old_logp, mb.adv, {}
+    pg, clip = policy_loss(logp, reference, adv, mb.mask, t.clip_low, t.clip_high,
+                           agg=t.loss_agg, max_len=max_len, denom=denom)
     loss = pg
     parts = {"pg_sum": float(pg.detach()) * denom, "clip_sum": clip["clip_frac"] * n, "run_tokens": n,
-             "ratio_max": clip["ratio_max"], "ratio_min": clip["ratio_min"]}
+             "ratio_max": clip["ratio_max"], "ratio_min": clip["ratio_min"], **is_parts}
     with contextlib.nullcontext() if t.entropy_coef > 0 else torch.no_grad():
         ent = entropy(scaled)  # [N]
     parts["entropy_sum"] = float(ent.detach().sum())
@@ -343,6 +349,26 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
             parts[f"{key}_sum"] = float(value) * n
     parts["loss_sum"] = float(loss.detach()) * denom
     return loss, parts
+
+
+def rollout_is(logp: torch.Tensor, rollout_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+               cap: float) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """Truncated importance sampling for a rollout engine whose log-probs differ from the trainer's.
+
+    The PPO reference becomes the trainer's own log-probs before this update (``logp`` detached:
+    the step makes one optimizer update, so every micro-batch's forward runs the pre-update
+    weights) and each token's advantage is weighted by w = min(exp(logp - rollout_logp), cap).
+    logp, rollout_logp, mask: [B, C]; adv: [B]. Returns (reference [B, C], advantage [B, C],
+    metric sums: is_weight, is_truncated (share of tokens at the cap), rollout_kl (k1 estimate of
+    KL(rollout || trainer) = mean(rollout_logp - logp)), each summed over the masked tokens).
+    """
+    reference = logp.detach()  # [B, C]
+    w = truncated_is_weights(reference, rollout_logp, cap) * mask  # [B, C]
+    a = adv[:, None] * w if adv.dim() == 1 else adv * w  # [B, C]
+    m = mask.bool()
+    parts = {"is_weight_sum": float(w[m].sum()), "is_truncated_sum": float((w[m] >= cap).sum()),
+             "rollout_kl_sum": float((rollout_logp - reference)[m].sum())}
+    return reference, a, parts
 
 
 def _finish(sums: dict, grad_norm: float, lr: float) -> dict[str, float]:

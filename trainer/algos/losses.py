@@ -217,3 +217,14 @@ def _clip_stats(ratio, a, mask, clip_low, clip_high) -> dict[str, float]:
         "ratio_max": float(r.max()),
         "n_tokens": n,
     }
+
+
+def truncated_is_weights(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
+    """Per-token truncated importance weights min(pi_trainer / pi_rollout, cap).
+
+    Both [B, L] log-probs of the sampled tokens (the trainer's before the update, vLLM's at
+    sampling time). log ratio 0.5 -> e^0.5 = 1.65; log ratio 2 -> e^2 = 7.39, capped at 2.
+    """
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    return torch.exp(trainer_logp - rollout_logp).clamp(max=cap).detach()

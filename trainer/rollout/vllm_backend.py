@@ -34,6 +34,7 @@ import threading
 
 import torch
 
+from trainer.algos.losses import truncated_is_weights  # noqa: F401  (re-exported: the correction for this backend)
 from trainer.rollout.types import Completion, SamplingParams
 
 MODES = ("colocate", "separate")
@@ -44,17 +45,6 @@ _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP
 
 class WeightSyncError(RuntimeError):
     """vLLM's log-probs no longer match the trainer's after a weight push."""
-
-
-def truncated_is_weights(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
-    """Per-token truncated importance weights min(pi_trainer / pi_rollout, cap).
-
-    Both [B, L] log-probs of the sampled tokens (the trainer's before the update, vLLM's at
-    sampling time). log ratio 0.5 -> e^0.5 = 1.65; log ratio 2 -> e^2 = 7.39, capped at 2.
-    """
-    if cap <= 0:
-        raise ValueError(f"cap must be > 0, got {cap}")
-    return torch.exp(trainer_logp - rollout_logp).clamp(max=cap).detach()
 
 
 def flat_sampled_logprobs(ids: list[int], start: list[int], end: list[int], token_ids: list[int],
