@@ -89,6 +89,32 @@ def main() -> None:
         caught = f"caught: {str(exc)[:80]}"
     emit("vllm", {"what": "corrupted push detected", "value": caught.startswith("caught"), "note": caught})
 
+    # LoRA: the policy (adapter merged) and its frozen base (judge / reference, use_adapter=False) share
+    # the engine; each call pushes what it needs and the check compares with the trainer's model in the
+    # same adapter state. A random adapter makes the two differ, so a wrong state would be caught.
+    from peft import LoraConfig, get_peft_model
+
+    from trainer.rollout.hf import adapter_disabled
+
+    lora = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                            init_lora_weights=False))
+    gen.model, gen._versions = lora, None
+    few = prompts[:8]
+    t = time.perf_counter()
+    gen.generate(few, params)
+    on = dict(gen.last_check)
+    gen.generate(few, params, use_adapter=False)
+    off = dict(gen.last_check)
+    gen.generate(few, params)
+    back = dict(gen.last_check)
+    probe = gen.probe_ids()
+    with adapter_disabled(lora, False):
+        base_lp = gen._trainer_logprobs(probe)
+    gap = float((gen._trainer_logprobs(probe) - base_lp).abs().mean())
+    emit("vllm", {"what": "LoRA policy / frozen base / policy again in one engine", "value": gen.stats["syncs"],
+                  "note": f"checks on {on} off {off} back {back}; trainer policy vs base mean |diff| {gap:.3f}; "
+                          f"{time.perf_counter() - t:.2f} s for 3 calls of 8 rows"})
+
 
 if __name__ == "__main__":
     main()

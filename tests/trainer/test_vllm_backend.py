@@ -48,6 +48,12 @@ def test_lora_is_merged_before_the_push(tiny_model_dir):
     assert name in pushed and not any("lora" in k for k in pushed)
     torch.testing.assert_close(pushed[name].float(), (q_before + delta).detach(), atol=2e-2, rtol=2e-2)
     assert not torch.allclose(pushed[name].float(), q_before, atol=1e-3)
+    # the frozen base (judge / reference): the weights before the adapter, same names, adapter untouched
+    frozen = dict(_weights_for_vllm(model, adapter=False))
+    assert set(frozen) == set(pushed)
+    torch.testing.assert_close(frozen[name].float(), q_before.to(torch.bfloat16).float())
+    assert hasattr(model, "peft_config") and layer.lora_B["default"].weight.abs().sum() > 0
+    torch.testing.assert_close(dict(_weights_for_vllm(model))[name], pushed[name])  # the policy is unchanged
 
 
 def test_an_optimizer_step_marks_the_weights_changed(tiny_model_dir):

@@ -13,6 +13,10 @@ Two placements (written against vLLM 0.24's API; vLLM 0.20-0.26 pin the device's
   (``init_weight_transfer_engine`` / ``update_weights`` on vLLM's side,
   ``NCCLWeightTransferEngine.trainer_send_weights`` on ours).
 
+The frozen base (a LoRA policy's judge or reference, ``use_adapter=False``): the base weights are
+pushed in for that call and the merged policy goes back before the next policy call; each push
+is verified the same way (against the trainer's model with its adapter switched off).
+
 When to sync: every ``generate`` compares the parameters' in-place version counters with those
 seen at the last push; an optimizer step (torch or DeepSpeed, which write the weights in
 place) bumps them, so the push happens exactly once per step, before the next rollout.
@@ -95,15 +99,15 @@ def _completion_of(out, params: SamplingParams, tokenizer, eos_ids: set[int]) ->
                       temperature=params.logprob_temperature)
 
 
-def _weights_for_vllm(model) -> list[tuple[str, torch.Tensor]]:
-    """(HF name, bf16 tensor) of the full model, LoRA merged, tied head skipped."""
+def _weights_for_vllm(model, adapter: bool = True) -> list[tuple[str, torch.Tensor]]:
+    """(HF name, bf16 tensor) of the full model, tied head skipped. A LoRA model gives its
+    merged weights W + scale * B @ A, or with ``adapter=False`` its frozen base W."""
     base = model
-    merged = None
-    if hasattr(model, "peft_config"):  # LoRA: push W + scale * B @ A
+    if hasattr(model, "peft_config"):
         import copy
 
-        merged = copy.deepcopy(model).merge_and_unload()
-        base = merged
+        copied = copy.deepcopy(model)
+        base = copied.merge_and_unload() if adapter else copied.unload()
     tied = getattr(base.config, "tie_word_embeddings", False)
     out = []
     for name, p in base.state_dict().items():
@@ -144,6 +148,8 @@ class VLLMGenerator:
         self.version_fn = version_fn
         self._asleep = False
         self._versions: tuple[int, ...] | None = None
+        # What vLLM holds: the policy (LoRA merged) or, after a frozen-base call, the base weights.
+        self._holds_adapter = True
         self.last_check: dict = {}
         self.stats = {"syncs": 0, "sync_seconds": 0.0, "verify_seconds": 0.0}
         kwargs = dict(model=str(model_path), dtype="bfloat16", gpu_memory_utilization=gpu_memory_utilization,
@@ -223,15 +229,17 @@ class VLLMGenerator:
     def _weights_version(self) -> tuple:
         return (_param_versions(self.model), self.version_fn() if self.version_fn else None)
 
-    def needs_sync(self) -> bool:
-        return self._versions != self._weights_version()
+    def needs_sync(self, use_adapter: bool = True) -> bool:
+        return self._holds_adapter != use_adapter or self._versions != self._weights_version()
 
-    def sync_weights(self) -> None:
-        """Push the trainer's current weights into vLLM (no disk), then verify them."""
+    def sync_weights(self, use_adapter: bool = True) -> None:
+        """Push the trainer's current weights into vLLM (no disk), then verify them.
+        ``use_adapter=False`` pushes a LoRA policy's frozen base instead (the judge / reference)."""
         import time
 
         t0 = time.perf_counter()
-        weights = _weights_for_vllm(self.model)
+        weights = _weights_for_vllm(self.model, adapter=use_adapter)
+        self._holds_adapter = use_adapter
         if self.mode == "colocate":
             self._wake()
             self.llm.apply_model(lambda m: m.load_weights(iter(weights)))
@@ -272,7 +280,10 @@ class VLLMGenerator:
         out = self.llm.generate([{"prompt_token_ids": ids}], VSP(max_tokens=1, prompt_logprobs=0, temperature=1.0),
                                 use_tqdm=False)[0]
         ours_v = torch.tensor([float(d[t].logprob) for d, t in zip(out.prompt_logprobs[1:], ids[1:])])
-        ours_t = self._trainer_logprobs(ids)
+        from trainer.rollout.hf import adapter_disabled
+
+        with adapter_disabled(self.model, self._holds_adapter):
+            ours_t = self._trainer_logprobs(ids)
         diff = (ours_v - ours_t).abs()
         self.last_check = {"mean_abs": float(diff.mean()), "max_abs": float(diff.max()), "tokens": len(ids) - 1}
         if not self.last_check["mean_abs"] <= self.check_tol:
@@ -300,15 +311,17 @@ class VLLMGenerator:
 
     # -- the Generator protocol ---------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams, use_adapter: bool = True) -> list[Completion]:
-        if not use_adapter:
-            raise ValueError("rollout.backend=vllm samples the current policy only; a frozen-base role "
-                             "(use_adapter=False) needs rollout.backend=hf or a second generator on the frozen copy")
+        if not use_adapter and not hasattr(self.model, "peft_config"):
+            raise ValueError("use_adapter=False (the frozen base: judge or reference) needs a LoRA policy "
+                             "(model.lora.r > 0); a full fine-tune has no frozen base inside the policy")
         if not prompts:
             return []
         from vllm import SamplingParams as VSP
 
-        if self.needs_sync():
-            self.sync_weights()
+        # The frozen base swaps the base weights in for this call; the next policy call pushes the
+        # policy back (two pushes per step where a judge plays, each ~0.05 s on a 321M model).
+        if self.needs_sync(use_adapter):
+            self.sync_weights(use_adapter)
         self._wake()
         vsp = VSP(n=1, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
                   min_tokens=min(params.min_new_tokens, params.max_new_tokens), stop=list(params.stop) or None,
