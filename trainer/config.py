@@ -70,6 +70,9 @@ class RolloutConfig(Section):
     min_new_tokens: int = Field(0, ge=0, description="EOS is forbidden before this many tokens (benchmarks force full length).")
     group_size: int = Field(8, ge=1, description="Samples per prompt (the GRPO group G).")
     max_batch_size: int = Field(256, ge=1, description="Most sequences generated in one batch (memory cap).")
+    cuda_graphs: Literal["auto", True, False] = Field(
+        "auto", description="hf backend: replay each decode step as a CUDA graph over a static KV cache "
+                            "(auto = on when the model is on a GPU and its architecture is supported).")
     gpu_memory_utilization: float = Field(0.35, gt=0, le=1, description="vLLM: fraction of GPU memory for weights + KV cache.")
     vllm_mode: Literal["colocate", "separate"] = Field(
         "colocate", description="vLLM: in this process on the trainer's GPU, or its own process on another GPU (NCCL weight push).")

@@ -93,7 +93,8 @@ def make_generator(cfg: Config, policy, engine=None):
         # No seed: sampling draws from the global torch RNG, which checkpoints save and restore.
         # from_policy also takes the policy's autocast (bf16 on GPU), so rollout log-probs match ours.
         build = getattr(HFGenerator, "from_policy", None)
-        generator = build(policy) if build else HFGenerator(policy.model, policy.tokenizer)
+        generator = (build(policy, cuda_graphs=cfg.rollout.cuda_graphs) if build
+                     else HFGenerator(policy.model, policy.tokenizer))
     if getattr(engine, "zero_stage", None) == 3:
         generator = GatheredGenerator(generator, engine)
     return MeteredGenerator(generator)

@@ -2,7 +2,7 @@
 8 prompts x 8 completions x 256 new tokens forced (min_new_tokens = max_new_tokens), bf16.
 
     python benchmarks/gpu/bench_grpo.py --engine torch|deepspeed [--zero 2] [--backend hf|vllm]
-        [--steps 5] [--packing] [--tag NAME]
+        [--steps 5] [--packing] [--cuda-graphs auto|on|off] [--tag NAME]
 
 The first step is warm-up; the median of the rest is reported (with generation and update
 seconds from the recipe's own metrics). The reward is ``exact`` (cheap), as a benchmark of
@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--gc", action="store_true", help="gradient checkpointing")
     ap.add_argument("--packing", action="store_true")
     ap.add_argument("--no-share", action="store_true", help="train.share_prompt_prefix=false")
+    ap.add_argument("--cuda-graphs", default="auto", choices=["auto", "on", "off"],
+                    help="rollout.cuda_graphs of the hf backend (auto = on on a GPU)")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
 
@@ -58,7 +60,8 @@ def main() -> None:
         "model": {"name_or_path": str(model_dir), "dtype": "auto", "lora": {"r": 0},
                   "gradient_checkpointing": args.gc},
         "rollout": {"backend": args.backend, "temperature": 1.0, "max_new_tokens": TOKENS, "min_new_tokens": TOKENS,
-                    "group_size": 8},
+                    "group_size": 8,
+                    "cuda_graphs": {"auto": "auto", "on": True, "off": False}[args.cuda_graphs]},
         "train": {"steps": args.steps, "lr": 1e-6, "prompts_per_step": 8, "micro_batch_size": args.micro,
                   "device": DEVICE, "engine": args.engine, "zero_stage": args.zero},
         "checkpoint": {"every": 0, "keep_last": 1},
@@ -86,7 +89,7 @@ def main() -> None:
         "response_length": rows[-1]["response_length"] if rows else None,
         "peak_mem_gb": peak_mem_gb(), "wall_s": wall,
         "config": {"micro_batch_size": args.micro, "gc": args.gc, "packing": args.packing,
-                   "share_prompt_prefix": not args.no_share},
+                   "share_prompt_prefix": not args.no_share, "cuda_graphs": args.cuda_graphs},
     })
 
 

@@ -13,16 +13,25 @@ both on SmolLM2-135M; ours is faster):
   batch once enough of them are done, and the loop exits when every row has stopped.
 
 Logprobs are ``log_softmax(logits / T)`` of the sampled token (see trainer/rollout/types.py).
+
+``cuda_graphs`` (config ``rollout.cuda_graphs``) swaps the decode step for a static-cache step
+replayed as a CUDA graph (trainer/rollout/static_decode.py): same prefill, same sampling and
+bookkeeping, one graph launch per token instead of hundreds of kernel launches. Any failure
+to set it up falls back to the eager loop with one warning.
 """
 from __future__ import annotations
 
 import inspect
+import logging
 from contextlib import contextmanager, nullcontext
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from trainer.rollout.static_decode import StaticDecoder, StaticStepper, unsupported_reason
 from trainer.rollout.types import Completion, SamplingParams
+
+log = logging.getLogger(__name__)
 
 
 class _GrowingLayer(DynamicLayer):
@@ -242,6 +251,10 @@ class HFGenerator:
     the global torch RNG is used, which checkpoints capture). ``autocast_dtype`` runs the
     forward passes under ``torch.autocast`` (bf16 on GPU with float32 weights), the way the
     trainer computes its logprobs; ``from_policy`` takes it from the policy.
+    ``cuda_graphs``: True / False / "auto" (= on when the model is on CUDA and its architecture
+    is supported) replays each decode step as a CUDA graph over a static KV cache.
+    ``static_cache=True`` runs that same static-cache step eagerly (any device; what the CPU
+    tests compare with the eager loop).
     """
 
     def __init__(
@@ -253,7 +266,11 @@ class HFGenerator:
         prefill_tokens: int = 16384,
         compact_ratio: float = 0.75,
         autocast_dtype: torch.dtype | None = None,
+        cuda_graphs: bool | str = False,
+        static_cache: bool = False,
     ):
+        if cuda_graphs not in (True, False, "auto"):
+            raise ValueError(f"cuda_graphs must be true, false or \"auto\", got {cuda_graphs!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids_of(model, tokenizer)
@@ -266,6 +283,10 @@ class HFGenerator:
         self.last_stats: dict = {}
         self._cache_kw = cache_argument(model)
         self.autocast_dtype = autocast_dtype
+        self.cuda_graphs = cuda_graphs
+        self.static_cache = bool(static_cache)
+        self._static: StaticDecoder | None = None
+        self._static_off: str | None = None  # why the static path was switched off, once
 
     @classmethod
     def from_policy(cls, policy, **kw) -> "HFGenerator":
@@ -304,7 +325,7 @@ class HFGenerator:
             limits = [max(0, min(int(m), params.max_new_tokens)) for m in max_new_tokens]
         with torch.inference_mode(), _eval_mode(self.model), adapter_disabled(self.model, use_adapter), \
                 self._autocast():
-            ids, lps, reasons, stops = self._decode(prompts, params, limits)
+            ids, lps, reasons, stops = self._decode(prompts, params, limits, use_adapter)
         t = params.logprob_temperature
         return [
             Completion(
@@ -349,7 +370,59 @@ class HFGenerator:
         cache = _concat_caches(caches, capacity)
         return cache, torch.cat(logits, dim=0), mask, positions[:, -1] + 1
 
-    def _decode(self, prompts, params: SamplingParams, limits: list[int]):
+    def _decode_mode(self) -> str:
+        """"cuda_graph", "static" or "eager" for this call (see ``cuda_graphs``)."""
+        if self._static_off is not None:
+            return "eager"
+        on_cuda = self._device().type == "cuda"
+        graphs = self.cuda_graphs is True or (self.cuda_graphs == "auto" and on_cuda)
+        if not graphs and not self.static_cache:
+            return "eager"
+        reason = unsupported_reason(self.model)
+        if graphs and not on_cuda:
+            reason = reason or f"the model is on {self._device().type}, CUDA graphs need a GPU"
+        if reason is not None:
+            if self.cuda_graphs is True or self.static_cache:  # asked for explicitly: say why not
+                self._switch_off(f"not supported for this model: {reason}")
+            else:
+                self._static_off = reason
+            return "eager"
+        return "cuda_graph" if graphs else "static"
+
+    def _switch_off(self, why: str, exc_info: bool = False) -> None:
+        self._static_off = why
+        self._static = None
+        log.warning("HFGenerator: static-cache/CUDA-graph decoding is off (%s); using the eager decode loop", why,
+                    exc_info=exc_info)
+
+    def _decode(self, prompts, params: SamplingParams, limits: list[int], use_adapter: bool = True):
+        mode = self._decode_mode()
+        if mode != "eager":
+            try:
+                result = self._decode_with(prompts, params, limits, mode, use_adapter)
+                if self._static is not None:
+                    self._static.end_call()
+                return result
+            except Exception as exc:  # noqa: BLE001 - any failure: never crash a run, decode eagerly
+                self._switch_off(f"{type(exc).__name__}: {exc}", exc_info=True)
+        return self._decode_with(prompts, params, limits, "eager", use_adapter)
+
+    def _stepper(self, mode: str, cache, logits, mask, next_pos, expand, n_todo, max_steps, use_adapter):
+        """The object that turns sampled tokens into the next logits, for ``mode``."""
+        device = self._device()
+        if mode == "eager":
+            if n_todo != len(logits) or not torch.equal(expand, torch.arange(n_todo, device=device)):
+                cache.reorder_cache(expand)
+                logits, mask, next_pos = logits[expand], mask[expand], next_pos[expand]
+            return _EagerStepper(self, cache, mask, next_pos), logits
+        if self._static is None:
+            self._static = StaticDecoder(self.model, self._cache_kw, use_graphs=mode == "cuda_graph",
+                                         autocast_dtype=self.autocast_dtype)
+        self._static.use_graphs = mode == "cuda_graph"
+        stepper = StaticStepper(self._static, cache, mask, next_pos, expand, max_steps, bool(use_adapter))
+        return stepper, logits.index_select(0, expand)
+
+    def _decode_with(self, prompts, params: SamplingParams, limits: list[int], mode: str, use_adapter: bool):
         n = len(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lps: list[list[float]] = [[] for _ in range(n)]
@@ -359,7 +432,7 @@ class HFGenerator:
             if limits[r] == 0:
                 reasons[r] = "length"
         todo = [r for r in range(n) if reasons[r] is None]
-        self.last_stats = {"rows": n, "prefill_rows": 0, "steps": 0, "compactions": 0}
+        self.last_stats = {"rows": n, "prefill_rows": 0, "steps": 0, "compactions": 0, "decode": mode}
         if not todo:
             return out_ids, out_lps, reasons, stops
 
@@ -370,11 +443,13 @@ class HFGenerator:
         expand = torch.tensor([index[k] for k in keys], device=device)  # [B]
         max_steps = max(limits[r] for r in todo)
         width = max(len(k) for k in unique)
-        cache, logits, mask, next_pos = self._prefill(unique, width + min(max_steps, 64))
+        capacity = width + min(max_steps, 64) if mode == "eager" else width
+        cache, logits, mask, next_pos = self._prefill(unique, capacity)
         self.last_stats["prefill_rows"] = len(unique)
-        if len(unique) != len(todo) or not torch.equal(expand, torch.arange(len(todo), device=device)):
-            cache.reorder_cache(expand)
-            logits, mask, next_pos = logits[expand], mask[expand], next_pos[expand]
+        stepper, logits = self._stepper(mode, cache, logits, mask, next_pos, expand, len(todo), max_steps,
+                                        use_adapter)
+        if self._static is not None and mode != "eager":
+            self.last_stats["graph_captures"] = self._static.captures
 
         rows = list(todo)  # batch position -> original prompt index
         checker = _StopChecker(self.tokenizer, params.stop)
@@ -400,23 +475,43 @@ class HFGenerator:
             alive = [j for j, r in enumerate(rows) if reasons[r] is None]
             if not alive:
                 break
-            if len(alive) <= self.compact_ratio * len(rows):
-                keep = torch.tensor(alive, device=device)
-                cache.reorder_cache(keep)
-                mask, next_pos, tokens = mask[keep], next_pos[keep], tokens[keep]
+            keep = stepper.compact(alive, len(rows))
+            if keep is not None:
+                tokens = tokens[keep]
                 rows = [rows[j] for j in alive]
                 self.last_stats["compactions"] += 1
-            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)  # [B, P + t + 1]
-            out = self.model(
-                input_ids=tokens[:, None],
-                attention_mask=mask,
-                position_ids=next_pos[:, None],
-                use_cache=True,
-                **{self._cache_kw: cache},
-            )
-            logits = out.logits[:, -1, :]  # the cache was updated in place
-            next_pos = next_pos + 1
+            logits = stepper.forward(tokens)
+        if self._static is not None and mode != "eager":
+            self.last_stats["graph_captures"] = self._static.captures
         return out_ids, out_lps, reasons, stops
+
+
+class _EagerStepper:
+    """The eager decode step: a growing KV cache, a 2D mask one column longer per step, and
+    finished rows dropped once at most ``compact_ratio`` of the batch is still running."""
+
+    def __init__(self, gen: HFGenerator, cache, mask: torch.Tensor, next_pos: torch.Tensor):
+        self.gen, self.cache, self.mask, self.next_pos = gen, cache, mask, next_pos
+
+    def compact(self, alive: list[int], current: int) -> torch.Tensor | None:
+        if len(alive) > self.gen.compact_ratio * current:
+            return None
+        keep = torch.tensor(alive, device=self.mask.device)
+        self.cache.reorder_cache(keep)
+        self.mask, self.next_pos = self.mask[keep], self.next_pos[keep]
+        return keep
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(tokens), 1)], dim=1)  # [B, P + t + 1]
+        out = self.gen.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask,
+            position_ids=self.next_pos[:, None],
+            use_cache=True,
+            **{self.gen._cache_kw: self.cache},
+        )
+        self.next_pos = self.next_pos + 1
+        return out.logits[:, -1, :]  # the cache was updated in place
 
 
 def _check_prompts(prompts: list[list[int]], vocab_size: int) -> None:

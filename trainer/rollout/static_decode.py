@@ -1,0 +1,309 @@
+"""Static-cache decode steps for ``HFGenerator``, replayed as CUDA graphs on a GPU.
+
+A decode step of a small model is launch-bound (a 24-layer Llama launches ~400 kernels per
+token), so the eager loop spends its time in Python and the CUDA driver, not on the GPU. Here
+one decode step is made shape-static and captured once as a ``torch.cuda.CUDAGraph``:
+
+- ``_Storage`` holds everything the step reads or writes, at fixed addresses: the KV cache of
+  every layer ``[rows, H, cap, D]`` (``cap`` = prompt width + new tokens, rounded up to 128 so
+  that calls of similar length reuse it), the input tokens ``[rows, 1]``, the position ids
+  ``[rows, 1]``, the column this step writes ``write_pos [1]`` (all rows are left-padded to
+  the same width, so they write the same column), and a 4D attention mask ``[rows, 1, 1, cap]``
+  (bool for sdpa, additive float for the eager kernel). A prebuilt 4D mask is returned as-is by
+  transformers' ``create_causal_mask``, so no mask code (with its host syncs) runs in the step.
+- ``_step`` = open this step's mask column, forward one token per row (``_StaticKVLayer``
+  writes K/V at ``write_pos`` with ``index_copy_``), advance positions and ``write_pos``, all
+  with device tensors: replaying the graph advances the state by itself.
+- Graphs are captured per batch bucket (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, ...) and adapter
+  state (a LoRA adapter switched off is a different Python path). A bucket's buffers are the
+  leading rows of the storage, so when rows finish the survivors are gathered to the front and
+  the next smaller bucket's graph runs on the same memory.
+- Sampling, stop strings and bookkeeping stay outside the graph (``HFGenerator`` runs them on
+  the logits the step returns), so the random draws and the results are those of the eager loop.
+- Capture runs under ``torch.autocast(..., cache_enabled=False)``: with the autocast weight
+  cache on, the graph would read bf16 weight copies that autocast frees when it exits.
+- The graphs hold the weights' addresses: a change of any parameter's storage (a reload, a
+  ZeRO-3 gather into new memory) drops them and the next call captures again. In-place
+  optimizer updates keep the addresses, so graphs live across training steps.
+
+Without CUDA (or with ``use_graphs=False``) the same ``_step`` runs eagerly: the tests check
+that this static path gives the eager loop's tokens and logprobs.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+CAPACITY_STEP = 128  # cache capacities are rounded up to this many positions
+_WARMUP_STEPS = 2  # eager steps on a side stream before a capture (allocator, cuBLAS workspaces)
+_MAX_STORAGES = 2  # capacities kept alive at once (each holds a full KV cache)
+_KEEP_BYTES = 4 << 30  # a storage larger than this (or 10% of the GPU) is freed after its call
+_SUPPORTED_ATTENTION = ("sdpa", "eager")
+
+
+def batch_bucket(n: int) -> int:
+    """The smallest captured batch size >= n: powers of two up to 16, then also 1.5x steps."""
+    b = 1
+    while True:
+        if b >= n:
+            return b
+        if b >= 16 and b + b // 2 >= n:
+            return b + b // 2
+        b *= 2
+
+
+def capacity_bucket(n: int) -> int:
+    return max(CAPACITY_STEP, math.ceil(n / CAPACITY_STEP) * CAPACITY_STEP)
+
+
+def unsupported_reason(model) -> str | None:
+    """Why the static decode step cannot run this model (None = it can).
+
+    The step hands the model one prebuilt full-attention 4D mask, so models that need another
+    mask per layer (sliding windows, hybrid layer types) or a kernel that takes no 4D mask
+    (flash-attention 2) stay on the eager loop."""
+    cfg = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+    impl = getattr(cfg, "_attn_implementation", None) or getattr(model.config, "_attn_implementation", None)
+    if impl not in _SUPPORTED_ATTENTION:
+        return f"attention implementation {impl!r} (supported: {', '.join(_SUPPORTED_ATTENTION)})"
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types and any(t != "full_attention" for t in layer_types):
+        return f"layer types {sorted(set(layer_types))} (only full attention is supported)"
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
+        return "sliding-window attention"
+    if getattr(cfg, "is_encoder_decoder", False):
+        return "encoder-decoder model"
+    return None
+
+
+class _StaticKVLayer(DynamicLayer):
+    """A cache layer over fixed buffers ``[rows, H, cap, D]``: each update writes the step's
+    K/V at column ``write_pos`` (a device tensor, so a replayed graph writes the next column)
+    and returns the whole buffers (the 4D mask hides the columns not written yet)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, write_pos: torch.Tensor):
+        super().__init__()
+        self.keys, self.values, self.write_pos = keys, values, write_pos
+        self.device = keys.device
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states) -> None:  # buffers exist already
+        return None
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.keys.index_copy_(2, self.write_pos, key_states.to(self.keys.dtype))
+        self.values.index_copy_(2, self.write_pos, value_states.to(self.values.dtype))
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.keys.shape[-2]
+
+    def get_mask_sizes(self, query_length: int, *args) -> tuple[int, int]:
+        return self.keys.shape[-2], 0
+
+    def get_max_length(self) -> int:
+        return self.keys.shape[-2]
+
+
+class _Storage:
+    """Every tensor a decode step touches, for ``rows`` rows and ``cap`` positions."""
+
+    def __init__(self, rows: int, cap: int, like_k: list[torch.Tensor], like_v: list[torch.Tensor],
+                 kv_dtype: torch.dtype | None, mask_dtype: torch.dtype, device: torch.device):
+        self.rows, self.cap = rows, cap
+        self.k = [torch.zeros(rows, t.shape[1], cap, t.shape[3], dtype=kv_dtype or t.dtype, device=device)
+                  for t in like_k]  # per layer [rows, H, cap, Dk]
+        self.v = [torch.zeros(rows, t.shape[1], cap, t.shape[3], dtype=kv_dtype or t.dtype, device=device)
+                  for t in like_v]  # per layer [rows, H, cap, Dv]
+        self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)  # [rows, 1]
+        self.pos = torch.zeros(rows, 1, dtype=torch.long, device=device)  # [rows, 1]
+        self.write_pos = torch.zeros(1, dtype=torch.long, device=device)  # [1]
+        if mask_dtype == torch.bool:
+            self.on, self.off = True, False
+        else:  # additive mask, as transformers builds it for the eager kernel
+            self.on, self.off = 0.0, torch.finfo(mask_dtype).min
+        self.mask = torch.full((rows, 1, 1, cap), self.off, dtype=mask_dtype, device=device)  # [rows, 1, 1, cap]
+        self.caches: dict[int, Cache] = {}
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+    def fits(self, rows: int, cap: int, like_k, like_v, kv_dtype, mask_dtype) -> bool:
+        return (self.rows >= rows and self.cap == cap and self.mask.dtype == mask_dtype
+                and len(self.k) == len(like_k)
+                and all(s.dtype == (kv_dtype or t.dtype) and s.shape[1] == t.shape[1] and s.shape[3] == t.shape[3]
+                        for s, t in zip(self.k + self.v, list(like_k) + list(like_v))))
+
+    def cache(self, bucket: int) -> Cache:
+        """The cache over the leading ``bucket`` rows (views: every bucket shares the memory)."""
+        if bucket not in self.caches:
+            layers = [_StaticKVLayer(k[:bucket], v[:bucket], self.write_pos) for k, v in zip(self.k, self.v)]
+            self.caches[bucket] = Cache(layers=layers)
+        return self.caches[bucket]
+
+
+class StaticDecoder:
+    """Owns the storages and captured graphs of one model (kept across generate calls)."""
+
+    def __init__(self, model, cache_kw: str, *, use_graphs: bool, autocast_dtype: torch.dtype | None):
+        self.model = model
+        self.cache_kw = cache_kw
+        self.use_graphs = use_graphs
+        self.autocast_dtype = autocast_dtype
+        self.storages: list[_Storage] = []  # most recently used last
+        self.captures = 0
+        self._fingerprint: tuple | None = None
+
+    # -- storage -----------------------------------------------------------------------------
+    def _weights_moved(self) -> bool:
+        """Did any parameter or buffer change its address since the graphs were captured?"""
+        fp = tuple(t.data_ptr() for t in self.model.parameters()) + tuple(b.data_ptr() for b in self.model.buffers())
+        moved = self._fingerprint is not None and fp != self._fingerprint
+        self._fingerprint = fp
+        return moved
+
+    def end_call(self) -> None:
+        """Free the storages too large to keep between calls (the update pass needs the
+        memory); the small ones, and their graphs, serve the next call."""
+        keep = []
+        for st in self.storages:
+            limit = _KEEP_BYTES
+            if st.ids.device.type == "cuda":
+                limit = min(limit, torch.cuda.get_device_properties(st.ids.device).total_memory // 10)
+            if st.nbytes() <= limit:
+                keep.append(st)
+        if len(keep) != len(self.storages):
+            self.storages = keep
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+    def storage(self, rows: int, cap: int, like_k, like_v, device) -> _Storage:
+        if self.use_graphs and self._weights_moved():
+            for st in self.storages:
+                st.graphs.clear()
+        kv_dtype = self.autocast_dtype  # under autocast attention reads K/V in this dtype anyway
+        impl = getattr(self.model.config, "_attn_implementation", "sdpa")
+        mask_dtype = torch.bool if impl == "sdpa" else self.model.get_input_embeddings().weight.dtype
+        for st in self.storages:
+            if st.fits(rows, cap, like_k, like_v, kv_dtype, mask_dtype):
+                self.storages.remove(st)
+                self.storages.append(st)
+                return st
+        self.storages = [st for st in self.storages if st.cap != cap][-(_MAX_STORAGES - 1):]
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        st = _Storage(rows, cap, like_k, like_v, kv_dtype, mask_dtype, device)
+        self.storages.append(st)
+        return st
+
+    # -- one decode step -----------------------------------------------------------------------
+    def _autocast(self, device: torch.device):
+        if self.autocast_dtype is None:
+            return nullcontext()
+        return torch.autocast(device.type, dtype=self.autocast_dtype, cache_enabled=False)
+
+    def step(self, st: _Storage, bucket: int) -> torch.Tensor:
+        """One token per row of the leading ``bucket`` rows; returns logits [bucket, V]."""
+        mask = st.mask[:bucket]
+        mask.index_fill_(3, st.write_pos, st.on)  # this step's column becomes visible
+        out = self.model(
+            input_ids=st.ids[:bucket],
+            attention_mask=mask,
+            position_ids=st.pos[:bucket],
+            use_cache=True,
+            **{self.cache_kw: st.cache(bucket)},
+        )
+        st.pos[:bucket].add_(1)
+        st.write_pos.add_(1)
+        return out.logits[:, -1, :]
+
+    def graph(self, st: _Storage, bucket: int, key) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """The captured step of ``bucket`` rows (captured on first use). The warm-up steps move
+        the state; it is restored, and the K/V columns they wrote are hidden by the mask and
+        written again by the real steps."""
+        full_key = (bucket, key)
+        if full_key in st.graphs:
+            return st.graphs[full_key]
+        device = st.ids.device
+        saved = (st.pos[:bucket].clone(), st.write_pos.clone(), st.mask[:bucket].clone())
+        try:
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side), self._autocast(device):
+                for _ in range(_WARMUP_STEPS):
+                    self.step(st, bucket)
+            torch.cuda.current_stream(device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with self._autocast(device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                logits = self.step(st, bucket)
+        finally:
+            st.pos[:bucket].copy_(saved[0])
+            st.write_pos.copy_(saved[1])
+            st.mask[:bucket].copy_(saved[2])
+        st.graphs[full_key] = (graph, logits)
+        self.captures += 1
+        return graph, logits
+
+
+class StaticStepper:
+    """The decode state of one generate call over a ``_Storage`` (the HFGenerator loop asks it
+    for logits and tells it which rows are still running)."""
+
+    def __init__(self, decoder: StaticDecoder, cache, mask2d: torch.Tensor, next_pos: torch.Tensor,
+                 expand: torch.Tensor, max_steps: int, adapter_key):
+        n = len(expand)
+        width = mask2d.shape[1]
+        like_k = [layer.keys for layer in cache.layers]
+        like_v = [layer.values for layer in cache.layers]
+        device = mask2d.device
+        self.decoder, self.key = decoder, adapter_key
+        self.n, self.bucket = n, batch_bucket(n)
+        # + _WARMUP_STEPS: a capture late in the call writes (hidden) columns past the last step
+        cap = capacity_bucket(width + max_steps + _WARMUP_STEPS)
+        st = self.st = decoder.storage(self.bucket, cap, like_k, like_v, device)
+        for sk, sv, layer in zip(st.k, st.v, cache.layers):
+            sk[:n, :, :width] = layer.keys.index_select(0, expand)
+            sv[:n, :, :width] = layer.values.index_select(0, expand)
+            sk[:n, :, width:].zero_()  # stale values are hidden, but 0 * NaN would not be
+            sv[:n, :, width:].zero_()
+            sk[n:].zero_()
+            sv[n:].zero_()
+        st.mask[:n, 0, 0, :width] = torch.where(mask2d.index_select(0, expand).bool(), st.on, st.off)
+        st.mask[:n, :, :, width:] = st.off
+        st.mask[n:] = st.off
+        st.mask[n:, :, :, 0] = st.on  # padding rows see one position (no all-masked softmax)
+        st.pos[:n, 0] = next_pos.index_select(0, expand)
+        st.pos[n:] = 0
+        st.write_pos.fill_(width)
+        self.mode = "cuda_graph" if decoder.use_graphs else "static"
+        if decoder.use_graphs:  # capture now, before any token is sampled (a failure costs no draws)
+            decoder.graph(st, self.bucket, adapter_key)
+
+    def compact(self, alive: list[int], current: int) -> torch.Tensor | None:
+        """Gather the running rows to the front when they fit a smaller bucket; returns the
+        kept indices (None = nothing moved)."""
+        if batch_bucket(len(alive)) >= self.bucket:
+            return None
+        st, n = self.st, len(alive)
+        keep = torch.tensor(alive, device=st.ids.device)
+        for buf in st.k + st.v:
+            buf[:n] = buf[:current].index_select(0, keep)
+        st.mask[:n] = st.mask[:current].index_select(0, keep)
+        st.pos[:n] = st.pos[:current].index_select(0, keep)
+        self.n, self.bucket = n, batch_bucket(n)
+        return keep
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits [n, V] after feeding ``tokens`` [n] (one per running row)."""
+        st, n = self.st, len(tokens)
+        st.ids[:n, 0].copy_(tokens)
+        if self.decoder.use_graphs:
+            graph, logits = self.decoder.graph(st, self.bucket, self.key)
+            graph.replay()
+        else:
+            logits = self.decoder.step(st, self.bucket)
+        return logits[:n]
