@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
+from django.views.decorators.debug import sensitive_variables
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -78,6 +79,7 @@ def runs(request):
     return Response({"results": [run_dict(r, full=False) for r in qs[:limit]]})
 
 
+@sensitive_variables("body", "overrides")  # may hold an API key until launch() seals it
 def _launch(request):
     if not can(request.user, "launch_run"):
         return error_response(HasRole("launch_run").message, status.HTTP_403_FORBIDDEN)

@@ -23,6 +23,9 @@ def field_name(path: str) -> str:
     return PREFIX + path.replace(".", "__")
 
 
+SECRET_FIELDS = [field_name(p) for p in SECRET_PATHS]  # API keys: password inputs, hidden from error reports
+
+
 def field_path(name: str) -> str:
     return name[len(PREFIX):].replace("__", ".")
 

@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from apps.accounts.roles import can, can_control_run, role_required
@@ -16,7 +17,7 @@ from apps.runs import ledger as run_ledger
 from apps.runs import method_panel
 from apps.runs import metrics as run_metrics
 from apps.runs import trajectory as run_trajectory
-from apps.runs.forms import LaunchForm
+from apps.runs.forms import SECRET_FIELDS, LaunchForm
 from apps.runs.models import IllegalTransition, Metric, Run
 from apps.runs.services import lifecycle
 from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
@@ -45,6 +46,7 @@ def index(request):
     return render(request, "runs/index.html", {"runs": runs, "can_launch": can(request.user, "launch_run")})
 
 
+@sensitive_post_parameters(*SECRET_FIELDS)  # error reports never show a typed-in API key
 @role_required("launch_run")
 def new(request):
     method = request.GET.get("method") or request.POST.get("method") or "spice"

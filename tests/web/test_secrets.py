@@ -207,3 +207,26 @@ def test_the_token_page_is_not_cached(researcher):
     client.force_login(researcher)
     page = client.get("/accounts/token/")
     assert page.status_code == 200 and "no-store" in page["Cache-Control"]
+
+
+def test_error_reports_do_not_show_a_typed_in_key(researcher, rf):
+    """Django's error report (the DEBUG page, mailed reports) masks the form's key field, and a
+    launch failing inside launch() shows no key in its frames' variables."""
+    import sys
+
+    from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
+
+    from apps.runs.services.launch import LaunchError, launch
+
+    client = Client()
+    client.force_login(researcher)
+    response = client.post("/runs/new/", {"method": "ssp", "model": "smollm2-135m-instruct", "corpus": "none",
+                                          "cfg__ssp__judge_api_key": KEY})
+    shown = SafeExceptionReporterFilter().get_post_parameters(response.wsgi_request)
+    assert shown["cfg__ssp__judge_api_key"] != KEY and shown["model"] == "smollm2-135m-instruct"
+    try:
+        launch("ssp", "smollm2-135m-instruct", "no-such-corpus", config={"ssp": {"judge_api_key": KEY}},
+               overrides=[f"score.harness_api_key={KEY}"], user=researcher)
+    except LaunchError:
+        report = ExceptionReporter(rf.post("/api/v1/runs/"), *sys.exc_info()).get_traceback_text()
+    assert "launch" in report and KEY not in report

@@ -27,6 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.views.decorators.debug import sensitive_variables
 
 from apps.accounts.roles import can
 from apps.runs.models import Run, RunEvent
@@ -208,6 +209,7 @@ def available_models() -> list[str]:
     return list(dict.fromkeys([*BUNDLED, *local]))
 
 
+@sensitive_variables("config", "overrides")  # may hold an API key until sealed (apps/runs/sealed.py)
 def launch(method: str, model: str | None, corpus=None, config: dict | None = None,
            overrides: list[str] | None = None, user=None, web: bool = True, queue: str | None = None) -> Run:
     """Validate, create the Run (queued) and put its job on the queue. Raises LaunchError / QueueUnavailable."""
