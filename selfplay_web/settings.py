@@ -94,10 +94,13 @@ DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"]["TEST"] = {"NAME": "test_selfplay"}
 
+# Redis pub/sub: a group message (a run's live feed) is published once and each server process relays it to
+# its own viewers from memory; the list-based RedisChannelLayer cost every viewer a receive round of its own
+# and dropped what waited past its expiry (benchmarks/RESULTS.md, "Load"). Pages catch up from Postgres.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 30},
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
     }
 }
 RQ_QUEUES = {
@@ -107,8 +110,11 @@ RQ_QUEUES = {
 RQ = {"WORKER_CLASS": "apps.runs.workers.SelfplayWorker"}
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+AUTH_PASSWORD_VALIDATORS = [  # applied where people choose passwords (admin, createsuperuser)
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"

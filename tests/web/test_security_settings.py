@@ -24,7 +24,7 @@ KNOBS = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "SELFPLAY_INSECURE_HTTP", "SELF
 
 def _env(**values) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in KNOBS}
-    env.update(DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), **values)
+    env.update({"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), **values})
     return env
 
 
@@ -94,3 +94,29 @@ def test_responses_carry_the_security_headers_and_the_session_cookie_is_httponly
     assert login.status_code == 302
     cookie = login.cookies[settings.SESSION_COOKIE_NAME]
     assert cookie["httponly"] and cookie["samesite"] == "Lax"
+
+
+def test_generated_secrets_are_owner_only_files(tmp_path):
+    """SECRET_KEY and the admin password, generated into a fresh data dir, are readable by their owner only."""
+    env = _env(SELFPLAY_DATA_DIR=str(tmp_path), SECRET_KEY="")
+    code = ("import os; os.environ['DJANGO_SETTINGS_MODULE'] = 'selfplay_web.settings'; "
+            "from django.conf import settings; print(len(settings.SECRET_KEY))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and int(out.stdout.split()[-1]) >= 50, out.stderr[-2000:]
+    assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.django_db
+def test_admin_password_file_is_owner_only_and_passwords_are_validated(tmp_path, monkeypatch):
+    from django.contrib.auth.password_validation import validate_password
+    from django.core.exceptions import ValidationError
+    from django.core.management import call_command
+
+    monkeypatch.setenv("SELFPLAY_DATA_DIR", str(tmp_path))
+    call_command("ensure_admin", "--username", "boss", stdout=open(os.devnull, "w"))
+    password_file = tmp_path / "admin_password"
+    assert password_file.stat().st_mode & 0o777 == 0o600
+    validate_password(password_file.read_text().strip())  # the generated one passes
+    for weak in ("password123", "12345678901", "short1"):
+        with pytest.raises(ValidationError):
+            validate_password(weak)

@@ -1,4 +1,5 @@
 """`manage.py ensure_admin`: create the demo admin once and print its login (idempotent)."""
+import os
 import secrets
 
 from django.contrib.auth import get_user_model
@@ -16,9 +17,9 @@ class Command(BaseCommand):
 
     def handle(self, username, **options):
         secret_file = config.data_dir() / "admin_password"
-        if not secret_file.exists():
-            secret_file.write_text(secrets.token_urlsafe(9))
-            secret_file.chmod(0o600)
+        if not secret_file.exists():  # owner-only from the start
+            with os.fdopen(os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                f.write(secrets.token_urlsafe(9))
         password = secret_file.read_text().strip()
         User = get_user_model()
         user, created = User.objects.get_or_create(username=username, defaults={"is_staff": True, "is_superuser": True})
