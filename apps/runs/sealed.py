@@ -4,7 +4,8 @@ A key field of a run config (``SECRET_PATHS``: the SSP judge's and the SCORE met
 endpoint keys) holds a reference, never the key (trainer.method_configs.check_key_ref):
 
 - ``env:NAME``: the worker reads the key from its environment variable NAME; nothing secret
-  is stored anywhere;
+  is stored anywhere (through the web NAME must end in ``_API_KEY``: a run chooses its endpoint,
+  so naming DATABASE_URL would send it there; a ``sealed:`` value is never taken from outside);
 - typed into the launch form, the API or ``manage.py launch``, the key itself is *sealed* at
   launch (``seal_inputs``): encrypted with Fernet under a key derived from SECRET_KEY
   (SECRET_KEY_FALLBACKS still open keys sealed before a rotation) and stored as
@@ -20,12 +21,15 @@ from __future__ import annotations
 import base64
 import copy
 import os
+import re
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.utils.crypto import salted_hmac
+from django.views.decorators.debug import sensitive_variables
 
 SECRET_PATHS = ("ssp.judge_api_key", "score.harness_api_key")
+WEB_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*_API_KEY")
 SEALED, ENV = "sealed:", "env:"
 HIDDEN = "<hidden>"
 
@@ -71,23 +75,50 @@ def _walk(node: dict, change, prefix: str = "") -> dict:
     return out
 
 
-def seal_inputs(config, overrides):
-    """(config, overrides) as given to a launch, with every typed-in key sealed."""
+def _refused(path: str, value, web: bool) -> str | None:
+    """Why a given reference is refused: a ``sealed:`` value is never taken from outside (it
+    could be another run's key, sent to an endpoint of the sender's choosing); through the web
+    an ``env:`` reference names a ``..._API_KEY`` variable, not any of the worker's variables
+    (DATABASE_URL, SECRET_KEY would otherwise go to that endpoint as a bearer token)."""
+    if not isinstance(value, str):
+        return None
+    if value.startswith(SEALED):
+        return "a sealed key cannot be given; give the key itself or env:NAME"
+    name = value[len(ENV):]
+    if web and value.startswith(ENV) and (not WEB_ENV_NAME.fullmatch(name) or name.startswith("SELFPLAY_RUN")):
+        return (f"env:{name} is not a key variable: through the web, env: names a worker variable ending in "
+                "_API_KEY (e.g. env:SELFPLAY_JUDGE_API_KEY), or type the key itself")
+    return None
+
+
+@sensitive_variables("config", "overrides", "value")
+def seal_inputs(config, overrides, web: bool = True):
+    """(config, overrides) as given to a launch, with every typed-in key sealed; a refused
+    reference is a LaunchError naming its key."""
+    from apps.runs.services.launch import LaunchError
     from trainer.config import parse_override
 
+    problems = []
+
+    def change(path, value):
+        why = _refused(path, value, web)
+        if why:
+            problems.append((path, why))
+        return seal(value) if _plain(value) else value
+
     if isinstance(config, dict):
-        config = _walk(config, lambda _, v: seal(v) if _plain(v) else v)
-    if not isinstance(overrides, (list, tuple)):
-        return config, overrides
-    out = []
-    for text in overrides:
+        config = _walk(config, change)
+    out = list(overrides) if isinstance(overrides, (list, tuple)) else overrides
+    for i, text in enumerate(out if isinstance(out, list) else []):
         try:
             parts, value = parse_override(text)
         except (ValueError, TypeError):
-            out.append(text)  # the launch reports the bad override
-            continue
+            continue  # the launch reports the bad override
         path = ".".join(parts)
-        out.append(f"{path}={seal(value)}" if path in SECRET_PATHS and _plain(value) else text)
+        if path in SECRET_PATHS:
+            out[i] = f"{path}={change(path, value)}"
+    if problems:
+        raise LaunchError(problems)
     return config, out
 
 

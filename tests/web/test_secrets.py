@@ -149,11 +149,11 @@ def test_an_env_reference_is_kept_as_given(researcher, rq_queues, django_capture
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post("/api/v1/runs/", {"method": "ssp", "model": "smollm2-135m-instruct", "corpus": "c3",
                                                  "config": {"train.device": "cpu",
-                                                            "ssp.judge_api_key": "env:MY_JUDGE_KEY"}}, format="json")
+                                                            "ssp.judge_api_key": "env:MY_JUDGE_API_KEY"}}, format="json")
     assert response.status_code == 201, response.content
     run = Run.objects.get(pk=response.json()["id"])
-    assert run.config["ssp"]["judge_api_key"] == "env:MY_JUDGE_KEY"
-    assert client.get(f"/api/v1/runs/{run.pk}/").json()["config"]["ssp"]["judge_api_key"] == "env:MY_JUDGE_KEY"
+    assert run.config["ssp"]["judge_api_key"] == "env:MY_JUDGE_API_KEY"
+    assert client.get(f"/api/v1/runs/{run.pk}/").json()["config"]["ssp"]["judge_api_key"] == "env:MY_JUDGE_API_KEY"
 
 
 def test_the_launch_form_takes_the_key_as_a_password_and_never_echoes_it(researcher):
@@ -230,3 +230,27 @@ def test_error_reports_do_not_show_a_typed_in_key(researcher, rf):
     except LaunchError:
         report = ExceptionReporter(rf.post("/api/v1/runs/"), *sys.exc_info()).get_traceback_text()
     assert "launch" in report and KEY not in report
+
+
+@pytest.mark.parametrize("value", ["env:DATABASE_URL", "env:SECRET_KEY", "env:SELFPLAY_RUN1_SSP_JUDGE_API_KEY",
+                                   "sealed:gAAAAABcopiedfromanotherrun"])
+def test_the_web_refuses_references_to_other_secrets(researcher, value):
+    """Through the web a run may name only a key variable (..._API_KEY) of the worker: any other
+    variable, or a sealed value copied from another run, would be sent to the run's endpoint."""
+    Corpus.objects.create(name="c6")
+    client = APIClient()
+    client.force_authenticate(researcher)
+    response = client.post("/api/v1/runs/", {"method": "ssp", "model": "smollm2-135m-instruct", "corpus": "c6",
+                                             "set": [f"ssp.judge_api_key={value}"]}, format="json")
+    assert response.status_code == 400 and "ssp.judge_api_key" in response.json()["fields"], response.content
+    assert not Run.objects.exists()
+
+
+def test_the_command_line_may_name_any_variable(researcher, rq_queues, django_capture_on_commit_callbacks):
+    from apps.runs.services.launch import launch
+
+    Corpus.objects.create(name="c7")
+    with django_capture_on_commit_callbacks(execute=True):
+        run = launch("ssp", "smollm2-135m-instruct", "c7", config={"train": {"device": "cpu"}},
+                     overrides=["ssp.judge_api_key=env:MY_KEY"], user=researcher, web=False)
+    assert run.config["ssp"]["judge_api_key"] == "env:MY_KEY"

@@ -216,7 +216,7 @@ def launch(method: str, model: str | None, corpus=None, config: dict | None = No
     from apps.runs.sealed import seal_inputs
     from apps.runs.services.lifecycle import enqueue
 
-    config, overrides = seal_inputs(config, overrides)  # a typed-in API key is stored encrypted, never plain
+    config, overrides = seal_inputs(config, overrides, web)  # a typed-in API key is stored encrypted, never plain
     cfg, corpus_obj, queue_name = validate(method, model, corpus, config, overrides, user, web, queue)
     with transaction.atomic():
         run = Run.objects.create(
