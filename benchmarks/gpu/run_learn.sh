@@ -2,13 +2,14 @@
 # One machine session for issue "GPU" (re-measure + Learn), one phase per device call on a WARM machine
 # (it keeps /tmp between calls while warm; the next call must come within its idle window):
 #   c1     carry .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_assets/wiki.jsonl .gpu_vllm/p0:
-#          stage, then the runs that need no vLLM: decode eager vs CUDA graphs, GRPO step ours (hf) vs TRL,
-#          update MFU with larger packed micro-batches
+#          stage, then TRL's GRPO step (the anchor of every ratio) and the update MFU with 16k-token packed
+#          micro-batches
 #   stage  carry .gpu_vllm/p1 (one vLLM part)
 #   c3     carry .gpu_vllm/p2 .gpu_vllm/deps: vLLM unpacked; ours vs bare vLLM, GRPO step with vLLM
 #   gguf   carry .gpu_assets/gguf1 .gpu_assets/wiki_heldout.jsonl .gpu_assets/gsm8k_test.jsonl (first GGUF half, eval sets)
 #   train  carry .gpu_assets/gguf2: SmolLM2 imported, the SPICE Learn run (MINUTES, default 7.5)
 #   eval   cross-play matrix + held-out cloze + GSM8K, base vs checkpoints
+#   graphs decode eager vs CUDA graphs, GRPO step ours (hf backend, graphs) - compared with c1's TRL
 #   run(command="bash benchmarks/gpu/run_learn.sh c1", carry=[...])
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
@@ -27,10 +28,12 @@ step() {  # step NAME SECONDS script args...
 }
 case $phase in
   c1)
-    step decode 120 benchmarks/gpu/bench_decode.py
-    step ours_hf_graphs 150 benchmarks/gpu/bench_grpo.py --engine deepspeed --zero 2 --steps 4 --packing --no-share --cuda-graphs on --tag "packed+graphs"
     step trl 170 benchmarks/gpu/bench_trl.py --steps 5
     step mfu16k 110 benchmarks/gpu/bench_update_mfu.py --engine deepspeed --only packed --tokens 16384 --reps 3
+    ;;
+  graphs)
+    step decode 120 benchmarks/gpu/bench_decode.py
+    step ours_hf_graphs 150 benchmarks/gpu/bench_grpo.py --engine deepspeed --zero 2 --steps 4 --packing --no-share --cuda-graphs on --tag "packed+graphs"
     ;;
   stage) ;;
   c3)
