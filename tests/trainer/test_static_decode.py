@@ -105,6 +105,26 @@ def test_rows_ending_at_different_steps_shrink_the_batch(tiny, tok):
     assert all(len(o.completion_ids) >= 6 for o in static)
 
 
+@pytest.mark.parametrize("min_new", [0, 4])
+def test_running_the_next_step_before_reading_this_one_changes_nothing(tiny, tok, min_new):
+    """With graphs the next step is launched before the host reads the sampled tokens (a
+    speculative step, wasted when every row stops); the same schedule runs here eagerly."""
+    prompts = prompts_of(tok, QUESTIONS)
+    params = SamplingParams(temperature=0, max_new_tokens=24, min_new_tokens=min_new)
+    free = HFGenerator(tiny, tok).generate(prompts, SamplingParams(temperature=0, max_new_tokens=24))
+    tiny.generation_config.eos_token_id = sorted({o.completion_ids[k] for o, k in zip(free, (1, 3, 5, 8, 13, 2, 21, 6))})
+    eager = HFGenerator(tiny, tok).generate(prompts, params, max_new_tokens=[24, 3, 24, 24, 24, 7, 24, 24])
+    gen = HFGenerator(tiny, tok, static_cache=True)
+    gen._static_overlap = True
+    static = gen.generate(prompts, params, max_new_tokens=[24, 3, 24, 24, 24, 7, 24, 24])
+    assert_same(eager, static)
+    assert gen.last_stats["compactions"] >= 1
+    sampled = SamplingParams(temperature=1.0, max_new_tokens=10, min_new_tokens=10)
+    seeded = HFGenerator(tiny, tok, seed=3, static_cache=True)
+    seeded._static_overlap = True
+    assert_same(HFGenerator(tiny, tok, seed=3).generate(prompts, sampled), seeded.generate(prompts, sampled))
+
+
 def test_stop_strings_and_per_row_caps(tiny, tok):
     prompts = prompts_of(tok, QUESTIONS[:4])
     [free] = HFGenerator(tiny, tok).generate(prompts[:1], SamplingParams(temperature=0, max_new_tokens=24))
@@ -197,3 +217,30 @@ def test_eager_attention_kernel_uses_an_additive_mask(tok):
     eager, static, gen = both(model, tok, prompts, SamplingParams(temperature=0, max_new_tokens=12))
     assert_same(eager, static)
     assert gen._static.storages[0].mask.dtype == torch.float32
+
+
+def test_packed_gqa_attention_equals_repeated_kv_sdpa():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from trainer.rollout.static_decode import _packed_gqa_sdpa
+
+    class Attn(torch.nn.Module):
+        num_key_value_groups = 4
+        is_causal = True
+
+    torch.manual_seed(0)
+    b, hq, hkv, s, d = 3, 8, 2, 10, 16
+    q, k, v = torch.randn(b, hq, 1, d), torch.randn(b, hkv, s, d), torch.randn(b, hkv, s, d)
+    mask = torch.rand(b, 1, 1, s) > 0.4
+    mask[:, :, :, -1] = True
+    module = Attn().eval()
+    ref, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)  # repeats K/V per query head
+    out, _ = _packed_gqa_sdpa(module, q, k, v, mask, scaling=0.25)
+    assert out.shape == ref.shape == (b, 1, hq, d)
+    assert torch.allclose(out, ref, atol=1e-6)
+
+
+def test_the_static_step_uses_the_packed_attention_only_while_it_runs(tiny, tok):
+    gen = HFGenerator(tiny, tok, static_cache=True)
+    gen.generate(prompts_of(tok, QUESTIONS[:2]), SamplingParams(temperature=0, max_new_tokens=3))
+    assert gen._static.pack_gqa and tiny.config._attn_implementation == "sdpa"

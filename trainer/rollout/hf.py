@@ -186,7 +186,7 @@ def sample_tokens(
     logits: torch.Tensor,
     temperature: float,
     top_p: float,
-    banned: list[int] | None,
+    banned: list[int] | torch.Tensor | None,
     generator: torch.Generator | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row. Returns (tokens [B], logprobs [B]).
@@ -194,23 +194,27 @@ def sample_tokens(
     The logprob is ``log_softmax(logits / T)[token]`` (T = 1 for greedy), computed before
     ``banned`` tokens are masked and before top-p truncation. Sampling inverts the CDF of the
     unnormalized probabilities with one uniform number per row (what ``torch.multinomial``
-    does), so a step costs a few passes over the vocabulary.
+    does), so a step costs a few passes over the vocabulary. ``banned`` may be a device tensor
+    of token ids (the decode loop builds it once: a list is copied to the device every call,
+    which waits for the GPU).
     """
     logits = logits.float()  # [B, V]
+    if banned is not None and not isinstance(banned, torch.Tensor):
+        banned = torch.tensor(banned, device=logits.device, dtype=torch.long) if len(banned) else None
     t = temperature if temperature > 0 else 1.0
     scaled = logits / t if t != 1.0 else logits  # [B, V]
     peak = scaled.amax(dim=-1, keepdim=True)  # [B, 1]
     weights = (scaled - peak).exp_()  # [B, V], unnormalized probabilities
     log_z = weights.sum(dim=-1).log_() + peak.squeeze(1)  # [B]
     if temperature == 0:
-        pick_from = scaled.index_fill(1, torch.tensor(banned, device=scaled.device), float("-inf")) if banned else scaled
+        pick_from = scaled.index_fill(1, banned, float("-inf")) if banned is not None else scaled
         tokens = pick_from.argmax(dim=-1)  # [B]
     else:
         if top_p < 1.0:
-            filtered = scaled.index_fill(1, torch.tensor(banned, device=scaled.device), float("-inf")) if banned else scaled
+            filtered = scaled.index_fill(1, banned, float("-inf")) if banned is not None else scaled
             weights = (top_p_filter(filtered, top_p) - peak).exp_()  # [B, V]
-        elif banned:
-            weights[:, banned] = 0.0
+        elif banned is not None:
+            weights.index_fill_(1, banned, 0.0)
         cdf = weights.cumsum_(dim=-1)  # [B, V], in place: weights are not needed again
         # u in (0, total]: the first index with cdf >= u always has positive mass
         u = (1.0 - torch.rand(cdf.shape[0], 1, device=cdf.device, generator=generator)) * cdf[:, -1:]  # [B, 1]
@@ -287,6 +291,7 @@ class HFGenerator:
         self.static_cache = bool(static_cache)
         self._static: StaticDecoder | None = None
         self._static_off: str | None = None  # why the static path was switched off, once
+        self._static_overlap: bool | None = None  # tests: overlap the static steps without graphs too
 
     @classmethod
     def from_policy(cls, policy, **kw) -> "HFGenerator":
@@ -398,8 +403,10 @@ class HFGenerator:
     def _decode(self, prompts, params: SamplingParams, limits: list[int], use_adapter: bool = True):
         mode = self._decode_mode()
         if mode != "eager":
+            device = self._device()
             try:
-                result = self._decode_with(prompts, params, limits, mode, use_adapter)
+                with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+                    result = self._decode_with(prompts, params, limits, mode, use_adapter)
                 if self._static is not None:
                     self._static.end_call()
                 return result
@@ -419,6 +426,7 @@ class HFGenerator:
             self._static = StaticDecoder(self.model, self._cache_kw, use_graphs=mode == "cuda_graph",
                                          autocast_dtype=self.autocast_dtype)
         self._static.use_graphs = mode == "cuda_graph"
+        self._static.overlap = self._static_overlap
         stepper = StaticStepper(self._static, cache, mask, next_pos, expand, max_steps, bool(use_adapter))
         return stepper, logits.index_select(0, expand)
 
@@ -454,10 +462,20 @@ class HFGenerator:
         rows = list(todo)  # batch position -> original prompt index
         checker = _StopChecker(self.tokenizer, params.stop)
         eos = set(self.eos_ids)
+        eos_t = torch.tensor(self.eos_ids, device=device)
+        # the graph stepper runs the next step before the host reads this one's tokens
+        overlap = getattr(stepper, "overlap", False)
         for step in range(max_steps):
-            banned = self.eos_ids if step < params.min_new_tokens else None
+            banned = eos_t if step < params.min_new_tokens else None
             tokens, lps = sample_tokens(logits, params.temperature, params.top_p, banned, self.rng)
-            tok_list, lp_list = tokens.tolist(), lps.tolist()
+            next_logits = None
+            if overlap:
+                pending = stepper.fetch(tokens, lps)
+                if step + 1 < max_steps:
+                    next_logits = stepper.forward(tokens)  # speculative: wasted only if all rows stop here
+                tok_list, lp_list = pending()
+            else:
+                tok_list, lp_list = tokens.tolist(), lps.tolist()
             for j, r in enumerate(rows):
                 if reasons[r] is not None:
                     continue
@@ -479,8 +497,9 @@ class HFGenerator:
             if keep is not None:
                 tokens = tokens[keep]
                 rows = [rows[j] for j in alive]
+                next_logits = next_logits[keep] if next_logits is not None else None
                 self.last_stats["compactions"] += 1
-            logits = stepper.forward(tokens)
+            logits = next_logits if next_logits is not None else stepper.forward(tokens)
         if self._static is not None and mode != "eager":
             self.last_stats["graph_captures"] = self._static.captures
         return out_ids, out_lps, reasons, stops

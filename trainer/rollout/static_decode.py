@@ -18,6 +18,12 @@ one decode step is made shape-static and captured once as a ``torch.cuda.CUDAGra
   state (a LoRA adapter switched off is a different Python path). A bucket's buffers are the
   leading rows of the storage, so when rows finish the survivors are gathered to the front and
   the next smaller bucket's graph runs on the same memory.
+- Grouped-query attention: transformers repeats K/V to every query head before SDPA whenever a
+  mask is given (a copy of the whole cache per layer per step, most of the step's memory
+  traffic). The step instead runs ``_packed_gqa_sdpa`` (registered as an attention
+  implementation, selected only while the step's Python runs): the query heads of one KV head
+  become that head's "query positions" (one decode token each, one mask row for all), so SDPA
+  reads the cache once. If a capture with it fails, the plain sdpa path is captured instead.
 - Sampling, stop strings and bookkeeping stay outside the graph (``HFGenerator`` runs them on
   the logits the step returns), so the random draws and the results are those of the eager loop.
 - Capture runs under ``torch.autocast(..., cache_enabled=False)``: with the autocast weight
@@ -31,11 +37,21 @@ that this static path gives the eager loop's tokens and logprobs.
 """
 from __future__ import annotations
 
+import logging
 import math
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
+import torch.nn.functional as F
 from transformers.cache_utils import Cache, DynamicLayer
+
+try:  # the packed-GQA attention needs both; without them the step uses transformers' sdpa
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+except ImportError:  # pragma: no cover - other transformers versions
+    AttentionInterface = sdpa_attention_forward = None
+
+log = logging.getLogger(__name__)
 
 CAPACITY_STEP = 128  # cache capacities are rounded up to this many positions
 _WARMUP_STEPS = 2  # eager steps on a side stream before a capture (allocator, cuBLAS workspaces)
@@ -65,8 +81,9 @@ def unsupported_reason(model) -> str | None:
     The step hands the model one prebuilt full-attention 4D mask, so models that need another
     mask per layer (sliding windows, hybrid layer types) or a kernel that takes no 4D mask
     (flash-attention 2) stay on the eager loop."""
-    cfg = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
-    impl = getattr(cfg, "_attn_implementation", None) or getattr(model.config, "_attn_implementation", None)
+    config = _inner_config(model)
+    cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    impl = getattr(cfg, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
     if impl not in _SUPPORTED_ATTENTION:
         return f"attention implementation {impl!r} (supported: {', '.join(_SUPPORTED_ATTENTION)})"
     layer_types = getattr(cfg, "layer_types", None)
@@ -77,6 +94,38 @@ def unsupported_reason(model) -> str | None:
     if getattr(cfg, "is_encoder_decoder", False):
         return "encoder-decoder model"
     return None
+
+
+PACKED_SDPA = "selfplay_packed_gqa_sdpa"
+
+
+def _packed_gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """SDPA for one decode token per row under a [B, 1, 1, S] mask, without repeating K/V.
+
+    query [B, Hq, 1, D] -> [B, Hkv, G, D] (query head h = kv head h // G, as ``repeat_kv``
+    maps them); key/value [B, Hkv, S, D]; the mask broadcasts over the G "positions". Returns
+    [B, 1, Hq, Dv] like transformers' sdpa_attention_forward, which any other case goes to."""
+    b, hq, q_len, d = query.shape
+    hkv = key.shape[1]
+    plain = (q_len != 1 or hkv == hq or hq % hkv or attention_mask is None or attention_mask.dim() != 4
+             or attention_mask.shape[1] != 1 or attention_mask.shape[2] != 1
+             or kwargs.get("position_bias") is not None or module.training)
+    if plain:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    q = query.reshape(b, hkv, hq // hkv, d)  # [B, Hkv, G, D]
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)  # [B, Hkv, G, Dv]
+    return out.reshape(b, hq, 1, value.shape[-1]).transpose(1, 2).contiguous(), None  # [B, 1, Hq, Dv]
+
+
+if AttentionInterface is not None:
+    AttentionInterface.register(PACKED_SDPA, _packed_gqa_sdpa)
+
+
+def _inner_config(model):
+    """The config object the attention modules read (a peft wrapper's base model's)."""
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    return inner.config
 
 
 class _StaticKVLayer(DynamicLayer):
@@ -126,6 +175,8 @@ class _Storage:
         else:  # additive mask, as transformers builds it for the eager kernel
             self.on, self.off = 0.0, torch.finfo(mask_dtype).min
         self.mask = torch.full((rows, 1, 1, cap), self.off, dtype=mask_dtype, device=device)  # [rows, 1, 1, cap]
+        self.host: torch.Tensor | None = None  # pinned [2, rows]: tokens and logprobs of a step
+        self.copied = None  # the CUDA event recorded after that copy
         self.caches: dict[int, Cache] = {}
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
 
@@ -156,6 +207,9 @@ class StaticDecoder:
         self.autocast_dtype = autocast_dtype
         self.storages: list[_Storage] = []  # most recently used last
         self.captures = 0
+        self.overlap: bool | None = None  # run step t+1 before reading step t (None = with graphs)
+        self.config = _inner_config(model)
+        self.pack_gqa = self.config._attn_implementation == "sdpa" and AttentionInterface is not None
         self._fingerprint: tuple | None = None
 
     # -- storage -----------------------------------------------------------------------------
@@ -186,7 +240,7 @@ class StaticDecoder:
             for st in self.storages:
                 st.graphs.clear()
         kv_dtype = self.autocast_dtype  # under autocast attention reads K/V in this dtype anyway
-        impl = getattr(self.model.config, "_attn_implementation", "sdpa")
+        impl = self.config._attn_implementation
         mask_dtype = torch.bool if impl == "sdpa" else self.model.get_input_embeddings().weight.dtype
         for st in self.storages:
             if st.fits(rows, cap, like_k, like_v, kv_dtype, mask_dtype):
@@ -206,17 +260,31 @@ class StaticDecoder:
             return nullcontext()
         return torch.autocast(device.type, dtype=self.autocast_dtype, cache_enabled=False)
 
+    @contextmanager
+    def _attention(self):
+        """Select the packed-GQA attention while the step's Python runs (and only then)."""
+        if not self.pack_gqa:
+            yield
+            return
+        before = self.config._attn_implementation
+        self.config._attn_implementation = PACKED_SDPA
+        try:
+            yield
+        finally:
+            self.config._attn_implementation = before
+
     def step(self, st: _Storage, bucket: int) -> torch.Tensor:
         """One token per row of the leading ``bucket`` rows; returns logits [bucket, V]."""
         mask = st.mask[:bucket]
         mask.index_fill_(3, st.write_pos, st.on)  # this step's column becomes visible
-        out = self.model(
-            input_ids=st.ids[:bucket],
-            attention_mask=mask,
-            position_ids=st.pos[:bucket],
-            use_cache=True,
-            **{self.cache_kw: st.cache(bucket)},
-        )
+        with self._attention():
+            out = self.model(
+                input_ids=st.ids[:bucket],
+                attention_mask=mask,
+                position_ids=st.pos[:bucket],
+                use_cache=True,
+                **{self.cache_kw: st.cache(bucket)},
+            )
         st.pos[:bucket].add_(1)
         st.write_pos.add_(1)
         return out.logits[:, -1, :]
@@ -228,6 +296,20 @@ class StaticDecoder:
         full_key = (bucket, key)
         if full_key in st.graphs:
             return st.graphs[full_key]
+        try:
+            graph, logits = self._capture(st, bucket)
+        except Exception:  # noqa: BLE001 - try once more with transformers' own sdpa path
+            if not self.pack_gqa:
+                raise
+            log.warning("HFGenerator: capturing the decode step with packed-GQA attention failed; "
+                        "capturing it with transformers' sdpa attention instead", exc_info=True)
+            self.pack_gqa = False
+            graph, logits = self._capture(st, bucket)
+        st.graphs[full_key] = (graph, logits)
+        self.captures += 1
+        return graph, logits
+
+    def _capture(self, st: _Storage, bucket: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         device = st.ids.device
         saved = (st.pos[:bucket].clone(), st.write_pos.clone(), st.mask[:bucket].clone())
         try:
@@ -240,13 +322,30 @@ class StaticDecoder:
             graph = torch.cuda.CUDAGraph()
             with self._autocast(device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 logits = self.step(st, bucket)
+            self._check_replay(st, bucket, saved, graph, logits)
         finally:
-            st.pos[:bucket].copy_(saved[0])
-            st.write_pos.copy_(saved[1])
-            st.mask[:bucket].copy_(saved[2])
-        st.graphs[full_key] = (graph, logits)
-        self.captures += 1
+            self._restore(st, bucket, saved)
         return graph, logits
+
+    @staticmethod
+    def _restore(st: _Storage, bucket: int, saved) -> None:
+        st.pos[:bucket].copy_(saved[0])
+        st.write_pos.copy_(saved[1])
+        st.mask[:bucket].copy_(saved[2])
+
+    def _check_replay(self, st: _Storage, bucket: int, saved, graph, logits) -> None:
+        """Replay the new graph once and run the same step eagerly from the same state: the
+        logits must agree (a graph that reads the wrong memory would otherwise go unnoticed)."""
+        self._restore(st, bucket, saved)
+        graph.replay()
+        replayed = logits.float().clone()
+        self._restore(st, bucket, saved)
+        with self._autocast(st.ids.device):
+            eager = self.step(st, bucket).float()
+        scale = eager.abs().max().item() if eager.numel() else 0.0
+        diff = (replayed - eager).abs().max().item() if eager.numel() else 0.0
+        if not diff <= 1e-2 * scale + 1e-3:  # also catches NaN
+            raise RuntimeError(f"the captured decode step disagrees with the eager step (max |logit diff| {diff:.3g})")
 
 
 class StaticStepper:
@@ -280,6 +379,7 @@ class StaticStepper:
         st.pos[n:] = 0
         st.write_pos.fill_(width)
         self.mode = "cuda_graph" if decoder.use_graphs else "static"
+        self.overlap = decoder.use_graphs if decoder.overlap is None else decoder.overlap
         if decoder.use_graphs:  # capture now, before any token is sampled (a failure costs no draws)
             decoder.graph(st, self.bucket, adapter_key)
 
@@ -296,6 +396,27 @@ class StaticStepper:
         st.pos[:n] = st.pos[:current].index_select(0, keep)
         self.n, self.bucket = n, batch_bucket(n)
         return keep
+
+    def fetch(self, tokens: torch.Tensor, lps: torch.Tensor):
+        """Start copying (tokens, logprobs) to the host; returns a function that waits for that
+        copy only (not for the graph replays queued after it) and gives the two lists."""
+        n, st = len(tokens), self.st
+        if st.ids.device.type != "cuda":  # nothing runs asynchronously: read now
+            lists = tokens.tolist(), lps.tolist()
+            return lambda: lists
+        if st.host is None:
+            st.host = torch.empty(2, st.rows, dtype=torch.float64, pin_memory=True)  # [2, rows]
+            st.copied = torch.cuda.Event()
+        host = st.host[:, :n]
+        host.copy_(torch.stack((tokens.to(torch.float64), lps.to(torch.float64))), non_blocking=True)
+        st.copied.record(torch.cuda.current_stream(st.ids.device))
+
+        def wait() -> tuple[list[int], list[float]]:
+            st.copied.synchronize()
+            toks, values = host.tolist()
+            return [int(t) for t in toks], values
+
+        return wait
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [n, V] after feeding ``tokens`` [n] (one per running row)."""
