@@ -13,10 +13,11 @@ Prints one ``RESULT`` JSON line per measurement (also appended to $OUT/results.j
   the steps before each row's first difference. Run twice: bf16 autocast (the benchmark's
   setting; a random-init model has near-ties, so bf16 rounding can flip an argmax) and float32
   without TF32 (should agree to ~1e-5).
-- ``decode_speed``: one line per timed repetition (paths alternate, after one warm-up call
-  each, which includes the graph capture), then ``decode_summary``: median seconds, tokens/s,
-  ms per decode step, speed-up, and ``status``: ok | fallback (the graph path did not engage;
-  the reason is printed) | error.
+- ``decode_speed``: one line per timed repetition (paths alternate: eager, graph, and graph
+  with transformers' sdpa instead of the packed-GQA attention, after one warm-up call each,
+  which includes the graph capture), then ``decode_summary``: median seconds, tokens/s, ms per
+  decode step, speed-ups, and ``status``: ok | fallback (the graph path did not engage; the
+  reason is printed) | error. The last line printed starts with ``DECODE:``.
 
 Every section catches its own exception and reports it; the script always gets to the summary.
 With ``SMOKE=1`` (CPU, tiny shapes) the "graph" side is the same static-cache step run eagerly.
@@ -54,13 +55,17 @@ def make_prompts(tok) -> list[list[int]]:
     return [p for p in unique for _ in range(GROUP)]  # a GRPO group repeats each prompt
 
 
-def generators(model, tok, autocast):
+def generators(model, tok, autocast, nopack: bool = False):
+    """(eager loop, graph path[, graph path with transformers' sdpa instead of packed GQA])."""
     from trainer.rollout import HFGenerator
 
     graph_kw = {"cuda_graphs": True} if DEVICE == "cuda" else {"static_cache": True}
-    eager = HFGenerator(model, tok, autocast_dtype=autocast, cuda_graphs=False, seed=0)
-    graph = HFGenerator(model, tok, autocast_dtype=autocast, seed=0, **graph_kw)
-    return eager, graph
+    gens = [HFGenerator(model, tok, autocast_dtype=autocast, cuda_graphs=False, seed=0),
+            HFGenerator(model, tok, autocast_dtype=autocast, seed=0, **graph_kw)]
+    if nopack:
+        gens.append(HFGenerator(model, tok, autocast_dtype=autocast, seed=0, **graph_kw))
+        gens[-1]._pack_gqa = False
+    return gens
 
 
 def graph_status(gen) -> tuple[str, str | None]:
@@ -99,20 +104,22 @@ def check(model, tok, prompts, autocast, label: str) -> dict:
     })
 
 
-def speed(model, tok, prompts, autocast, tokens: int, reps: int) -> dict:
+def speed(model, tok, prompts, autocast, tokens: int, reps: int, nopack: bool) -> dict:
     from trainer.rollout import SamplingParams
 
-    eager, graph = generators(model, tok, autocast)
+    gens = dict(zip(("eager", "graph", "graph_nopack"), generators(model, tok, autocast, nopack)))
+    graph = gens["graph"]
     params = SamplingParams(temperature=1.0, max_new_tokens=tokens, min_new_tokens=tokens)
-    runs = {"eager": [], "graph": []}
-    for name, gen in (("eager", eager), ("graph", graph)):  # warm-up (graph: capture)
+    runs = {name: [] for name in gens}
+    for name, gen in gens.items():  # warm-up (graph: capture)
         t0 = time.perf_counter()
         gen.generate(prompts, params)
-        emit("decode_warmup", {"path": name, "s": time.perf_counter() - t0, "stats": gen.last_stats})
+        emit("decode_warmup", {"path": name, "s": time.perf_counter() - t0, "stats": gen.last_stats,
+                               "fallback_reason": getattr(gen, "_static_off", None)})
     status, why = graph_status(graph)
     reset_peak()
     for rep in range(reps):
-        for name, gen in (("eager", eager), ("graph", graph)):
+        for name, gen in gens.items():
             if DEVICE == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -125,13 +132,18 @@ def speed(model, tok, prompts, autocast, tokens: int, reps: int) -> dict:
                                   "decode": gen.last_stats.get("decode")})
     e, g = median(runs["eager"]), median(runs["graph"])
     n_tok = len(prompts) * tokens
-    return emit("decode_summary", {
+    row = {
         "rows": len(prompts), "new_tokens": tokens, "reps": reps, "autocast": str(autocast),
         "eager_s": e, "graph_s": g, "eager_tok_per_s": n_tok / e, "graph_tok_per_s": n_tok / g,
         "eager_ms_per_step": 1e3 * e / tokens, "graph_ms_per_step": 1e3 * g / tokens,
         "speedup": e / g, "status": status, "fallback_reason": why,
+        "packed_gqa": bool(graph._static is not None and graph._static.pack_gqa),
         "graph_captures": graph.last_stats.get("graph_captures"), "peak_mem_gb": peak_mem_gb(),
-    })
+    }
+    if "graph_nopack" in runs:
+        row["graph_nopack_s"] = median(runs["graph_nopack"])
+        row["speedup_nopack"] = e / row["graph_nopack_s"]
+    return emit("decode_summary", row)
 
 
 def section(name: str, fn, *args):
@@ -146,12 +158,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=8 if SMOKE else 256)
+    ap.add_argument("--no-nopack", action="store_true", help="skip the graph variant without packed GQA")
     args = ap.parse_args()
     t_start = time.perf_counter()
     torch.manual_seed(0)
-    model_dir = make_model_dir("llama-321m", "/tmp/bench_models/llama-321m" + ("-smoke" if SMOKE else ""))
-    model, tok = load(model_dir)
-    prompts = make_prompts(tok)
+    try:
+        model_dir = make_model_dir("llama-321m", "/tmp/bench_models/llama-321m" + ("-smoke" if SMOKE else ""))
+        model, tok = load(model_dir)
+        prompts = make_prompts(tok)
+    except Exception as exc:  # e.g. .gpu_assets (the tokenizer) not carried
+        traceback.print_exc()
+        emit("decode_error", {"section": "setup", "error": f"{type(exc).__name__}: {exc}", "status": "error"})
+        print("DECODE: status=error (setup failed: carry .gpu_assets for the SmolLM2 tokenizer)", flush=True)
+        return
     bf16 = torch.bfloat16 if DEVICE == "cuda" else None
     results = []
     results.append(section("check_bf16", check, model, tok, prompts, bf16, "bf16-autocast" if bf16 else "fp32"))
@@ -160,14 +179,16 @@ def main() -> None:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         results.append(section("check_fp32", check, model, tok, prompts, None, "fp32-no-tf32"))
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
-    results.append(section("speed", speed, model, tok, prompts, bf16, args.tokens, args.reps))
+    results.append(section("speed", speed, model, tok, prompts, bf16, args.tokens, args.reps, not args.no_nopack))
     summary = results[-1]
     status = "error" if any(r.get("status") == "error" for r in results) else summary.get("status", "error")
     if any(r.get("graph_path") == "fallback" for r in results):
         status = "fallback"
-    print(f"DECODE: status={status} speedup={summary.get('speedup', float('nan')):.2f}x "
-          f"eager={summary.get('eager_ms_per_step', float('nan')):.2f} ms/step "
-          f"graph={summary.get('graph_ms_per_step', float('nan')):.2f} ms/step "
+    nan = float("nan")
+    print(f"DECODE: status={status} speedup={summary.get('speedup', nan):.2f}x "
+          f"(without packed GQA {summary.get('speedup_nopack', nan):.2f}x) "
+          f"eager={summary.get('eager_ms_per_step', nan):.2f} ms/step "
+          f"graph={summary.get('graph_ms_per_step', nan):.2f} ms/step "
           f"wall={time.perf_counter() - t_start:.1f}s", flush=True)
 
 

@@ -292,6 +292,7 @@ class HFGenerator:
         self._static: StaticDecoder | None = None
         self._static_off: str | None = None  # why the static path was switched off, once
         self._static_overlap: bool | None = None  # tests: overlap the static steps without graphs too
+        self._pack_gqa = True  # benchmarks: False measures the static step with transformers' sdpa
 
     @classmethod
     def from_policy(cls, policy, **kw) -> "HFGenerator":
@@ -427,6 +428,7 @@ class HFGenerator:
                                          autocast_dtype=self.autocast_dtype)
         self._static.use_graphs = mode == "cuda_graph"
         self._static.overlap = self._static_overlap
+        self._static.pack_gqa = self._static.pack_gqa and self._pack_gqa
         stepper = StaticStepper(self._static, cache, mask, next_pos, expand, max_steps, bool(use_adapter))
         return stepper, logits.index_select(0, expand)
 
