@@ -201,6 +201,9 @@ def test_unsupported_models_stay_on_the_eager_loop(tiny, tok, caplog):
     tiny.config._attn_implementation = "flash_attention_2"
     assert "flash_attention_2" in unsupported_reason(tiny)
     tiny.config._attn_implementation = "sdpa"
+    tiny.config.rope_parameters = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
+    assert unsupported_reason(tiny) == "rope type 'dynamic'"
+    tiny.config.rope_parameters = {"rope_type": "default", "rope_theta": 10000.0}
     tiny.config.sliding_window = 16
     assert unsupported_reason(tiny) == "sliding-window attention"
     prompts = prompts_of(tok, QUESTIONS[:2])
@@ -244,3 +247,17 @@ def test_the_static_step_uses_the_packed_attention_only_while_it_runs(tiny, tok)
     gen = HFGenerator(tiny, tok, static_cache=True)
     gen.generate(prompts_of(tok, QUESTIONS[:2]), SamplingParams(temperature=0, max_new_tokens=3))
     assert gen._static.pack_gqa and tiny.config._attn_implementation == "sdpa"
+
+
+def test_storages_over_the_memory_limit_are_freed_after_the_call(tiny, tok, monkeypatch):
+    from trainer.rollout import static_decode
+
+    gen = HFGenerator(tiny, tok, static_cache=True)
+    prompts = prompts_of(tok, QUESTIONS[:3])
+    params = SamplingParams(temperature=0, max_new_tokens=6)
+    first = gen.generate(prompts, params)
+    assert len(gen._static.storages) == 1  # small: kept for the next call
+    monkeypatch.setattr(static_decode, "_KEEP_BYTES", 0)
+    assert_same(first, gen.generate(prompts, params))
+    assert gen._static.storages == [] and gen.last_stats["decode"] == "static"
+    assert_same(first, gen.generate(prompts, params))  # a fresh storage next time

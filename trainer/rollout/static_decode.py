@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 CAPACITY_STEP = 128  # cache capacities are rounded up to this many positions
 _WARMUP_STEPS = 2  # eager steps on a side stream before a capture (allocator, cuBLAS workspaces)
 _MAX_STORAGES = 2  # capacities kept alive at once (each holds a full KV cache)
-_KEEP_BYTES = 4 << 30  # a storage larger than this (or 10% of the GPU) is freed after its call
+_KEEP_BYTES = 2 << 30  # storages kept between calls total at most this (and 5% of the GPU)
 _SUPPORTED_ATTENTION = ("sdpa", "eager")
 
 
@@ -91,6 +91,10 @@ def unsupported_reason(model) -> str | None:
         return f"layer types {sorted(set(layer_types))} (only full attention is supported)"
     if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
         return "sliding-window attention"
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    rope_type = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+    if rope_type in ("dynamic", "longrope"):  # they read the longest position on the host every step
+        return f"rope type {rope_type!r}"
     if getattr(cfg, "is_encoder_decoder", False):
         return "encoder-decoder model"
     return None
@@ -221,15 +225,17 @@ class StaticDecoder:
         return moved
 
     def end_call(self) -> None:
-        """Free the storages too large to keep between calls (the update pass needs the
-        memory); the small ones, and their graphs, serve the next call."""
-        keep = []
-        for st in self.storages:
+        """Free the storages that would keep too much memory between calls (the update pass
+        needs it): the most recent ones are kept while they total at most 2 GiB and 5% of the
+        GPU; they and their graphs serve the next call of the same shape."""
+        keep, total = [], 0
+        for st in reversed(self.storages):
             limit = _KEEP_BYTES
             if st.ids.device.type == "cuda":
-                limit = min(limit, torch.cuda.get_device_properties(st.ids.device).total_memory // 10)
-            if st.nbytes() <= limit:
-                keep.append(st)
+                limit = min(limit, torch.cuda.get_device_properties(st.ids.device).total_memory // 20)
+            if total + st.nbytes() <= limit:
+                keep.insert(0, st)
+                total += st.nbytes()
         if len(keep) != len(self.storages):
             self.storages = keep
             if torch.cuda.is_available():
