@@ -16,7 +16,7 @@ p50/p95/p99 over every (viewer, step); steps never received (dropped; late ones 
 to ``--drain`` s after the writer ends); HTTP latency
 p50/p95 and errors; the server's RSS at the start, middle and end (memory stable?); load average.
 
-    .venv/bin/python benchmarks/load.py [--viewers 200] [--rate 1000] [--seconds 20] [--poll 2]
+    .venv/bin/python benchmarks/load.py [--viewers 200] [--rate 1000] [--seconds 20] [--poll 2] [--web-workers N]
 """
 from __future__ import annotations
 
@@ -151,10 +151,29 @@ async def _poll(i, base, run_id, cookie, stats, pool, stop, poll, seen):
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
+    """Resident memory of the server: ``manage.py serve`` and its worker processes, in MB."""
+    total = 0
+    for proc in _tree(pid):
+        try:
+            for line in Path(f"/proc/{proc}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:  # a worker that just exited
+            pass
+    return round(total / 1024, 1)
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:
+                pass
+    return out
 
 
 async def run_load(args, base: str, run_id: int, cookie: str, server_pid: int) -> dict:
@@ -197,7 +216,8 @@ async def run_load(args, base: str, run_id: int, cookie: str, server_pid: int) -
         "ws_errors": stats.ws_errors, "http_requests": len(http),
         "http_p50_ms": _r(statistics.median(http)) if http else None,
         "http_p95_ms": _r(percentile(http, 95)) if http else None, "http_errors": stats.http_errors,
-        "server_rss_mb_start_mid_end": rss, "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "server_rss_mb_start_mid_end": rss, "server_processes": len(_tree(server_pid)),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -213,6 +233,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--poll", type=float, default=2.0, help="seconds between a viewer's API calls")
     ap.add_argument("--drain", type=float, default=60, help="most seconds to wait for late messages after the writer")
+    ap.add_argument("--web-workers", type=int, help="server processes (manage.py serve --workers; default: its own)")
     ap.add_argument("--database", default="selfplay_bench_load", help="created and migrated when missing")
     ap.add_argument("--writer", type=int, help=argparse.SUPPRESS)  # internal: the writer subprocess
     args = ap.parse_args()
@@ -226,6 +247,8 @@ def main() -> None:
 
     # the server and the writer on a Redis db of their own (no run-id clash with the demo's db 0)
     os.environ["REDIS_URL"] = settings.REDIS_URL.rsplit("/", 1)[0] + "/15"
+    if args.web_workers:
+        os.environ["SELFPLAY_WEB_WORKERS"] = str(args.web_workers)  # read by manage.py serve
     port = free_port()
     server = start_server(port)
     try:

@@ -44,6 +44,8 @@ async def test_metric_and_sample_messages_arrive(reader):
 
     await sync_to_async(_report)(run.pk)
     received = await _messages(comm, 3)
+    seqs = [m.pop("seq") for m in received]  # the run's message counter: one number each, none skipped
+    assert seqs == list(range(snapshot["seq"] + 1, snapshot["seq"] + 4))
     by_type = {}
     for m in received:
         by_type.setdefault(m["type"], []).append(m)
