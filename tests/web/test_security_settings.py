@@ -19,7 +19,8 @@ from django.conf import settings
 ROOT = settings.BASE_DIR
 KNOBS = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "SELFPLAY_INSECURE_HTTP", "SELFPLAY_BEHIND_PROXY",
          "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD", "SECURE_SSL_REDIRECT",
-         "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SELFPLAY_PRODUCTION")
+         "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SELFPLAY_PRODUCTION",
+         "DJANGO_ALLOW_ASYNC_UNSAFE")  # set by the browser tests of this process; never in a deployment
 
 
 def _env(**values) -> dict:
