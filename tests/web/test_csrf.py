@@ -258,3 +258,26 @@ def test_api_posts_with_a_session_need_the_token_and_token_auth_does_not(world, 
     assert verdict.status_code == 200, verdict.content
     world["item"].refresh_from_db()
     assert world["item"].status == "approved"
+
+
+# ---- the websocket: a third-party page cannot open it with the visitor's cookie --------------
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize("origin, accepted", [(b"http://127.0.0.1", True), (b"http://evil.example", False),
+                                              (b"null", False), (None, False)])
+async def test_the_run_websocket_refuses_other_origins(reader, origin, accepted):
+    """Cross-site websocket hijacking: the browser sends the session cookie whichever page opens
+    the socket, so the server checks the Origin against ALLOWED_HOSTS (asgi.py)."""
+    from asgiref.sync import sync_to_async
+    from channels.testing import WebsocketCommunicator
+
+    from selfplay_web.asgi import application
+    from tests.web.test_websocket_and_browser import _session_cookie
+
+    cookie = await sync_to_async(_session_cookie)(reader)
+    headers = [(b"host", b"127.0.0.1"), (b"cookie", cookie.encode())] + ([(b"origin", origin)] if origin else [])
+    comm = WebsocketCommunicator(application, "/ws/runs/1/", headers=headers)
+    connected, _ = await comm.connect()
+    assert connected is accepted
+    await comm.disconnect()
