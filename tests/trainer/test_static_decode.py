@@ -261,3 +261,16 @@ def test_storages_over_the_memory_limit_are_freed_after_the_call(tiny, tok, monk
     assert_same(first, gen.generate(prompts, params))
     assert gen._static.storages == [] and gen.last_stats["decode"] == "static"
     assert_same(first, gen.generate(prompts, params))  # a fresh storage next time
+
+
+def test_the_runner_passes_rollout_cuda_graphs_to_the_generator(tiny_config, tok):
+    from trainer.models import load_policy
+    from trainer.runner import make_generator
+
+    for value, expected in (("auto", "auto"), ("true", True), ("false", False)):
+        cfg = load_config(tiny_config(), [f"rollout.cuda_graphs={value}"])
+        gen = make_generator(cfg, load_policy(cfg))
+        assert gen.inner.cuda_graphs == expected
+    prompts = prompts_of(tok, QUESTIONS[:2])
+    gen.generate(prompts, SamplingParams(temperature=0, max_new_tokens=3))
+    assert gen.inner.last_stats["decode"] == "eager"

@@ -348,10 +348,11 @@ class StaticDecoder:
         self._restore(st, bucket, saved)
         with self._autocast(st.ids.device):
             eager = self.step(st, bucket).float()
-        scale = eager.abs().max().item() if eager.numel() else 0.0
-        diff = (replayed - eager).abs().max().item() if eager.numel() else 0.0
-        if not diff <= 1e-2 * scale + 1e-3:  # also catches NaN
-            raise RuntimeError(f"the captured decode step disagrees with the eager step (max |logit diff| {diff:.3g})")
+        # relative L2 error: bf16 rounding (another GEMM algorithm) gives ~1e-2, reading the
+        # wrong memory gives ~1; NaN fails the test too
+        rel = ((replayed - eager).norm() / eager.norm().clamp_min(1e-6)).item()
+        if not rel <= 0.05:
+            raise RuntimeError(f"the captured decode step disagrees with the eager step (relative L2 error {rel:.3g})")
 
 
 class StaticStepper:
