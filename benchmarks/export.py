@@ -15,6 +15,10 @@ through the real export view by the real server (``manage.py serve``: daphne, AS
    processes work in parallel) and the machine's load average, then drops the database unless
    ``--keep``.
 
+The server runs one web worker (``SELFPLAY_WEB_WORKERS=1`` unless ``--web-workers N``); where
+``manage.py serve`` supervises worker processes, RSS and CPU are those of the process tree: the
+peak RSS of its largest process (the one serving the download) and the CPU seconds of all of them.
+
     .venv/bin/python benchmarks/export.py [--rows 1000000] [--formats jsonl,parquet] [--port 8765] [--keep] [--reuse]
 """
 from __future__ import annotations
@@ -138,20 +142,50 @@ def existing(n: int) -> tuple[int, str]:
     return run.pk, Token.objects.get(user__username="bench").key
 
 
-def rss_mb(pid: int, field: str = "VmRSS") -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the server's worker processes, where it has any)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(children.get(current, []))
+    return out
+
+
+def _rss_one(pid: int, field: str) -> float:
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return 0.0
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (0 when it is gone)."""
+def rss_mb(pids: list[int], field: str = "VmRSS") -> float:
+    """The largest RSS (or VmHWM) among the server's processes ``pids``."""
+    return max(_rss_one(p, field) for p in pids)
+
+
+def _cpu_one(pid: int) -> float:
     try:
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the server's processes ``pids`` have used (0 when gone)."""
+    return sum(_cpu_one(p) for p in pids)
 
 
 def postgres_backends() -> list[int]:
@@ -171,25 +205,30 @@ def postgres_backends() -> list[int]:
 class Sampler(threading.Thread):
     """Peak RSS of the server, and the CPU seconds of the Postgres backends serving it."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pids: list[int]):
         super().__init__(daemon=True)
-        self.pid, self.peak, self.stop = pid, 0.0, threading.Event()
+        self.pids, self.peak, self.stop = pids, 0.0, threading.Event()
         self.backend_cpu: dict[int, float] = {}
-        self.backend_start = {b: cpu_seconds(b) for b in postgres_backends()}
+        self.backend_start = {b: _cpu_one(b) for b in postgres_backends()}
 
     def run(self):
+        backends, tick = [], 0
         while not self.stop.wait(0.05):
-            self.peak = max(self.peak, rss_mb(self.pid))
-            for b in postgres_backends():
-                self.backend_cpu[b] = max(self.backend_cpu.get(b, 0.0), cpu_seconds(b))
+            self.peak = max(self.peak, rss_mb(self.pids))
+            if tick % 10 == 0:  # new connections (the export's reader thread opens one): every 0.5 s
+                backends = postgres_backends()
+            tick += 1
+            for b in backends:
+                self.backend_cpu[b] = max(self.backend_cpu.get(b, 0.0), _cpu_one(b))
 
     @property
     def postgres_cpu(self) -> float:
         return sum(cpu - self.backend_start.get(b, 0.0) for b, cpu in self.backend_cpu.items())
 
 
-def start_server(bench_url: str, port: int) -> subprocess.Popen:
+def start_server(bench_url: str, port: int, workers: int) -> subprocess.Popen:
     env = dict(os.environ, DATABASE_URL=bench_url, DEBUG="0", ALLOWED_HOSTS="127.0.0.1",
+               SELFPLAY_WEB_WORKERS=str(workers),
                SECRET_KEY=os.environ.get("SECRET_KEY", "bench-export-not-secret-" + "x" * 40),
                SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0")
     return subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)], cwd=ROOT, env=env,
@@ -220,8 +259,9 @@ def wait_ready(proc: subprocess.Popen, port: int, token: str, timeout: float = 1
 
 
 def stream(port: int, run_id: int, token: str, fmt: str, pid: int) -> dict:
-    before, cpu_before = rss_mb(pid), cpu_seconds(pid)
-    sampler = Sampler(pid)
+    pids = tree(pid)
+    before, cpu_before = rss_mb(pids), cpu_seconds(pids)
+    sampler = Sampler(pids)
     sampler.start()
     t0 = time.perf_counter()
     conn, response = get(port, f"/api/v1/runs/{run_id}/export/attempts.{fmt}", token)
@@ -237,7 +277,7 @@ def stream(port: int, run_id: int, token: str, fmt: str, pid: int) -> dict:
         else:
             sink.write(chunk)
     seconds = time.perf_counter() - t0
-    server_cpu = cpu_seconds(pid) - cpu_before
+    server_cpu = cpu_seconds(pids) - cpu_before
     sampler.stop.set()
     sampler.join()
     conn.close()
@@ -250,7 +290,7 @@ def stream(port: int, run_id: int, token: str, fmt: str, pid: int) -> dict:
     return {"part": "export", "format": fmt, "rows": rows, "seconds": round(seconds, 2),
             "rows_per_s": round(rows / seconds), "mb": round(size / 2**20, 1), "first_byte_s": round(first or 0, 3),
             "server_rss_before_mb": round(before, 1), "server_peak_rss_mb": round(max(sampler.peak, before), 1),
-            "server_vmhwm_mb": round(rss_mb(pid, "VmHWM"), 1), "server_cpu_s": round(server_cpu, 2),
+            "server_vmhwm_mb": round(rss_mb(pids, "VmHWM"), 1), "server_cpu_s": round(server_cpu, 2),
             "postgres_cpu_s": round(sampler.postgres_cpu, 2),
             "rows_per_server_cpu_s": round(rows / max(server_cpu, 1e-9)),
             "rows_per_postgres_cpu_s": round(rows / max(sampler.postgres_cpu, 1e-9)),
@@ -264,6 +304,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
     parser.add_argument("--reuse", action="store_true", help="reuse the rows of a kept benchmark database")
+    parser.add_argument("--web-workers", type=int, default=1, help="server processes (manage.py serve's workers)")
     args = parser.parse_args()
     admin_url, bench_url = server_urls()
     reused = create_database(admin_url, args.reuse)
@@ -278,7 +319,7 @@ def main() -> None:
     from django.db import connections
 
     connections.close_all()
-    server = start_server(bench_url, args.port)
+    server = start_server(bench_url, args.port, args.web_workers)
     try:
         wait_ready(server, args.port, token)
         for fmt in [f.strip() for f in args.formats.split(",") if f.strip()]:

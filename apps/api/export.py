@@ -23,34 +23,38 @@ with ``?after=<cursor value of the last complete line>``; a Parquet one with ``?
 id of the previous complete file (use ``limit`` to download in parts).
 
 Memory stays constant: pages of ``PAGE`` rows are read by keyset (``id > last``) and each page is
-encoded and sent before the next is read. JSONL lines are built by Postgres in the page query
-(``apps/api/export_sql.py``: the server's Python only joins them); Parquet converts each page to
-one row group of ``pyarrow.parquet.ParquetWriter`` writing into a buffer drained after every group.
-The view and its OpenAPI description are in ``apps/api/export_view.py``.
+encoded and sent before the next is read. The page query selects plain columns (numbers, text, JSON
+and arrays as text: cheap for Postgres) and ``apps/api/export_rows.py`` encodes them: JSONL lines
+byte for byte equal to the reference formatters Postgres runs (``apps/api/export_sql.py``, still
+used for the rare rows whose turns / passages hold non-string fields), and for Parquet one Arrow
+record batch per page, written as one row group of ``pyarrow.parquet.ParquetWriter`` into a buffer
+drained after every group. The view and its OpenAPI description are in ``apps/api/export_view.py``.
 """
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import math
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.json as paj
 import pyarrow.parquet as pq
 from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q, Subquery, TextField, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 
-
+from apps.api import export_rows
+from apps.api.export_fetch import fetch, read_ahead
 from apps.api.export_sql import lines_sql
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.review.models import ReviewItem
 from apps.runs.sealed import redact, redact_overrides
 
-PAGE = 2000  # rows per JSONL page
-PARQUET_PAGE = 500  # rows per Parquet row group: converting a page costs Python objects, keep it small
+PAGE = 2000  # rows per JSONL page (one chunk of the response)
+PARQUET_PAGE = 1000  # rows per page read for Parquet: a page's Python objects are most of the memory used
+ROW_GROUP = 4000  # rows per Parquet row group (pages converted to Arrow batches, written together)
 FORMATS = ("jsonl", "parquet")
 CONTENT_TYPES = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.apache.parquet"}
 
@@ -157,13 +161,7 @@ def _b(v) -> str:
     return "null" if v is None else ("true" if v else "false")
 
 
-TURN = pa.struct([("role", pa.string()), ("text", pa.string())])
-PASSAGE = pa.struct([("document_id", pa.string()), ("chunk_id", pa.string()), ("title", pa.string()),
-                     ("text", pa.string()), ("score", pa.float64())])
-TYPES = {  # code -> arrow type (apps/api/export_sql.py has the JSON formatter of each)
-    "int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_(), "iteration": pa.int64(),
-    "turns": pa.list_(TURN), "passages": pa.list_(PASSAGE), "ints": pa.list_(pa.int64()),
-}
+TYPES = export_rows.TYPES  # code -> arrow type (apps/api/export_sql.py has the JSON formatter of each)
 ENCODERS = {"int": _i, "float": _f, "str": _s, "bool": _b}  # Python-made lines: pairs and config
 
 # kind -> [(column, type code, source: a model field or an annotation below)]
@@ -334,32 +332,42 @@ def _aliased(p: Plan):
     return queryset(p.kind, p.run, p.filters).filter(id__lte=p.last_id).order_by("id").values(**exprs), names
 
 
-def line_pages(p: Plan, size: int | None = None):
-    """Lists of JSONL lines made by Postgres (apps/api/export_sql.py), ``size`` at a time; pairs and
-    config lines are encoded here."""
-    size = size or PAGE
-    if p.kind in ("pairs", "config"):
-        encoders = [ENCODERS[code] for _, code, _ in COLUMNS[p.kind]]
-        template = "{" + ",".join(f"{json.dumps(name)}:%s" for name, _, _ in COLUMNS[p.kind]) + "}"
-        for rows in _python_rows(p, size):
-            yield [template % tuple(enc(v) for enc, v in zip(encoders, row)) for row in rows]
-        return
+def python_lines(p: Plan, size: int):
+    """Lists of JSONL lines of the kinds made in Python (pairs, config)."""
+    encoders = [ENCODERS[code] for _, code, _ in COLUMNS[p.kind]]
+    template = "{" + ",".join(f"{json.dumps(name)}:%s" for name, _, _ in COLUMNS[p.kind]) + "}"
+    for rows in _python_rows(p, size):
+        yield [template % tuple(enc(v) for enc, v in zip(encoders, row)) for row in rows]
+
+
+def raw_pages(p: Plan, size: int | None = None, binary_arrays: bool = False):
+    """Lists of plain rows (``export_rows.raw_sql``: column values as Postgres sends them cheaply) of
+    the database kinds, ``size`` at a time by keyset."""
     if p.last_id is None:
         return
+    size = size or PAGE
     qs, _ = _aliased(p)
     cols = columns(p.kind)
     cursor = p.filters.after
     while True:
         sql, params = qs.filter(id__gt=cursor)[:size].query.sql_with_params()
-        with connection.cursor() as cur:
-            cur.execute(lines_sql(cols, sql), params)
-            rows = cur.fetchall()
+        rows = fetch(export_rows.raw_sql(cols, sql, binary_arrays), params)
         if not rows:
             return
-        yield [line for _, line in rows]
+        yield rows
         cursor = rows[-1][0]
         if len(rows) < size:
             return
+
+
+def reference_lines(p: Plan, ids: list[int]) -> dict[int, str]:
+    """{id: JSONL line} of the rows ``ids`` built by Postgres (apps/api/export_sql.py, the reference
+    format), for the rare rows export_rows does not encode itself."""
+    qs, _ = _aliased(p)
+    sql, params = qs.filter(id__in=ids).query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(lines_sql(columns(p.kind), sql), params)
+        return dict(cur.fetchall())
 
 
 def _config_row(run) -> tuple:
@@ -409,9 +417,26 @@ def pairs_of(tasks: list[tuple], role: str | None) -> list[tuple]:
 
 def jsonl_chunks(p: Plan):
     """Bytes of the JSONL file, one chunk per page."""
-    for lines in line_pages(p):
-        if lines:
-            yield ("\n".join(lines) + "\n").encode()
+    if p.kind in ("pairs", "config"):
+        for lines in python_lines(p, PAGE):
+            if lines:
+                yield ("\n".join(lines) + "\n").encode()
+        return
+    cols, size = columns(p.kind), PAGE
+    for rows in read_ahead(lambda: raw_pages(p, size)):
+        yield export_rows.jsonl(cols, rows, lambda ids: reference_lines(p, ids))
+
+
+def record_batches(p: Plan, size: int):
+    """Arrow record batches of the kind's schema, one per page."""
+    cols = columns(p.kind)
+    if p.kind in ("pairs", "config"):
+        pages = _python_rows(p, size)
+    else:
+        pages = read_ahead(lambda: raw_pages(p, size, binary_arrays=True))
+    for rows in pages:
+        if rows:
+            yield export_rows.record_batch(cols, rows, lambda ids: reference_lines(p, ids))
 
 
 class _Drain(io.RawIOBase):
@@ -439,26 +464,50 @@ class _Drain(io.RawIOBase):
 
 
 def parquet_chunks(p: Plan):
-    """Bytes of the Parquet file: each page of JSONL lines is parsed by pyarrow against the kind's
-    schema (so both formats hold the same values) and written as one row group, drained at once."""
+    """Bytes of the Parquet file: each page becomes an Arrow record batch at once (the same values as
+    the JSONL lines); every ``ROW_GROUP`` rows of batches are written as one row group, drained at once."""
     schema = arrow_schema(p.kind)
-    parse = paj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
     sink = _Drain()
-    writer = pq.ParquetWriter(sink, schema, compression="zstd")
+    writer = pq.ParquetWriter(sink, schema, compression="zstd", memory_pool=export_rows.POOL)
+    group: list[pa.RecordBatch] = []
     try:
-        for lines in line_pages(p, PARQUET_PAGE):
-            if not lines:
-                continue
-            data = ("\n".join(lines) + "\n").encode()
-            table = paj.read_json(io.BytesIO(data), read_options=paj.ReadOptions(block_size=len(data) + 1),
-                                  parse_options=parse)
-            writer.write_table(table.select(schema.names).cast(schema))
-            chunk = sink.take()
-            if chunk:
-                yield chunk
+        for batch in record_batches(p, PARQUET_PAGE):
+            group.append(batch)
+            if sum(b.num_rows for b in group) >= ROW_GROUP:
+                yield _write_group(writer, sink, group)
+                group = []
+        if group:
+            yield _write_group(writer, sink, group)
     finally:
         writer.close()
     yield sink.take()
+
+
+def _write_group(writer, sink: _Drain, batches: list) -> bytes:
+    table = pa.Table.from_batches(batches)
+    writer.write_table(table, row_group_size=table.num_rows)
+    del table, batches[:]
+    release_memory()
+    return sink.take()
+
+
+def release_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``), so that what a row
+    group's temporaries freed does not stay in the server's resident memory."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim  # glibc only
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _libc()
 
 
 def stream(p: Plan, fmt: str):

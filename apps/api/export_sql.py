@@ -7,7 +7,7 @@ formatter giving the same JSON as the Parquet path's values, with the types fixe
 - ``float``: always a float literal (``1.0``, never ``1``), ``null`` for NULL / NaN / infinities,
   because a reader that infers types per chunk (``datasets``) fails on int-then-float columns;
 - ``str``: a JSON string, ``""`` for NULL; ``int`` / ``bool``: literals or ``null``;
-- ``iteration``: the integer text of ``data.iteration`` or ``null``;
+- ``iteration``: the integer text of ``data.iteration`` or ``null`` (a JSON number: no leading zeros);
 - ``turns`` / ``passages``: lists of objects with exactly the documented keys (strings, and a float
   ``score``), whatever shape the stored JSON has;
 - ``ints``: ``array_to_json`` of an integer array (``[]`` for NULL).
@@ -49,7 +49,7 @@ FORMATTERS = {
     "bool": lambda x: f"coalesce(({x})::text, 'null')",
     "float": _float,
     "str": _str,
-    "iteration": lambda x: f"(CASE WHEN {x} ~ '^-?[0-9]{{1,18}}$' THEN {x} ELSE 'null' END)",
+    "iteration": lambda x: f"(CASE WHEN {x} ~ '^-?(0|[1-9][0-9]{{0,17}})$' THEN {x} ELSE 'null' END)",
     "ints": lambda x: f"coalesce(array_to_json({x})::text, '[]')",
     "turns": lambda x: _objects(x, [("role", _field("role")), ("text", _field("text"))]),
     "passages": lambda x: _objects(x, [("document_id", _field("document_id")), ("chunk_id", _field("chunk_id")),

@@ -78,7 +78,7 @@ def _schema():
                 examples=[OpenApiExample("attempts.jsonl line", value=EXAMPLE_ATTEMPT, media_type="application/x-ndjson"),
                           OpenApiExample("pairs.jsonl line", value=EXAMPLE_PAIR, media_type="application/x-ndjson")]),
             (200, "application/vnd.apache.parquet"): OpenApiResponse(
-                OpenApiTypes.BINARY, description="A Parquet file with the same columns, one row group per page."),
+                OpenApiTypes.BINARY, description="A Parquet file with the same columns, one row group per 4,000 rows."),
             400: OpenApiResponse(OpenApiTypes.OBJECT, description="A bad filter, kind or format.", examples=[
                 OpenApiExample("bad filter", value={"error": "step_min must be an integer, got 'abc'"})]),
             401: OpenApiResponse(OpenApiTypes.OBJECT, description="Not logged in / no token."),
