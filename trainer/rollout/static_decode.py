@@ -17,7 +17,7 @@ one decode step is made shape-static and captured once as a ``torch.cuda.CUDAGra
 - Graphs are captured per batch bucket (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, ...) and adapter
   state (a LoRA adapter switched off is a different Python path). A bucket's buffers are the
   leading rows of the storage, so when rows finish the survivors are gathered to the front and
-  the next smaller bucket's graph runs on the same memory.
+  a bucket at most half as large runs on the same memory.
 - Grouped-query attention: transformers repeats K/V to every query head before SDPA whenever a
   mask is given (a copy of the whole cache per layer per step, most of the step's memory
   traffic). The step instead runs ``_packed_gqa_sdpa`` (registered as an attention
@@ -391,9 +391,10 @@ class StaticStepper:
             decoder.graph(st, self.bucket, adapter_key)
 
     def compact(self, alive: list[int], current: int) -> torch.Tensor | None:
-        """Gather the running rows to the front when they fit a smaller bucket; returns the
-        kept indices (None = nothing moved)."""
-        if batch_bucket(len(alive)) >= self.bucket:
+        """Gather the running rows to the front once they fit a bucket of at most half the
+        current one (so a call captures a few graphs, not one per bucket); returns the kept
+        indices (None = nothing moved)."""
+        if 2 * batch_bucket(len(alive)) > self.bucket:
             return None
         st, n = self.st, len(alive)
         keep = torch.tensor(alive, device=st.ids.device)
