@@ -20,7 +20,10 @@ Prints one JSON line per part:
 
     .venv/bin/python benchmarks/search.py [--parts embed,corpus,synthetic] [--corpus wikipedia]
         [--sizes 100000,1000000] [--build-limit 1800] [--queries 200] [--reps 2] [--ef 40,100,...]
-        [--keep] [--build-only] [--reuse] [--cache-dir DIR] [--pg-url URL]
+        [--keep] [--build-only] [--reuse] [--cache-dir DIR] [--pg-url URL] [--variants vector,halfvec,bit]
+  * "variants"  index variants (benchmarks/search_variants.py: full-precision, halfvec expression index,
+                binary quantization + exact re-rank) vs FAISS-HNSW at EQUAL recall, on the synthetic
+                table (--sizes) and on the bundled corpus's chunk vectors (`bench_corpus_vectors`).
 --build-only builds (table, index, FAISS index saved under --cache-dir) and keeps them; --reuse then
 measures without rebuilding.
 """
@@ -173,7 +176,8 @@ def bench_corpus(name: str, n_queries: int) -> dict:
 
     from apps.corpora.embedder import embedder_for
     from apps.corpora.models import Chunk, Corpus, Document
-    from apps.corpora.search import EF_SEARCH, Hit, dense_by_vectors, fuse, lexical
+    from apps.corpora.models import HALFVEC_INDEX
+    from apps.corpora.search import DENSE_SQL, EF_SEARCH, Hit, dense_by_vectors, fuse, lexical, vector_literal
 
     corpus = Corpus.objects.get(name=name)
     ids, vectors = [], []
@@ -207,14 +211,13 @@ def bench_corpus(name: str, n_queries: int) -> dict:
     batches = [queries[i:i + 50] for i in range(0, n_queries, 50)]
     with connection.cursor() as cur:
         cur.execute(f"SET hnsw.ef_search = {EF_SEARCH}")
-        cur.execute("EXPLAIN SELECT id FROM corpora_chunk WHERE corpus_id = %s ORDER BY embedding <=> %s::vector LIMIT 10",
-                    [corpus.pk, "[" + ",".join(map(str, queries[0].tolist())) + "]"])
+        cur.execute("EXPLAIN " + DENSE_SQL, [[vector_literal(queries[0])], corpus.pk, K])  # the production statement
         plan = " ".join(r[0] for r in cur.fetchall())
     from apps.corpora.search import search_many
 
     record = {
         "part": "corpus", "corpus": name, "chunks": len(ids), "queries": n_queries, "ef_search": EF_SEARCH,
-        "hnsw_index_used": "corpora_chunk_embedding_hnsw" in plan,
+        "hnsw_index_used": HALFVEC_INDEX in plan, "index": HALFVEC_INDEX,
         "dense_recall@10": round(dense_recall, 4), "hybrid_recall@10": round(recall_at_k(hybrid, hybrid_exact), 4),
         "pgvector_qps_one": timed_qps(lambda q: dense_by_vectors(corpus.pk, q, K), singles),
         "pgvector_qps_batched": timed_qps(lambda q: dense_by_vectors(corpus.pk, q, K), batches, 50),
@@ -446,9 +449,78 @@ def bench_synthetic(url: str, n: int, n_queries: int, build_limit: int, keep: bo
     return record
 
 
+def bench_variants(url: str, n: int, n_queries: int, names: list[str], build_limit: int, reuse: bool,
+                   keep: bool, reps: int, cache_dir: Path | None, build_only: bool = False) -> dict:
+    """The synthetic table (built as in bench_synthetic) with every variant's index, vs FAISS at equal recall
+    (with `build_only`: build the table, the indexes and FAISS, and stop)."""
+    from benchmarks.search_variants import compare, ensure_index, index_used, variants
+
+    conn = connect(url)
+    base, queries = unit_vectors(n, 384, seed=1), unit_vectors(n_queries, 384, seed=2)
+    table, chosen = table_name(n), variants(384, names)
+    record = {"part": "variants", "data": "random", "n": n, "queries": n_queries, "cpus": os.cpu_count(),
+              "load_avg_start": [round(x, 2) for x in os.getloadavg()],
+              "table": build_table(conn, base, build_limit, reuse),
+              "indexes": {v.name: ensure_index(conn, table, v, build_limit) for v in chosen}}
+    hnsw, record["faiss_build"] = faiss_hnsw(base, cache_dir)
+    conn.execute(f"VACUUM ANALYZE {table}")
+    record["index_used"] = {v.name: index_used(conn, table, v, queries[0]) for v in chosen}
+    if not build_only:
+        record.update(compare(conn, table, hnsw, queries, exact_topk(base, queries), chosen, reps))
+    if not keep:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    record["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    conn.close()
+    return record
+
+
+def bench_corpus_variants(url: str, name: str, n_queries: int, names: list[str], reps: int) -> dict:
+    """The same variants over the bundled corpus's real chunk vectors (copied into bench_corpus_vectors),
+    queries = article descriptions as in bench_corpus; recall@10 against exact cosine search."""
+    import faiss
+
+    from apps.corpora.embedder import embedder_for
+    from apps.corpora.models import Chunk, Corpus, Document
+    from benchmarks.search_variants import compare, ensure_index, index_used, variants
+
+    corpus = Corpus.objects.get(name=name)
+    rows = list(Chunk.objects.filter(corpus=corpus).order_by("id").values_list("id", "embedding"))
+    base = np.asarray([r[1] for r in rows], dtype=np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    docs = list(Document.objects.filter(corpus=corpus).order_by("id").values_list("title", "metadata"))
+    picked = np.random.default_rng(0).choice(len(docs), size=n_queries, replace=False)
+    texts = [(docs[i][1] or {}).get("description") or docs[i][0] for i in picked]
+    queries = embedder_for(corpus).encode(texts).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    conn, table, chosen = connect(url), "bench_corpus_vectors", variants(384, names)
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute(f"CREATE UNLOGGED TABLE {table} (id int PRIMARY KEY, embedding vector(384) NOT NULL)")
+    with conn.cursor() as cur, cur.copy(f"COPY {table} (id, embedding) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(["int4", "vector"])
+        for i, vector in enumerate(base):
+            copy.write_row((i, vector))
+    record = {"part": "variants", "data": "corpus", "corpus": name, "n": len(base), "queries": n_queries,
+              "load_avg_start": [round(x, 2) for x in os.getloadavg()],
+              "indexes": {v.name: ensure_index(conn, table, v, 3600) for v in chosen}}
+    conn.execute(f"VACUUM ANALYZE {table}")
+    hnsw = faiss.IndexHNSWFlat(384, 16, faiss.METRIC_INNER_PRODUCT)
+    hnsw.hnsw.efConstruction = 64
+    hnsw.add(base)
+    record["index_used"] = {v.name: index_used(conn, table, v, queries[0]) for v in chosen}
+    record.update(compare(conn, table, hnsw, queries, exact_topk(base, queries), chosen, reps))
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    record["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    conn.close()
+    return record
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--parts", default="embed,corpus,synthetic", help="comma list of embed, corpus, synthetic")
+    parser.add_argument("--parts", default="embed,corpus,synthetic",
+                        help="comma list of embed, corpus, synthetic, variants")
+    parser.add_argument("--variants", default="vector,halfvec,bit",
+                        help="variants part: index variants (benchmarks/search_variants.py)")
+    parser.add_argument("--variant-data", default="random,corpus", help="variants part: random and/or corpus")
     parser.add_argument("--corpus", default="wikipedia", help="loaded bundled corpus (manage.py load_wikipedia)")
     parser.add_argument("--sizes", default="100000", help="synthetic table sizes, comma separated (e.g. 100000,1000000)")
     parser.add_argument("--build-limit", type=int, default=1800, help="seconds allowed for one HNSW build")
@@ -469,7 +541,7 @@ def main():
                         "DATABASE_URL or the embedded server)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
-    if parts & {"embed", "corpus"}:
+    if parts & {"embed", "corpus"} or ("variants" in parts and "corpus" in args.variant_data):
         setup()
     if "embed" in parts:
         from apps.corpora.chunking import chunk_text
@@ -481,6 +553,18 @@ def main():
         emit({"part": "embed", **bench_embed(texts[:args.embed_texts], args.reps), **bench_ingest(args.ingest_docs)})
     if "corpus" in parts:
         emit(bench_corpus(args.corpus, args.queries))
+    if "variants" in parts:
+        from selfplay_web import config
+
+        cache = None if args.cache_dir == "none" else Path(args.cache_dir or config.data_dir() / "bench")
+        names = [v for v in args.variants.split(",") if v]
+        url = args.pg_url or config.database_url()
+        if "random" in args.variant_data:
+            for n in [int(s) for s in args.sizes.split(",") if s]:
+                emit(bench_variants(url, n, args.queries, names, args.build_limit, args.reuse, args.keep,
+                                    args.reps, cache, args.build_only))
+        if "corpus" in args.variant_data:
+            emit(bench_corpus_variants(url, args.corpus, args.queries, names, args.reps))
     if "synthetic" in parts:
         from selfplay_web import config
 

@@ -8,6 +8,11 @@
 # Here, once:   bash benchmarks/search_device.sh stage          (fills the git-ignored var/devbench)
 # There:        bash benchmarks/search_device.sh build 1000000  (carry var/devbench; < 10 min)
 #               bash benchmarks/search_device.sh measure 1000000 (same warm machine: reuses /tmp)
+# Index variants (halfvec expression index, binary quantization + re-rank; benchmarks/search_variants.py)
+# at equal recall, after `build` on the same warm machine (its table, vector index and FAISS are reused):
+#               bash benchmarks/search_device.sh variants-build 1000000   (adds the halfvec and bit indexes)
+#               bash benchmarks/search_device.sh variants 1000000         (the equal-recall sweep)
+#               VARIANTS=vector,halfvec picks variants (default vector,halfvec,bit).
 # Results: JSON lines in $OUT/search-<step>.jsonl, progress and the server log in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,12 +66,16 @@ fi
 as_pg "$PG/pg_ctl -D $W/data status >/dev/null" || as_pg "$PG/pg_ctl -D $W/data -o \"-k $W/sock -h ''\" -l $W/sock/pg.log -w start >/dev/null"
 url="postgresql://postgres@/postgres?host=$W/sock"
 nproc; uptime
+parts=synthetic
+variants=(--variants "${VARIANTS:-vector,halfvec,bit}" --variant-data random)
 case "$step" in
     build) extra=(--build-only) ;;
     measure) extra=(--reuse) ;;
+    variants-build) parts=variants; extra=(--build-only --reuse "${variants[@]}") ;;
+    variants) parts=variants; extra=(--reuse "${variants[@]}") ;;
     *) echo "unknown step $step"; exit 2 ;;
 esac
-python3 benchmarks/search.py --parts synthetic --pg-url "$url" --sizes "$sizes" --cache-dir "$W/faiss" \
+python3 benchmarks/search.py --parts $parts --pg-url "$url" --sizes "$sizes" --cache-dir "$W/faiss" \
     --queries 200 --reps 2 --keep ${WARM:+--warm $WARM} "${extra[@]}" > "$OUT/search-$step.jsonl" 2> "$OUT/search-$step.err" || true
 cp "$W/sock/pg.log" "$OUT/pg.log" 2>/dev/null || true
 tail -c 3000 "$OUT/search-$step.err"; cat "$OUT/search-$step.jsonl"

@@ -1,20 +1,31 @@
 """Corpus, Document, Chunk: what a self-play run searches.
 
-A Chunk carries a 384-dimension embedding (pgvector, HNSW cosine index) and a generated
-`tsv` column (Postgres full-text, GIN index). The vector column has one fixed dimension,
+A Chunk carries a 384-dimension embedding (pgvector `vector`, full precision) and a generated
+`tsv` column (Postgres full-text, GIN index). The HNSW cosine index is an expression index on
+`embedding::halfvec(384)` (16-bit floats: half the index, recall unchanged on real embeddings;
+benchmarks/RESULTS.md, issue #3); apps/corpora/search.py orders by the same expression so the
+planner uses it, and scores the hits with the full-precision vectors. The vector column has one fixed dimension,
 so a Corpus records its embedder's name and dimension and every ingest or search checks
 that the embedder in use produces vectors of that size (see embedder.check_dimension).
 Supporting another dimension means another Chunk table (or column) with its own index.
 """
 from __future__ import annotations
 
-from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from pgvector.django import HnswIndex, VectorField
+from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
 EMBEDDING_DIM = 384
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+HALFVEC_INDEX = "corpora_chunk_halfvec_hnsw"
+
+
+class AsHalfvec(models.Func):
+    """`(embedding)::halfvec(n)`: the expression the HNSW index is built on (and search.py orders by)."""
+
+    template = "(%(expressions)s)::halfvec(%(dimensions)s)"
+    output_field = HalfVectorField()
 
 
 class Corpus(models.Model):
@@ -129,8 +140,8 @@ class Chunk(models.Model):
     class Meta:
         ordering = ["document_id", "ordinal"]
         indexes = [
-            HnswIndex(name="corpora_chunk_embedding_hnsw", fields=["embedding"], m=16, ef_construction=64,
-                      opclasses=["vector_cosine_ops"]),
+            HnswIndex(OpClass(AsHalfvec("embedding", dimensions=EMBEDDING_DIM), name="halfvec_cosine_ops"),
+                      name=HALFVEC_INDEX, m=16, ef_construction=64),
             GinIndex(name="corpora_chunk_tsv_gin", fields=["tsv"]),
             models.Index(fields=["corpus", "document"], name="corpora_chunk_corpus_doc"),
         ]

@@ -5,9 +5,12 @@ Batches: all queries are embedded in one call and each mode runs ONE SQL stateme
 whole batch (`unnest(...) WITH ORDINALITY` joined LATERAL to a per-query top-n), so a
 rollout's 32 pending queries cost one round trip per mode.
 
-Dense: `hnsw.ef_search` = max(EF_SEARCH, 2n) for recall (see benchmarks/RESULTS.md), and
-`hnsw.iterative_scan = strict_order` so filtering on the corpus never returns fewer than n
-rows when other corpora share the index.
+Dense: the HNSW index is on `embedding::halfvec(384)` (models.Chunk), so the query orders by
+that same expression (16-bit cosine distance; half the bytes per visited element) and
+returns its n nearest re-ranked and scored by the full-precision cosine. `hnsw.ef_search` =
+max(EF_SEARCH, 2n) for recall (see benchmarks/RESULTS.md), and `hnsw.iterative_scan =
+strict_order` so filtering on the corpus never returns fewer than n rows when other corpora
+share the index.
 Lexical: websearch_to_tsquery parses the query (quotes, -negation); its AND between words is
 turned into OR so a natural-language question still matches, and ts_rank_cd (cover density)
 ranks documents that hold more of the words, closer together, first.
@@ -20,6 +23,7 @@ import numpy as np
 from django.db import connection
 
 from apps.corpora.embedder import embedder_for
+from apps.corpora.models import EMBEDDING_DIM
 
 MODES = ("hybrid", "dense", "lexical")
 EF_SEARCH = 100
@@ -53,11 +57,11 @@ FROM unnest(%s::vector[]) WITH ORDINALITY AS q(v, i)
 CROSS JOIN LATERAL (
     SELECT id, document_id, text, embedding <=> q.v AS dist
     FROM corpora_chunk WHERE corpus_id = %s
-    ORDER BY embedding <=> q.v LIMIT %s
+    ORDER BY embedding::halfvec({dim}) <=> q.v::halfvec({dim}) LIMIT %s
 ) c
 JOIN corpora_document d ON d.id = c.document_id
-ORDER BY q.i, c.dist
-"""
+ORDER BY q.i, c.dist, c.id
+""".format(dim=EMBEDDING_DIM)
 
 LEXICAL_SQL = """
 SELECT q.i, c.id, c.document_id, d.title, c.text, c.rank AS score
