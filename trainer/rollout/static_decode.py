@@ -45,12 +45,6 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache, DynamicLayer
 
-try:  # the packed-GQA attention needs both; without them the step uses transformers' sdpa
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-except ImportError:  # pragma: no cover - other transformers versions
-    AttentionInterface = sdpa_attention_forward = None
-
 log = logging.getLogger(__name__)
 
 CAPACITY_STEP = 128  # cache capacities are rounded up to this many positions
@@ -115,6 +109,8 @@ def _packed_gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, sca
              or attention_mask.shape[1] != 1 or attention_mask.shape[2] != 1
              or kwargs.get("position_bias") is not None or module.training)
     if plain:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     q = query.reshape(b, hkv, hq // hkv, d)  # [B, Hkv, G, D]
@@ -122,8 +118,16 @@ def _packed_gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, sca
     return out.reshape(b, hq, 1, value.shape[-1]).transpose(1, 2).contiguous(), None  # [B, 1, Hq, Dv]
 
 
-if AttentionInterface is not None:
+def _register_packed_attention() -> bool:
+    """Register ``_packed_gqa_sdpa`` with transformers (imported here, not at module import:
+    transformers' modeling_utils takes seconds to import). False when this version lacks it."""
+    try:
+        from transformers import AttentionInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: F401
+    except ImportError:  # pragma: no cover - other transformers versions
+        return False
     AttentionInterface.register(PACKED_SDPA, _packed_gqa_sdpa)
+    return True
 
 
 def _inner_config(model):
@@ -213,7 +217,7 @@ class StaticDecoder:
         self.captures = 0
         self.overlap: bool | None = None  # run step t+1 before reading step t (None = with graphs)
         self.config = _inner_config(model)
-        self.pack_gqa = self.config._attn_implementation == "sdpa" and AttentionInterface is not None
+        self.pack_gqa = self.config._attn_implementation == "sdpa" and _register_packed_attention()
         self._fingerprint: tuple | None = None
 
     # -- storage -----------------------------------------------------------------------------
