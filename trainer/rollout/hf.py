@@ -32,6 +32,7 @@ from trainer.rollout.static_decode import StaticDecoder, StaticStepper, unsuppor
 from trainer.rollout.types import Completion, SamplingParams
 
 log = logging.getLogger(__name__)
+_MIN_GRAPH_STEPS = 16  # calls generating fewer tokens per row decode eagerly
 
 
 class _GrowingLayer(DynamicLayer):
@@ -403,6 +404,8 @@ class HFGenerator:
 
     def _decode(self, prompts, params: SamplingParams, limits: list[int], use_adapter: bool = True):
         mode = self._decode_mode()
+        if mode == "cuda_graph" and max(limits) < _MIN_GRAPH_STEPS:
+            mode = "eager"  # a capture costs a few eager steps: short calls do not earn it back
         if mode != "eager":
             device = self._device()
             try:
