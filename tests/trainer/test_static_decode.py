@@ -274,3 +274,42 @@ def test_the_runner_passes_rollout_cuda_graphs_to_the_generator(tiny_config, tok
     prompts = prompts_of(tok, QUESTIONS[:2])
     gen.generate(prompts, SamplingParams(temperature=0, max_new_tokens=3))
     assert gen.inner.last_stats["decode"] == "eager"
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "qwen3", "mistral"])
+def test_other_auto_architectures_match_the_eager_loop(tok, kind):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trainer.rollout.static_decode import AUTO_MODEL_TYPES
+
+    extra = {"sliding_window": None} if kind == "mistral" else {}
+    config = AutoConfig.for_model(kind, vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, bos_token_id=tok.bos_token_id,
+                                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, initializer_range=0.2,
+                                  **extra)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    assert kind in AUTO_MODEL_TYPES and unsupported_reason(model) is None
+    eager, static, gen = both(model, tok, prompts_of(tok, QUESTIONS[:4]), SamplingParams(temperature=0, max_new_tokens=10))
+    assert_same(eager, static)
+    assert gen.last_stats["decode"] == "static"
+
+
+def test_a_model_whose_static_step_fails_falls_back_to_the_eager_loop(tok, caplog):
+    """Bloom builds ALiBi from a 2D mask, so the static step (a 4D mask) raises inside the
+    model: the call warns once and decodes with the eager loop, and so do later calls."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    config = BloomConfig(vocab_size=len(tok), hidden_size=32, n_layer=2, n_head=4, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = BloomForCausalLM(config).eval()
+    assert unsupported_reason(model) is None  # nothing in the config says so: only running it tells
+    prompts = prompts_of(tok, QUESTIONS[:3])
+    params = SamplingParams(temperature=0, max_new_tokens=6)
+    with caplog.at_level(logging.WARNING, logger="trainer.rollout.hf"):
+        eager, static, gen = both(model, tok, prompts, params)
+        assert_same(eager, static)
+        assert gen.last_stats["decode"] == "eager" and gen._static_off and gen._static is None
+        assert_same(eager, gen.generate(prompts, params))
+    assert caplog.text.count("decoding is off") == 1

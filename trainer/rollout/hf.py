@@ -28,7 +28,8 @@ from contextlib import contextmanager, nullcontext
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from trainer.rollout.static_decode import StaticDecoder, StaticStepper, unsupported_reason
+from trainer.rollout.static_decode import (AUTO_MODEL_TYPES, StaticDecoder, StaticStepper, model_type,
+                                           unsupported_reason)
 from trainer.rollout.types import Completion, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -386,6 +387,8 @@ class HFGenerator:
         if not graphs and not self.static_cache:
             return "eager"
         reason = unsupported_reason(self.model)
+        if reason is None and self.cuda_graphs == "auto" and model_type(self.model) not in AUTO_MODEL_TYPES:
+            reason = f"model type {model_type(self.model)!r} is not among those tested (set cuda_graphs: true to try it)"
         if graphs and not on_cuda:
             reason = reason or f"the model is on {self._device().type}, CUDA graphs need a GPU"
         if reason is not None:

@@ -69,6 +69,16 @@ def capacity_bucket(n: int) -> int:
     return max(CAPACITY_STEP, math.ceil(n / CAPACITY_STEP) * CAPACITY_STEP)
 
 
+# model types whose static-cache step matched the eager loop in tests/trainer/test_static_decode.py
+# (and in a sweep on the CPU); "auto" turns graphs on for these only, an explicit True tries any
+AUTO_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral", "gemma", "phi3", "olmo2", "granite", "smollm3",
+                              "glm", "gpt_neox"})
+
+
+def model_type(model) -> str | None:
+    return getattr(_inner_config(model), "model_type", None)
+
+
 def unsupported_reason(model) -> str | None:
     """Why the static decode step cannot run this model (None = it can).
 
