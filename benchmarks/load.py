@@ -136,7 +136,10 @@ async def viewer(i: int, base: str, run_id: int, cookie: str, stats: Stats, pool
 
 
 async def _poll(i, base, run_id, cookie, stats, pool, stop, poll, seen):
-    await asyncio.sleep(poll * (i % 10) / 10)  # spread the viewers over the period
+    try:  # spread the viewers over the period (a stop ends the wait)
+        await asyncio.wait_for(stop.wait(), timeout=poll * (i % 10) / 10)
+    except asyncio.TimeoutError:
+        pass
     n = 0
     while not stop.is_set():
         since = max(seen) if seen else 0
