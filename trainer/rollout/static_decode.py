@@ -52,6 +52,14 @@ _WARMUP_STEPS = 2  # eager steps on a side stream before a capture (allocator, c
 _MAX_STORAGES = 2  # capacities kept alive at once (each holds a full KV cache)
 _KEEP_BYTES = 2 << 30  # storages kept between calls total at most this (and 5% of the GPU)
 _SUPPORTED_ATTENTION = ("sdpa", "eager")
+# train.packing switches sdpa/eager models to trainer.packing's varlen attention, which is sdpa for
+# ordinary (unpacked) calls such as these decode steps: treat it as sdpa.
+_AS_SDPA = ("selfplay_varlen",)
+
+
+def _impl(config) -> str | None:
+    impl = getattr(config, "_attn_implementation", None)
+    return "sdpa" if impl in _AS_SDPA else impl
 
 
 def batch_bucket(n: int) -> int:
@@ -87,7 +95,7 @@ def unsupported_reason(model) -> str | None:
     (flash-attention 2) stay on the eager loop."""
     config = _inner_config(model)
     cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    impl = getattr(cfg, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
+    impl = _impl(cfg) or _impl(config)
     if impl not in _SUPPORTED_ATTENTION:
         return f"attention implementation {impl!r} (supported: {', '.join(_SUPPORTED_ATTENTION)})"
     layer_types = getattr(cfg, "layer_types", None)
@@ -227,7 +235,7 @@ class StaticDecoder:
         self.captures = 0
         self.overlap: bool | None = None  # run step t+1 before reading step t (None = with graphs)
         self.config = _inner_config(model)
-        self.pack_gqa = self.config._attn_implementation == "sdpa" and _register_packed_attention()
+        self.pack_gqa = _impl(self.config) == "sdpa" and _register_packed_attention()
         self._fingerprint: tuple | None = None
 
     # -- storage -----------------------------------------------------------------------------
@@ -260,7 +268,7 @@ class StaticDecoder:
             for st in self.storages:
                 st.graphs.clear()
         kv_dtype = self.autocast_dtype  # under autocast attention reads K/V in this dtype anyway
-        impl = self.config._attn_implementation
+        impl = _impl(self.config)
         mask_dtype = torch.bool if impl == "sdpa" else self.model.get_input_embeddings().weight.dtype
         for st in self.storages:
             if st.fits(rows, cap, like_k, like_v, kv_dtype, mask_dtype):
