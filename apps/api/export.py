@@ -428,15 +428,20 @@ def jsonl_chunks(p: Plan):
 
 
 def record_batches(p: Plan, size: int):
-    """Arrow record batches of the kind's schema, one per page."""
+    """Arrow record batches of the kind's schema, one per page. For the database kinds the reader
+    thread (``read_ahead``) builds them too, while this thread writes Parquet (which releases the GIL)."""
     cols = columns(p.kind)
     if p.kind in ("pairs", "config"):
-        pages = _python_rows(p, size)
-    else:
-        pages = read_ahead(lambda: raw_pages(p, size, binary_arrays=True))
-    for rows in pages:
-        if rows:
+        for rows in _python_rows(p, size):
+            if rows:
+                yield export_rows.record_batch(cols, rows, None)
+        return
+
+    def batches():
+        for rows in raw_pages(p, size, binary_arrays=True):
             yield export_rows.record_batch(cols, rows, lambda ids: reference_lines(p, ids))
+
+    yield from read_ahead(batches)
 
 
 class _Drain(io.RawIOBase):

@@ -1,8 +1,8 @@
 """Reading an export's pages: keyset page queries on a binary psycopg cursor, read ahead by a thread.
 
 ``fetch(sql, params)`` runs one page query on a server-binding psycopg cursor in binary mode
-(integers and floats arrive unparsed from text; integer arrays as raw bytes, see
-``export_rows.RawArray``). ``read_ahead(pages)`` iterates a page generator in a thread of its own
+(integers and floats are not parsed from text; ``array_send`` values arrive as bytes).
+``read_ahead(pages)`` iterates a page generator in a thread of its own
 (with its own database connection), a bounded number of pages ahead: Postgres computes the next
 page while the caller encodes this one, so the two processes work at the same time. Inside a
 transaction (tests, a caller's ``atomic`` block) the pages are read inline on the caller's
@@ -16,9 +16,7 @@ import threading
 import psycopg
 from django.db import connection, connections
 
-from apps.api.export_rows import ARRAY_OIDS, RawArray
-
-AHEAD = 2  # pages a reader thread may hold ready (memory: a few pages of rows)
+AHEAD = 2  # pages (or record batches) a reader thread may hold ready: memory for a few pages
 _DONE = object()
 
 
@@ -26,8 +24,6 @@ def fetch(sql: str, params) -> list[tuple]:
     """All rows of one page query, read in binary on the current thread's connection."""
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cur:
-        for oid in ARRAY_OIDS:
-            cur.adapters.register_loader(oid, RawArray)
         cur.execute(sql, params, binary=True)
         return cur.fetchall()
 

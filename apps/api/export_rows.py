@@ -2,7 +2,7 @@
 
 The page query selects every column in a form Postgres sends cheaply (``raw_sql``): integers,
 floats, booleans and text as they are, JSON lists (``turns``, ``passages``) as their text, integer
-arrays as their text (JSONL) or in Postgres' binary array format (Parquet: parsed by numpy). From
+arrays as their text (JSONL) or in Postgres' binary array form (Parquet: parsed by numpy). From
 such rows this module makes
 
 - JSONL lines byte for byte equal to the ones Postgres builds with apps/api/export_sql.py (the
@@ -25,8 +25,6 @@ from json.encoder import encode_basestring
 import numpy as np
 import orjson
 import pyarrow as pa
-from psycopg.adapt import Loader
-from psycopg.pq import Format
 
 _ITERATION = re.compile(r"-?(0|[1-9][0-9]{0,17})")  # export_sql's (with fullmatch: Postgres' $ is the end)
 NULL = "null"
@@ -46,23 +44,11 @@ RAW = {  # type code -> SQL of the plain value sent for column x
 
 def raw_sql(columns: list[tuple[str, str]], inner_sql: str, binary_arrays: bool = False) -> str:
     """The plain values of every row of the page query ``inner_sql`` (select list ``c0, c1, ...``;
-    ``c0`` is the cursor), in cursor order; ``binary_arrays``: integer arrays as they are (read with
-    ``RawArray`` in a binary cursor) instead of as text."""
-    raw = dict(RAW, ints="{x}") if binary_arrays else RAW
+    ``c0`` is the cursor), in cursor order; ``binary_arrays``: integer arrays in Postgres' binary
+    form (``array_send``: bytes in a binary cursor) instead of as text."""
+    raw = dict(RAW, ints="array_send({x})") if binary_arrays else RAW
     exprs = ", ".join(raw[code].format(x=f"q.c{i}") for i, (_, code) in enumerate(columns))
     return f"SELECT {exprs} FROM ({inner_sql}) q ORDER BY q.c0"
-
-
-class RawArray(Loader):
-    """Loads an integer array of a binary cursor as its bytes (parsed a page at a time by numpy)."""
-
-    format = Format.BINARY
-
-    def load(self, data) -> bytes:
-        return bytes(data)
-
-
-ARRAY_OIDS = (1005, 1007, 1016)  # int2[], int4[], int8[]
 
 
 # ---- values as JSON text -------------------------------------------------------------------------
@@ -216,27 +202,78 @@ TYPES = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": p
 NESTED = {"turns": (turns_of, TURN), "passages": (passages_of, PASSAGE)}
 # Arrow memory from the C heap (trimmed after every row group: export.release_memory) rather than
 # Arrow's default mimalloc pool, which keeps tens of MB of freed pages resident in a long-lived server
-POOL = pa.system_memory_pool()
+POOL = pa.system_memory_pool()  # for the Parquet writer (apps/api/__init__.py sets the default too)
+
+
+# Arrays are made from numpy buffers (Array.from_buffers), not pa.array: pa.array imports pandas
+# (tens of MB in a server that has no other use for it) and converts object by object.
+
+def _validity(valid):
+    """The validity bitmap of a boolean mask (None: no nulls)."""
+    return None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _numbers(values, dtype, arrow_type, finite: bool = False) -> pa.Array:
+    """Integers or floats (None, and for ``finite`` NaN / infinities, as nulls)."""
+    n = len(values)
+    try:
+        data, valid = np.fromiter(values, dtype, n), None
+    except TypeError:  # None among them
+        valid = np.fromiter((v is not None for v in values), np.bool_, n)
+        data = np.fromiter((0 if v is None else v for v in values), dtype, n)
+    if finite:
+        ok = np.isfinite(data)
+        valid = ok if valid is None else valid & ok
+    return pa.Array.from_buffers(arrow_type, n, [_validity(valid), pa.py_buffer(data)])
 
 
 def _floats(values) -> pa.Array:
-    finite = [v if v is not None and math.isfinite(v) else None for v in values]
-    return pa.array(finite, pa.float64(), memory_pool=POOL)
+    return _numbers(values, np.float64, pa.float64(), finite=True)
+
+
+def _ints64(values) -> pa.Array:
+    return _numbers(values, np.int64, pa.int64())
+
+
+def _bools(values) -> pa.Array:
+    n = len(values)
+    valid = np.fromiter((v is not None for v in values), np.bool_, n)
+    data = np.fromiter((v is True for v in values), np.bool_, n)
+    bits = pa.py_buffer(np.packbits(data, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), n, [_validity(valid), bits])
 
 
 def _strs(values) -> pa.Array:
-    return pa.array(["" if v is None else v for v in values], pa.string(), memory_pool=POOL)
+    """Strings (None as ""): their UTF-8 bytes joined, and offsets from their byte lengths."""
+    values = ["" if v is None else v for v in values]
+    joined = "".join(values)
+    data = joined.encode()
+    if len(data) == len(joined):  # ASCII: a character is a byte
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+    else:
+        lengths = np.fromiter((len(v.encode()) for v in values), np.int64, len(values))
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise ValueError("a page of the export holds more than 2 GB of text in one column; export with a smaller page")
+    return pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                            pa.py_buffer(data)])
 
 
 def _iterations(values) -> pa.Array:
-    numbers = [int(v) if v is not None and _ITERATION.fullmatch(v) else None for v in values]
-    return pa.array(numbers, pa.int64(), memory_pool=POOL)
+    return _ints64([int(v) if v is not None and _ITERATION.fullmatch(v) else None for v in values])
+
+
+def _int_lists(lists: list[list]) -> pa.Array:
+    """list<int64> of Python lists (None elements as nulls)."""
+    return _list_array([len(v) for v in lists], _ints64([x for v in lists for x in v]))
 
 
 def _list_array(lengths, values: pa.Array) -> pa.Array:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), values, pool=POOL)
+    return pa.ListArray.from_buffers(pa.list_(values.type), len(lengths), [None, pa.py_buffer(offsets)],
+                                     children=[values])
 
 
 def _be32(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -252,28 +289,29 @@ def _ints(values) -> pa.Array:
     type; per dimension its size and lower bound; per element its byte length and big-endian value)
     parsed by numpy for one-dimensional arrays without NULLs, in Python otherwise; text in Python."""
     if any(type(v) is str for v in values):
-        return pa.array([orjson.loads(ints_json(v)) for v in values], TYPES["ints"], memory_pool=POOL)
+        return _int_lists([orjson.loads(ints_json(v)) for v in values])
     sizes = np.array([0 if v is None else len(v) for v in values], dtype=np.int64)
     buf = np.frombuffer(b"".join([v for v in values if v is not None]), np.uint8)
     starts = (np.cumsum(sizes) - sizes)[sizes > 0]
     if len(starts) == 0:
-        return _list_array(np.zeros(len(values), np.int64), pa.array([], pa.int64(), memory_pool=POOL))
+        return _int_lists([[] for _ in values])
     ndim, nulls, oids = _be32(buf, starts), _be32(buf, starts + 4), _be32(buf, starts + 8)
     width = _WIDTH.get(int(oids[0]), 0)
     counts = np.where(ndim == 1, _be32(buf, np.where(ndim == 1, starts + 12, starts)), 0)
     if (not width or (oids != oids[0]).any() or (ndim > 1).any() or nulls.any()
             or (sizes[sizes > 0] != np.where(ndim == 1, 20 + counts * (4 + width), 12)).any()):
-        return pa.array([_binary_array_py(v) for v in values], TYPES["ints"], memory_pool=POOL)
+        return _int_lists([_binary_array_py(v) for v in values])
     first = np.repeat(starts + 24 - (np.cumsum(counts) - counts) * (4 + width), counts)
     positions = first + np.arange(counts.sum()) * (4 + width)  # of each element's first (high) byte
-    numbers = buf[positions].astype(np.int64)
-    for k in range(1, width):
-        numbers = (numbers << 8) | buf[positions + k]
-    if width < 8:  # two's complement
-        numbers[numbers >= 1 << (8 * width - 1)] -= 1 << (8 * width)
+    if width < 8:  # every value sits at a multiple of its width (arrays are 20 + n * (4 + width) bytes)
+        numbers = buf.view(f">i{width}")[positions // width].astype(np.int64)
+    else:
+        numbers = buf[positions].astype(np.int64)
+        for k in range(1, width):
+            numbers = (numbers << 8) | buf[positions + k]
     lengths = np.zeros(len(values), np.int64)
     lengths[sizes > 0] = counts
-    return _list_array(lengths, pa.array(numbers))
+    return _list_array(lengths, pa.Array.from_buffers(pa.int64(), len(numbers), [None, pa.py_buffer(numbers)]))
 
 
 def _binary_array_py(data) -> list:
@@ -297,8 +335,7 @@ def _binary_array_py(data) -> list:
     return out
 
 
-BUILDERS = {"int": lambda v: pa.array(v, pa.int64(), memory_pool=POOL), "float": _floats, "str": _strs,
-            "bool": lambda v: pa.array(v, pa.bool_(), memory_pool=POOL), "iteration": _iterations, "ints": _ints}
+BUILDERS = {"int": _ints64, "float": _floats, "str": _strs, "bool": _bools, "iteration": _iterations, "ints": _ints}
 
 
 def _nested(code: str, values, ids, odd: set) -> list:
@@ -318,8 +355,8 @@ def _nested_array(code: str, items: list[list[tuple]]) -> pa.Array:
     struct_type = NESTED[code][1]
     flat = [item for row in items for item in row]
     fields = list(zip(*flat)) if flat else [[] for _ in range(struct_type.num_fields)]
-    children = [pa.array(list(v), struct_type.field(i).type, memory_pool=POOL) for i, v in enumerate(fields)]
-    structs = pa.StructArray.from_arrays(children, fields=list(struct_type), memory_pool=POOL)
+    children = [(_floats if field.type == pa.float64() else _strs)(list(v)) for field, v in zip(struct_type, fields)]
+    structs = pa.StructArray.from_arrays(children, fields=list(struct_type))
     return _list_array(np.array([len(row) for row in items], np.int64), structs)
 
 
