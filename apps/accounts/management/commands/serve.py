@@ -1,12 +1,13 @@
 """`manage.py serve [--port 8000] [--workers N]`: the ASGI server (pages, API and websockets) via daphne.
 
 One daphne process runs Python on one core. With ``--workers N`` (default: ``SELFPLAY_WEB_WORKERS``,
-else the number of CPUs this process may use, at most 8) this process opens the listening socket
-and starts N daphne processes that all accept on it (the kernel hands each connection to one of
-them); the Redis channel layer carries every run's live messages to all of them. This process only
-supervises: a worker that exits is started again, SIGTERM / SIGINT (Ctrl-C) stop the workers, and a
-worker dies with this process even when it is SIGKILLed (Linux ``PR_SET_PDEATHSIG``), so nothing is
-left holding the port. ``--workers 1`` serves in this process, as before.
+else the number of CPUs this process may use, at most 8) this command opens the listening socket and
+then becomes (``os.execv``, same pid) the small supervisor in selfplay_web/serve_supervisor.py, which
+starts N daphne processes that all accept on that socket (the kernel hands each connection to one of
+them); the Redis channel layer carries every run's live messages to all of them. A worker that exits
+is started again, SIGTERM / SIGINT (Ctrl-C) stop the workers, and a worker dies with the supervisor
+even when it is SIGKILLed, so nothing is left holding the port. ``--workers 1`` serves in this
+process, as before.
 
 benchmarks/load.py: one process could not keep 200 live viewers at 1,000 metric values/s (see
 benchmarks/RESULTS.md, "Load").
@@ -14,17 +15,13 @@ benchmarks/RESULTS.md, "Load").
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
-import time
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
 MAX_DEFAULT_WORKERS = 8
-RESTART_LIMIT = 5  # a worker that dies this many times within RESTART_WINDOW s stops the server
-RESTART_WINDOW = 60.0
 POOL_MAX_SIZE = 16  # Postgres connections per server process at most (requests beyond wait for one)
 
 
@@ -72,7 +69,7 @@ class Command(BaseCommand):
             raise CommandError(f"--workers must be at least 1, got {workers}")
         if workers == 1:
             return run_daphne(host, port, None)
-        Supervisor(host, port, workers, self.stdout).run()
+        supervise(listen(host, port), host, port, workers)
 
 
 def argparse_suppress():
@@ -111,84 +108,29 @@ def run_daphne(host: str, port: int, fd: int | None) -> None:
     CommandLineInterface.entrypoint()
 
 
-def _die_with_parent() -> None:
-    """In the forked worker, before exec: the kernel sends SIGKILL when the supervisor dies."""
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket the workers share, inheritable across exec."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        import ctypes
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise CommandError(f"cannot listen on {host}:{port} ({exc.strerror}); "
+                           "is another server on that port? Pick another with --port") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except OSError:  # not Linux: the SIGTERM handler still stops the workers
-        pass
 
+def supervise(sock: socket.socket, host: str, port: int, workers: int) -> None:
+    """Become the Django-free supervisor (same pid): it keeps ``sock`` and starts the workers."""
+    import selfplay_web
 
-class Supervisor:
-    """Opens the port, starts ``workers`` daphne processes on it, restarts them, stops them."""
-
-    def __init__(self, host: str, port: int, workers: int, out):
-        self.host, self.port, self.workers, self.out = host, port, workers, out
-        self.procs: list[subprocess.Popen | None] = [None] * workers
-        self.deaths: list[float] = []
-        self.stopping = False
-
-    def listen(self) -> socket.socket:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError as exc:
-            raise CommandError(f"cannot listen on {self.host}:{self.port} ({exc.strerror}); "
-                               "is another server on that port? Pick another with --port") from None
-        sock.listen(2048)
-        sock.set_inheritable(True)
-        return sock
-
-    def start(self, i: int, fd: int) -> None:
-        cmd = [sys.executable, sys.argv[0], "serve", "--host", self.host, "--port", str(self.port), "--fd", str(fd)]
-        self.procs[i] = subprocess.Popen(cmd, pass_fds=(fd,), preexec_fn=_die_with_parent)
-
-    def stop(self, *_):
-        self.stopping = True
-
-    def run(self) -> None:
-        sock = self.listen()
-        signal.signal(signal.SIGTERM, self.stop)
-        signal.signal(signal.SIGINT, self.stop)
-        self.out.write(f"serving on http://{self.host}:{self.port} with {self.workers} daphne workers "
-                       f"(pid {os.getpid()})\n")
-        self.out.flush()
-        for i in range(self.workers):
-            self.start(i, sock.fileno())
-        try:
-            while not self.stopping:
-                self.restart_dead(sock.fileno())
-                time.sleep(0.5)
-        finally:
-            self.shutdown()
-            sock.close()
-
-    def restart_dead(self, fd: int) -> None:
-        for i, proc in enumerate(self.procs):
-            if proc is None or proc.poll() is None or self.stopping:
-                continue
-            now = time.monotonic()
-            self.deaths = [t for t in self.deaths if now - t < RESTART_WINDOW] + [now]
-            if len(self.deaths) >= RESTART_LIMIT:
-                self.stopping = True
-                raise CommandError(f"the web workers died {len(self.deaths)} times within {RESTART_WINDOW:.0f} s "
-                                   f"(last exit code {proc.returncode}); see the messages above")
-            self.out.write(f"web worker {proc.pid} exited with code {proc.returncode}; starting another\n")
-            self.out.flush()
-            self.start(i, fd)
-
-    def shutdown(self) -> None:
-        live = [p for p in self.procs if p is not None and p.poll() is None]
-        for proc in live:
-            proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in live:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    script = Path(selfplay_web.__file__).with_name("serve_supervisor.py")
+    manage = Path(sys.argv[0]).resolve()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, str(script), "--fd", str(sock.fileno()), "--host", host,
+                              "--port", str(port), "--workers", str(workers), "--manage", str(manage)])
