@@ -84,6 +84,29 @@ EXAMPLE_QUESTIONS = {  # each with the answer in ANSWER_RULES: 12*25+3*30=390; 1
     "Boolean": "Was the Eiffel Tower completed before the first modern Olympic Games were held?",
 }
 
+MCQ_EXAMPLE_QUESTION = "Which river flows through both Vienna and Budapest? A) Rhine B) Danube C) Elbe D) Vistula"
+assert MCQ_EXAMPLE_QUESTION in MCQ_PROMPT
+
+
+def _word_runs(text: str, n: int = 5) -> set[tuple[str, ...]]:
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+_EXAMPLE_RUNS = [_word_runs(q) for q in [*EXAMPLE_QUESTIONS.values(), MCQ_EXAMPLE_QUESTION]]
+
+
+def copies_example(question: str) -> bool:
+    """Does ``question`` reuse the prompt's worked example (any run of 5 words in common)?
+
+    The examples are there to show the JSON, not the content: a task built on one is not grounded
+    in the document. On an H100 run SmolLM2-135M's valid tasks drifted to copies of the Integer
+    example within 10 steps, because a valid task the Reasoner never solves still earns the
+    gaussian reward exp(-(0 - 0.25)^2 / 0.02) = 0.044 > the invalid penalty (benchmarks/RESULTS.md)."""
+    runs = _word_runs(question)
+    return any(runs & example for example in _EXAMPLE_RUNS)
+
+
 # Both Challenger turns open with the start of their JSON (prompt tokens, never trained; parsed
 # together with the reply, which must still complete valid JSON). With these prefixes
 # SmolLM2-135M-Instruct writes a parsable task 12/16 times at temperature 0.7 (0/16 without).
@@ -240,11 +263,15 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3) -> Sp
             raise TaskError("multiple_choice_correct must be A, B, C or D")
         if not _has_four_options(question):
             raise TaskError("question does not list options A) to D)")
+        if copies_example(question):
+            raise TaskError("question copies the prompt's example instead of asking about the document")
         return SpiceTask("mcq", "mcq", question.strip(), letter.strip().strip(")").upper())
     obj = _last_with(text, ("question", "answer"))
     question = obj["question"]
     if not isinstance(question, str) or not question.strip():
         raise TaskError("empty question" if isinstance(question, str) else "question must be one string")
+    if copies_example(question):
+        raise TaskError("question copies the prompt's example instead of asking about the document")
     declared = obj.get("answer_type")
     if declared is not None and (not isinstance(declared, str) or declared.strip().lower() != choice.answer_type):
         raise TaskError(f"answer_type {declared!r} differs from the chosen {choice.answer_type}")
