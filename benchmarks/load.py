@@ -114,7 +114,8 @@ async def viewer(i: int, base: str, run_id: int, cookie: str, stats: Stats, pool
                            max_queue=None, open_timeout=60) as ws:
             await ws.recv()  # the status snapshot
             ready.release()
-            poller = asyncio.create_task(_poll(i, base, run_id, cookie, stats, pool, stop, poll, seen))
+            poller = (asyncio.create_task(_poll(i, base, run_id, cookie, stats, pool, stop, poll, seen)) if poll > 0
+                      else asyncio.create_task(stop.wait()))  # --poll 0: what the run page does (websocket only)
             while not stop.is_set():
                 try:
                     raw = await asyncio.wait_for(ws.recv(), timeout=0.5)
@@ -234,7 +235,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1000, help="metric values per second, all names together")
     ap.add_argument("--names", type=int, default=10, help="metric names per step")
     ap.add_argument("--seconds", type=float, default=20)
-    ap.add_argument("--poll", type=float, default=2.0, help="seconds between a viewer's API calls")
+    ap.add_argument("--poll", type=float, default=2.0,
+                    help="seconds between a viewer's API calls (0: none, as the run page itself, which only "
+                         "fetches on connect and to fill a gap)")
     ap.add_argument("--drain", type=float, default=60, help="most seconds to wait for late messages after the writer")
     ap.add_argument("--web-workers", type=int, help="server processes (manage.py serve --workers; default: its own)")
     ap.add_argument("--database", default="selfplay_bench_load", help="created and migrated when missing")
