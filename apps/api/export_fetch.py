@@ -70,4 +70,4 @@ def read_ahead(make_pages, ahead: int | None = None):
             yield item
     finally:
         stop.set()
-        reader.join(timeout=30)
+        reader.join(timeout=5)  # it stops within a page (it checks ``stop`` between pages)
