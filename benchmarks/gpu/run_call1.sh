@@ -8,13 +8,7 @@ bash benchmarks/gpu/vllm_stage.sh
 source benchmarks/gpu/setup.sh || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
-step() {  # step NAME SECONDS script args...
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS
-  timeout "$secs" python3 "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "== $name rc=$rc $((SECONDS - t0))s"; grep -E "^RESULT|Error|error:" "$OUT/$name.log" | tail -4 | cut -c1-400
-}
+source benchmarks/gpu/steps.sh
 step mfu 130 benchmarks/gpu/bench_update_mfu.py --reps 3
 step ours 110 benchmarks/gpu/bench_grpo.py --engine torch --steps 5
 step trl 140 benchmarks/gpu/bench_trl.py --steps 5

@@ -7,14 +7,7 @@ rm -rf /tmp/site/openai /tmp/site/openai-3* /tmp/site/tvm_ffi /tmp/site/apache_t
 source benchmarks/gpu/setup.sh > /dev/null || exit 1
 export VLLM_USE_FLASHINFER_SAMPLER=0  # flashinfer is not staged; torch/triton sampling instead
 python3 -c "import vllm, vllm.entrypoints.llm; print('vllm', vllm.__version__)" 2>&1 | tail -4
-step() {  # step NAME SECONDS script args...
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS
-  timeout "$secs" python3 "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "== $name rc=$rc $((SECONDS - t0))s"; grep -E "^RESULT|Error|error:" "$OUT/$name.log" | tail -6 | cut -c1-500
-  [ $rc -ne 0 ] && tail -25 "$OUT/$name.log" | cut -c1-300
-}
+source benchmarks/gpu/steps.sh
 #step mfu 100 benchmarks/gpu/bench_update_mfu.py --reps 3
 #step ds3 60 benchmarks/gpu/bench_ds_update.py --engine deepspeed --zero 3
 #step torch_eng 45 benchmarks/gpu/bench_ds_update.py --engine torch

@@ -4,14 +4,7 @@
 cd "$(dirname "$0")/../.."
 bash benchmarks/gpu/vllm_stage.sh 2>/dev/null | tail -1
 source benchmarks/gpu/setup.sh || exit 1
-step() {  # step NAME SECONDS script args...
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS
-  timeout "$secs" python3 "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "== $name rc=$rc $((SECONDS - t0))s"; grep -E "^RESULT|Error|error:" "$OUT/$name.log" | tail -4 | cut -c1-420
-  [ $rc -ne 0 ] && tail -12 "$OUT/$name.log" | cut -c1-300
-}
+source benchmarks/gpu/steps.sh
 step mfu_ds 100 benchmarks/gpu/bench_update_mfu.py --engine deepspeed --only dense,packed --reps 3
 step ours_pack 90 benchmarks/gpu/bench_grpo.py --engine torch --steps 4 --packing --no-share --tag packed
 step ours_ds 100 benchmarks/gpu/bench_grpo.py --engine deepspeed --zero 2 --steps 4 --packing --no-share --tag packed

@@ -5,15 +5,8 @@
 # About 4 minutes on an H200. Each part has its own timeout; the last lines summarise.
 cd "$(dirname "$0")/../.."
 source benchmarks/gpu/setup.sh || exit 1
-step() {  # step NAME SECONDS script args...
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS
-  timeout "$secs" python3 "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "== $name rc=$rc $((SECONDS - t0))s"
-  grep -E "^RESULT|^DECODE|HFGenerator:|Error|error:" "$OUT/$name.log" | tail -12 | cut -c1-600
-  [ $rc -ne 0 ] && tail -15 "$OUT/$name.log" | cut -c1-300
-}
+STEP_GREP="^DECODE|HFGenerator:"
+source benchmarks/gpu/steps.sh
 step decode 200 benchmarks/gpu/bench_decode.py
 step grpo_graphs 150 benchmarks/gpu/bench_grpo.py --engine torch --steps 5 --packing --no-share --tag graphs
 step grpo_eager 150 benchmarks/gpu/bench_grpo.py --engine torch --steps 5 --packing --no-share --cuda-graphs off --tag eager

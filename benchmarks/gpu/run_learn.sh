@@ -17,15 +17,7 @@ bash benchmarks/gpu/vllm_stage.sh 2>/dev/null | tail -1
 source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
 tail -2 /tmp/setup.log
 export SELFPLAY_DATA_DIR=/tmp/selfplay_data
-step() {  # step NAME SECONDS script args...
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS
-  timeout "$secs" python3 "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "== $name rc=$rc $((SECONDS - t0))s"; grep -E "^RESULT|Error|error:" "$OUT/$name.log" | tail -6 | cut -c1-600
-  [ $rc -ne 0 ] && tail -15 "$OUT/$name.log" | cut -c1-300
-  return 0
-}
+source benchmarks/gpu/steps.sh
 case $phase in
   c1)
     step trl 170 benchmarks/gpu/bench_trl.py --steps 5
