@@ -12,8 +12,8 @@ Wording is ours and short, structure is the paper's (the two turns, field names,
 each prompt ends with the exact JSON form and a worked example, and each assistant turn opens
 with the start of its JSON (``FORMAT_PREFILL`` / ``TASK_PREFILL``, prompt tokens): with the
 paper's long step-by-step guidance SmolLM2-135M-Instruct wrote no valid task (0/16), with
-these 2/16 at temperature 0.7 once copies of the worked example count as invalid (12/16 parse,
-10 of them copies; benchmarks/RESULTS.md, "SPICE Challenger formats"). The paper runs
+these 2/16 at temperature 0.7 once copies of the worked example count as invalid (14/16 parse,
+12 of them copies; benchmarks/RESULTS.md, "SPICE Challenger formats"). The paper runs
 the two prompts as two separate calls that both hold the document; we continue the same
 conversation instead, so the document is read once. Parsing is strict: the JSON must load
 as written (code fences around it are tolerated, broken JSON is never repaired), required
