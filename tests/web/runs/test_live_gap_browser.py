@@ -12,9 +12,9 @@ import pytest
 from django.db import connection
 
 from apps.runs.consumers import next_seq
-from apps.runs.models import Metric, Run
+from apps.runs.models import Metric
 from apps.runs.sink import DjangoSink
-from tests.web.runs.test_live_page_browser import CHROMIUM, server  # noqa: F401  (fixture)
+from tests.web.runs.test_live_page_browser import CHART_X, CHROMIUM, open_run_page, running_run, server  # noqa: F401
 
 pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")]
@@ -47,26 +47,14 @@ def _lose_a_message(run_id: int, step: int) -> None:
 
 def test_a_connected_page_refetches_a_lost_message(roles, researcher, server, monkeypatch):  # noqa: F811
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs an event loop here
-    run = Run.objects.create(method="spice", model_name="tiny", config={}, owner=researcher, total_steps=10)
-    run.mark_running("w")
-    Metric.objects.bulk_create([Metric(run=run, step=s, role="reasoner", name="reward_mean", value=s / 10)
-                                for s in (1, 2, 3)])
+    run = running_run(researcher)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+        browser, page, errors = open_run_page(p, server, run)
         metric_requests = []
         page.on("request", lambda r: metric_requests.append(r.url) if "/metrics/" in r.url else None)
-        page.goto(f"{server}/accounts/login/?next=/runs/{run.pk}/")
-        page.fill("#id_username", "rita")
-        page.fill("#id_password", "pw-rita")
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{server}/runs/{run.pk}/")
-        chart_x = "() => { const c = document.getElementById('reward-chart'); return c.data && c.data[0] ? c.data[0].x : []; }"
-        page.wait_for_function(f"({chart_x})().length === 3", timeout=30_000)
+        chart_x = CHART_X
 
         _in_thread(_report, run.pk, 4)  # delivered in order
         page.wait_for_function(f"({chart_x})().includes(4)", timeout=30_000)

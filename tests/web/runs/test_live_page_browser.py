@@ -80,26 +80,42 @@ def _report(run_id):
         connection.close()
 
 
-def test_the_run_page_updates_live(roles, researcher, server, monkeypatch):
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs an event loop here
+CHART_X = "() => { const c = document.getElementById('reward-chart'); return c.data && c.data[0] ? c.data[0].x : []; }"
+
+
+def running_run(researcher) -> Run:
+    """A running SPICE run of ``researcher`` with reward_mean stored for steps 1-3."""
     run = Run.objects.create(method="spice", model_name="tiny", config={}, owner=researcher, total_steps=10)
     run.mark_running("w")
     Metric.objects.bulk_create([Metric(run=run, step=s, role="reasoner", name="reward_mean", value=s / 10)
                                 for s in (1, 2, 3)])
+    return run
+
+
+def open_run_page(p, server: str, run: Run):
+    """(browser, page, page errors): chromium logged in as the researcher rita, on the run's page with
+    its stored points drawn."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/accounts/login/?next=/runs/{run.pk}/")
+    page.fill("#id_username", "rita")
+    page.fill("#id_password", "pw-rita")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{server}/runs/{run.pk}/")
+    page.wait_for_function(f"({CHART_X})().length === 3", timeout=30_000)  # the page's own points
+    return browser, page, errors
+
+
+def test_the_run_page_updates_live(roles, researcher, server, monkeypatch):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs an event loop here
+    run = running_run(researcher)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{server}/accounts/login/?next=/runs/{run.pk}/")
-        page.fill("#id_username", "rita")
-        page.fill("#id_password", "pw-rita")
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{server}/runs/{run.pk}/")
-        chart_x = "() => { const c = document.getElementById('reward-chart'); return c.data && c.data[0] ? c.data[0].x : []; }"
-        page.wait_for_function(f"({chart_x})().length === 3", timeout=30_000)  # the page's own points
+        browser, page, errors = open_run_page(p, server, run)
+        chart_x = CHART_X
         # (a report before the socket is open still arrives: its catch-up reads from the newest step drawn)
 
         reporter = threading.Thread(target=_report, args=(run.pk,))  # as a worker does: no event loop there
