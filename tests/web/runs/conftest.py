@@ -88,3 +88,33 @@ def burst(*queues: str) -> None:
     from rq import SimpleWorker
 
     django_rq.get_worker(*queues, worker_class=SimpleWorker).work(burst=True)
+
+
+def facts_corpus(texts: list[str]):
+    """A ready corpus "facts" with one short document per text."""
+    from apps.corpora.models import Corpus, Document
+
+    corpus = Corpus.objects.create(name="facts", status="ready")
+    for i, text in enumerate(texts):
+        Document.objects.create(corpus=corpus, title=f"fact {i}", text=text, content_hash=f"h{i}")
+    return corpus
+
+
+def launch_tiny_spice(researcher, train: dict, checkpoint: dict) -> None:
+    """POST a SPICE run of the tiny model on "facts" through the API, then let the cpu worker run it."""
+    from rest_framework.test import APIClient
+
+    config = {
+        "seed": 0,
+        "rollout": {"max_new_tokens": 6, "group_size": 2},
+        "train": {"lr": 1e-3, "micro_batch_size": 4, "device": "cpu", **train},
+        "checkpoint": checkpoint,
+        "spice": {"challenger_attempts": 2, "challenger_group_size": 2, "max_document_tokens": 64,
+                  "format_max_new_tokens": 16},
+    }
+    client = APIClient()
+    client.force_authenticate(researcher)
+    response = client.post("/api/v1/runs/", {"method": "spice", "model": "tiny", "corpus": "facts", "config": config},
+                           format="json")
+    assert response.status_code == 201, response.json()
+    burst("cpu")

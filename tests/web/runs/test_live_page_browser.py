@@ -92,18 +92,23 @@ def running_run(researcher) -> Run:
     return run
 
 
-def open_run_page(p, server: str, run: Run):
-    """(browser, page, page errors): chromium logged in as the researcher rita, on the run's page with
-    its stored points drawn."""
+def logged_in_page(p, server: str, next_path: str, viewport: dict | None = None):
+    """(browser, page, page errors): chromium logged in as the researcher rita, landed on ``next_path``."""
     browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-    page = browser.new_page()
+    page = browser.new_page(viewport=viewport) if viewport else browser.new_page()
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/accounts/login/?next=/runs/{run.pk}/")
+    page.goto(f"{server}/accounts/login/?next={next_path}")
     page.fill("#id_username", "rita")
     page.fill("#id_password", "pw-rita")
     page.click("button[type=submit]")
-    page.wait_for_url(f"{server}/runs/{run.pk}/")
+    page.wait_for_url(f"{server}{next_path}")
+    return browser, page, errors
+
+
+def open_run_page(p, server: str, run: Run):
+    """``logged_in_page`` on the run's page, with its stored points drawn."""
+    browser, page, errors = logged_in_page(p, server, f"/runs/{run.pk}/")
     page.wait_for_function(f"({CHART_X})().length === 3", timeout=30_000)  # the page's own points
     return browser, page, errors
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.web.runs.test_live_page_browser import CHROMIUM, server  # noqa: F401  (fixture)
+from tests.web.runs.test_live_page_browser import CHROMIUM, logged_in_page, server  # noqa: F401  (fixture)
 from tests.web.runs.test_method_panel import TITLES, launch
 
 pytestmark = [pytest.mark.django_db(transaction=True),
@@ -21,14 +21,7 @@ def test_method_panels_render_in_a_browser(roles, researcher, run_env, server, m
     folder = os.environ.get("SELFPLAY_SCREENSHOTS") or str(tmp_path)
     os.makedirs(folder, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{server}/accounts/login/?next=/runs/")
-        page.fill("#id_username", "rita")
-        page.fill("#id_password", "pw-rita")
-        page.click("button[type=submit]")
+        browser, page, errors = logged_in_page(p, server, "/runs/", {"width": 1280, "height": 900})
         for method, run in runs.items():
             page.goto(f"{server}/runs/{run.pk}/")
             panel = page.locator("#method-panel")

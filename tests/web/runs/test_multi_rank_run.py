@@ -4,34 +4,18 @@ the Metric rows count both ranks' work once, and the run ends finished at its la
 import pytest
 from rest_framework.test import APIClient
 
-from apps.corpora.models import Corpus, Document
 from apps.episodes.models import Task
 from apps.runs.models import Metric, Run
 from apps.runs.ranks import database_url
-from tests.web.runs.conftest import burst
+from tests.web.runs.conftest import burst, facts_corpus, launch_tiny_spice
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_two_rank_spice_run_from_the_api(roles, researcher, run_env):
-    corpus = Corpus.objects.create(name="facts", status="ready")
-    for i, text in enumerate(["Paris is the capital of France.", "Water boils at 100 degrees Celsius.",
-                              "The Nile flows north into the Mediterranean Sea.", "Iron is a metal."]):
-        Document.objects.create(corpus=corpus, title=f"fact {i}", text=text, content_hash=f"h{i}")
-    config = {
-        "seed": 0,
-        "rollout": {"max_new_tokens": 6, "group_size": 2},
-        "train": {"steps": 2, "lr": 1e-3, "prompts_per_step": 3, "micro_batch_size": 4, "device": "cpu", "gpus": 2},
-        "checkpoint": {"every": 1},
-        "spice": {"challenger_attempts": 2, "challenger_group_size": 2, "max_document_tokens": 64,
-                  "format_max_new_tokens": 16},
-    }
-    client = APIClient()
-    client.force_authenticate(researcher)
-    response = client.post("/api/v1/runs/", {"method": "spice", "model": "tiny", "corpus": "facts", "config": config},
-                           format="json")
-    assert response.status_code == 201, response.json()
-    burst("cpu")
+    facts_corpus(["Paris is the capital of France.", "Water boils at 100 degrees Celsius.",
+                  "The Nile flows north into the Mediterranean Sea.", "Iron is a metal."])
+    launch_tiny_spice(researcher, train={"steps": 2, "prompts_per_step": 3, "gpus": 2}, checkpoint={"every": 1})
     run = Run.objects.get()
     assert run.status == "finished", run.error
     assert run.current_step == 2 and run.checkpoint_path.endswith("step-000002")

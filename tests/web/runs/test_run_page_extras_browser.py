@@ -11,7 +11,7 @@ from django.db import connection
 from apps.episodes.models import Attempt, Task
 from apps.runs.models import Metric, Run
 from apps.runs.sink import DjangoSink
-from tests.web.runs.test_live_page_browser import CHROMIUM, server  # noqa: F401  (fixture)
+from tests.web.runs.test_live_page_browser import CHROMIUM, logged_in_page, server  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")]
@@ -67,15 +67,7 @@ def test_tabs_ledger_trajectory_and_compare_in_a_browser(roles, researcher, serv
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{server}/accounts/login/?next=/runs/{run.pk}/")
-        page.fill("#id_username", "rita")
-        page.fill("#id_password", "pw-rita")
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{server}/runs/{run.pk}/")
+        browser, page, errors = logged_in_page(p, server, f"/runs/{run.pk}/", {"width": 1280, "height": 900})
 
         # metric tabs: entropy first, two roles of 5 points; then a live point arrives over the websocket
         traces = "() => (document.getElementById('metric-chart').data || []).map(t => t.x.length)"
