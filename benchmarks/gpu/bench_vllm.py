@@ -98,7 +98,7 @@ def main() -> None:
 
     lora = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                             init_lora_weights=False))
-    gen.model, gen._versions = lora, None
+    gen.use_model(lora)
     few = prompts[:8]
     t = time.perf_counter()
     gen.generate(few, params)

@@ -163,8 +163,7 @@ class Models:
         """The i-th model, with its weights in the shared vLLM engine."""
         lm = self.loaded[i]
         if self.gen is not None and self.gen.model is not lm.model:
-            self.gen.model = lm.model
-            self.gen._versions = None
+            self.gen.use_model(lm.model)
             self.gen.sync_weights()
             emit("learn_push", {"model": lm.label, "check": self.gen.last_check})
         return lm

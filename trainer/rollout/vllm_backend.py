@@ -229,6 +229,12 @@ class VLLMGenerator:
     def _weights_version(self) -> tuple:
         return (_param_versions(self.model), self.version_fn() if self.version_fn else None)
 
+    def use_model(self, model) -> None:
+        """Sample from another trainer model of the same architecture (an evaluation walking over
+        checkpoints): its weights are pushed, and checked, before the next rollout."""
+        self.model = model
+        self._versions = None
+
     def needs_sync(self, use_adapter: bool = True) -> bool:
         return self._holds_adapter != use_adapter or self._versions != self._weights_version()
 
