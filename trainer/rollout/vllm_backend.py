@@ -104,17 +104,28 @@ def _weights_for_vllm(model, adapter: bool = True) -> list[tuple[str, torch.Tens
     merged weights W + scale * B @ A, or with ``adapter=False`` its frozen base W."""
     base = model
     if hasattr(model, "peft_config"):
+        if not adapter and (frozen := _frozen_base_state(model)) is not None:
+            return _bf16_items(frozen, model.get_base_model().config)
         import copy
 
         copied = copy.deepcopy(model)
         base = copied.merge_and_unload() if adapter else copied.unload()
-    tied = getattr(base.config, "tie_word_embeddings", False)
-    out = []
-    for name, p in base.state_dict().items():
-        if tied and name == "lm_head.weight":
-            continue
-        out.append((name, p.detach().to(torch.bfloat16)))
-    return out
+    return _bf16_items(base.state_dict(), base.config)
+
+
+def _bf16_items(state: dict, config) -> list[tuple[str, torch.Tensor]]:
+    tied = getattr(config, "tie_word_embeddings", False)
+    return [(name, p.detach().to(torch.bfloat16)) for name, p in state.items() if not (tied and name == "lm_head.weight")]
+
+
+def _frozen_base_state(model) -> dict | None:
+    """A LoRA model's base weights under their plain names, read in place (no copy of the model):
+    ``...q_proj.base_layer.weight`` -> ``...q_proj.weight``, adapter tensors left out. None when the
+    adapter also replaces whole modules (``modules_to_save``): the caller unloads a copy instead."""
+    state = model.get_base_model().state_dict()
+    if any("modules_to_save" in name or "original_module" in name for name in state):
+        return None
+    return {name.replace(".base_layer.", "."): t for name, t in state.items() if ".lora_" not in name}
 
 
 def _param_versions(model) -> tuple[int, ...]:
