@@ -27,6 +27,11 @@ from channels.layers import get_channel_layer
 
 log = logging.getLogger("selfplay.runs")
 
+# A viewer whose socket drains slower than the run publishes (a stalled tab) would grow its in-memory
+# queue without bound in the pub/sub layer: past this many waiting messages it is closed, and the page
+# reconnects and catches up from Postgres.
+BACKLOG_LIMIT = 2000
+SLOW_VIEWER_CLOSE = 4408
 SEQ_TTL_SECONDS = 7 * 24 * 3600  # a run's counter outlives pauses; it restarts (and pages catch up) after a week idle
 _redis_clients: dict = {}
 
@@ -121,6 +126,15 @@ class RunConsumer(AsyncWebsocketConsumer):
         else:
             await super().dispatch(message)
 
+    def backlog(self) -> int:
+        """Messages waiting in the layer for this viewer (0 where the layer does not say)."""
+        queue = getattr(self.channel_layer, "channels", {}).get(self.channel_name)
+        return queue.qsize() if queue is not None else 0
+
     async def run_message(self, event):
+        if self.backlog() > BACKLOG_LIMIT:
+            log.info("closing a slow viewer of run %s (%d messages waiting)", self.run_id, self.backlog())
+            await self.close(code=SLOW_VIEWER_CLOSE)
+            return
         text = event.get("text")
         await self.send(text_data=text if text is not None else json.dumps(event["data"]))

@@ -88,3 +88,20 @@ async def test_a_fast_run_sends_one_metric_message_per_role_per_flush(reader):
     assert reasoner["earlier"][0]["values"] == {"entropy": 1.0, "reward_mean": 0.02}
     assert [p["values"]["reward_mean"] for p in by_role["challenger"]["earlier"]] == [s / 100 for s in range(1, 50)]
     await comm.disconnect()
+
+
+async def test_a_viewer_too_far_behind_is_closed_to_catch_up(reader, monkeypatch):
+    """A socket with more messages waiting than BACKLOG_LIMIT is closed (4408) instead of buffering
+    without bound; the page reconnects and catches up from Postgres."""
+    from apps.runs import consumers
+
+    run = await sync_to_async(_running_run)()
+    cookie = await sync_to_async(_session_cookie)(reader)
+    comm = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=HEADERS + [(b"cookie", cookie.encode())])
+    connected, _ = await comm.connect()
+    assert connected
+    await comm.receive_json_from(timeout=10)  # the snapshot
+    monkeypatch.setattr(consumers, "BACKLOG_LIMIT", -1)  # any waiting count is "too far behind"
+    await sync_to_async(_report)(run.pk)
+    closed = await comm.receive_output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": consumers.SLOW_VIEWER_CLOSE}
