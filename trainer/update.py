@@ -40,7 +40,7 @@ from transformers import DynamicCache
 
 from trainer import distributed as dist
 from trainer.algos import aggregate, entropy, get_kl, policy_loss, token_logprobs
-from trainer.algos.losses import truncated_is_weights
+from trainer.algos.losses import _per_token_advantage, truncated_is_weights
 
 
 @dataclass
@@ -318,7 +318,7 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
     ids = mb.completion[mb.mask]  # [N]
     logp = _scatter(token_logprobs(scaled, ids), mb.mask)  # [B, C]
     n = int(mb.mask.sum())
-    cap = getattr(t, "rollout_is_cap", 0.0)
+    cap = t.rollout_is_cap
     if cap > 0:
         reference, adv, is_parts = rollout_is(logp, mb.old_logp, mb.adv, mb.mask, cap)
     else:
@@ -360,15 +360,21 @@ def rollout_is(logp: torch.Tensor, rollout_logp: torch.Tensor, adv: torch.Tensor
     weights) and each token's advantage is weighted by w = min(exp(logp - rollout_logp), cap).
     logp, rollout_logp, mask: [B, C]; adv: [B]. Returns (reference [B, C], advantage [B, C],
     metric sums: is_weight, is_truncated (share of tokens at the cap), rollout_kl (k1 estimate of
-    KL(rollout || trainer) = mean(rollout_logp - logp)), each summed over the masked tokens).
+    KL(rollout || trainer) = mean(rollout_logp - logp)), each summed over the masked tokens, and
+    ratio_max / ratio_min of pi_trainer / pi_rollout, since the PPO ratio itself is 1 here).
     """
     reference = logp.detach()  # [B, C]
     w = truncated_is_weights(reference, rollout_logp, cap) * mask  # [B, C]
-    a = adv[:, None] * w if adv.dim() == 1 else adv * w  # [B, C]
+    a = _per_token_advantage(adv, w) * w  # [B, C]
     m = mask.bool()
-    parts = {"is_weight_sum": float(w[m].sum()), "is_truncated_sum": float((w[m] >= cap).sum()),
-             "rollout_kl_sum": float((rollout_logp - reference)[m].sum())}
-    return reference, a, parts
+    ratio = torch.exp(reference - rollout_logp)[m]  # [N] untruncated: the PPO ratio is 1 here, this is the gap
+    if ratio.numel() == 0:
+        return reference, a, {}
+    weight, truncated, kl, r_max, r_min = torch.stack([w[m].sum(), (w[m] >= cap).sum().to(w.dtype),
+                                                       (rollout_logp - reference)[m].sum(), ratio.max(),
+                                                       ratio.min()]).tolist()  # one device sync
+    return reference, a, {"is_weight_sum": weight, "is_truncated_sum": truncated, "rollout_kl_sum": kl,
+                          "ratio_max": r_max, "ratio_min": r_min}
 
 
 def _finish(sums: dict, grad_norm: float, lr: float) -> dict[str, float]:

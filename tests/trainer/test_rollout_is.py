@@ -54,6 +54,7 @@ def test_the_update_gradient_is_scaled_by_the_truncated_weight(tiny_config, cap,
     assert m["is_weight"] == pytest.approx(expected, rel=1e-4)
     assert m["is_truncated"] == pytest.approx(1.0 if cap < 2 else 0.0)
     assert m["rollout_kl"] == pytest.approx(-math.log(2.0), rel=1e-4)
+    assert m["ratio_max"] == pytest.approx(2.0, rel=1e-4) == m["ratio_min"]  # pi_trainer / pi_rollout, untruncated
 
 
 def test_the_cap_must_not_be_negative(tiny_config):

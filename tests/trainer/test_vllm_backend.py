@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from trainer.rollout.vllm_backend import _param_versions, _weights_for_vllm, truncated_is_weights
+from trainer.algos.losses import truncated_is_weights
+from trainer.rollout.vllm_backend import _param_versions, _weights_for_vllm
 
 
 def test_truncated_is_weights_by_hand():

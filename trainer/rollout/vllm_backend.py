@@ -27,8 +27,8 @@ difference exceeds ``check_tol`` (bf16 kernels differ by ~1e-2; a stale or mis-m
 gives ~1 or more). Log-probs of sampled tokens come back in vLLM's ``processed_logprobs``
 mode: ``log_softmax(logits / T)`` like HFGenerator, except that vLLM takes them after
 ``min_tokens``' EOS masking and top-p (a small, known difference the trainer's recomputation
-removes). ``truncated_is_weights`` gives the optional truncated importance-sampling
-correction between the trainer's and vLLM's log-probs.
+removes). ``train.rollout_is_cap`` turns on the truncated importance-sampling correction
+between the trainer's and vLLM's log-probs (trainer.update.rollout_is).
 """
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ import threading
 
 import torch
 
-from trainer.algos.losses import truncated_is_weights  # noqa: F401  (re-exported: the correction for this backend)
 from trainer.rollout.types import Completion, SamplingParams
 
 MODES = ("colocate", "separate")
@@ -256,13 +255,13 @@ class VLLMGenerator:
 
         t0 = time.perf_counter()
         weights = _weights_for_vllm(self.model, adapter=use_adapter)
-        self._holds_adapter = use_adapter
         if self.mode == "colocate":
             self._wake()
             self.llm.apply_model(lambda m: m.load_weights(iter(weights)))
         else:
             self._send_nccl(weights)
         self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+        self._holds_adapter = use_adapter
         self._versions = self._weights_version()
         del weights
         self.stats["syncs"] += 1
