@@ -462,10 +462,9 @@ class HFGenerator:
         capacity = width + min(max_steps, 64) if mode == "eager" else width
         cache, logits, mask, next_pos = self._prefill(unique, capacity)
         self.last_stats["prefill_rows"] = len(unique)
+        captured_before = self._static.captures if self._static is not None else 0
         stepper, logits = self._stepper(mode, cache, logits, mask, next_pos, expand, len(todo), max_steps,
                                         use_adapter)
-        if self._static is not None and mode != "eager":
-            self.last_stats["graph_captures"] = self._static.captures
 
         rows = list(todo)  # batch position -> original prompt index
         checker = _StopChecker(self.tokenizer, params.stop)
@@ -508,8 +507,8 @@ class HFGenerator:
                 next_logits = next_logits[keep] if next_logits is not None else None
                 self.last_stats["compactions"] += 1
             logits = next_logits if next_logits is not None else stepper.forward(tokens)
-        if self._static is not None and mode != "eager":
-            self.last_stats["graph_captures"] = self._static.captures
+        if self._static is not None and mode != "eager":  # graphs captured by this call (0: all reused)
+            self.last_stats["graph_captures"] = self._static.captures - captured_before
         return out_ids, out_lps, reasons, stops
 
 

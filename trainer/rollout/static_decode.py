@@ -30,7 +30,10 @@ one decode step is made shape-static and captured once as a ``torch.cuda.CUDAGra
   cache on, the graph would read bf16 weight copies that autocast frees when it exits.
 - The graphs hold the weights' addresses: a change of any parameter's storage (a reload, a
   ZeRO-3 gather into new memory) drops them and the next call captures again. In-place
-  optimizer updates keep the addresses, so graphs live across training steps.
+  optimizer updates keep the addresses, so graphs live across training steps - as long as their
+  storage is kept between calls (at most 2 GiB and 5% of the GPU in all, ``end_call``): a larger KV
+  cache (e.g. 256 rows of a long multi-turn rollout) is freed for the update pass and its graphs are
+  captured again at the next call (``last_stats['graph_captures']`` counts a call's captures).
 
 Without CUDA (or with ``use_graphs=False``) the same ``_step`` runs eagerly: the tests check
 that this static path gives the eager loop's tokens and logprobs.
@@ -407,7 +410,6 @@ class StaticStepper:
         st.pos[:n, 0] = next_pos.index_select(0, expand)
         st.pos[n:] = 0
         st.write_pos.fill_(width)
-        self.mode = "cuda_graph" if decoder.use_graphs else "static"
         self.overlap = decoder.use_graphs if decoder.overlap is None else decoder.overlap
         if decoder.use_graphs:  # capture now, before any token is sampled (a failure costs no draws)
             decoder.graph(st, self.bucket, adapter_key)
