@@ -108,3 +108,17 @@ def test_the_default_worker_count_follows_the_cpus_or_the_environment(monkeypatc
     monkeypatch.setenv("SELFPLAY_WEB_WORKERS", "many")
     with pytest.raises(CommandError, match="SELFPLAY_WEB_WORKERS must be a whole number"):
         default_workers()
+
+
+def test_the_workers_pools_together_stay_within_the_budget(monkeypatch):
+    from django.conf import settings
+
+    from apps.accounts.management.commands import serve
+
+    assert [serve.pool_size(n) for n in (1, 2, 4, 8, 64)] == [16, 16, 12, 6, 2]
+    assert all(n * serve.pool_size(n) <= serve.POOL_BUDGET for n in (3, 4, 5, 8))
+    # a copy of the entry, put back afterwards (the test's own connection keeps its settings)
+    monkeypatch.setitem(settings.DATABASES, "default", {**settings.DATABASES["default"], "OPTIONS": {}, "CONN_MAX_AGE": 0})
+    monkeypatch.setenv(serve.PROCESSES_ENV, "8")  # what the supervisor hands its 8 workers
+    assert serve.pool_database_connections()
+    assert settings.DATABASES["default"]["OPTIONS"]["pool"]["max_size"] == 6

@@ -14,6 +14,7 @@ benchmarks/RESULTS.md, "Load").
 """
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import sys
@@ -23,6 +24,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 MAX_DEFAULT_WORKERS = 8
 POOL_MAX_SIZE = 16  # Postgres connections per server process at most (requests beyond wait for one)
+# Pooled connections of all server processes together: well under Postgres' default max_connections
+# (100), which the RQ workers, their runs and the reaper share with the web.
+POOL_BUDGET = 48
+PROCESSES_ENV = "SELFPLAY_SERVE_PROCESSES"  # set by the supervisor for its workers
 
 
 def default_workers() -> int:
@@ -59,7 +64,7 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--workers", type=int, default=None,
                             help="server processes (default: SELFPLAY_WEB_WORKERS, else the CPU count, at most 8)")
-        parser.add_argument("--fd", type=int, default=None, help=argparse_suppress())
+        parser.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)  # a worker's inherited socket
 
     def handle(self, port, host, workers, fd, **options):
         if fd is not None:  # a worker started by the supervisor below
@@ -70,12 +75,6 @@ class Command(BaseCommand):
         if workers == 1:
             return run_daphne(host, port, None)
         supervise(listen(host, port), host, port, workers)
-
-
-def argparse_suppress():
-    import argparse
-
-    return argparse.SUPPRESS  # internal: the inherited listening socket of a worker
 
 
 def pool_database_connections() -> bool:
@@ -96,8 +95,15 @@ def pool_database_connections() -> bool:
         import psycopg_pool  # noqa: F401
     except ImportError:
         return False
-    options["pool"] = {"min_size": 2, "max_size": POOL_MAX_SIZE, "timeout": 60}
+    processes = max(1, int(os.environ.get(PROCESSES_ENV) or 1))
+    options["pool"] = {"min_size": 2, "max_size": pool_size(processes), "timeout": 60}
     return True
+
+
+def pool_size(processes: int) -> int:
+    """Connections one server process may pool: POOL_BUDGET shared by all, 2..POOL_MAX_SIZE each
+    (1 process -> 16, 4 -> 12, 8 -> 6)."""
+    return max(2, min(POOL_MAX_SIZE, POOL_BUDGET // processes))
 
 
 def run_daphne(host: str, port: int, fd: int | None) -> None:
@@ -132,5 +138,6 @@ def supervise(sock: socket.socket, host: str, port: int, workers: int) -> None:
     manage = Path(sys.argv[0]).resolve()
     sys.stdout.flush()
     sys.stderr.flush()
+    os.environ[PROCESSES_ENV] = str(workers)  # inherited by the workers: their share of POOL_BUDGET
     os.execv(sys.executable, [sys.executable, str(script), "--fd", str(sock.fileno()), "--host", host,
                               "--port", str(port), "--workers", str(workers), "--manage", str(manage)])
