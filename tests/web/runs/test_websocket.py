@@ -105,3 +105,4 @@ async def test_a_viewer_too_far_behind_is_closed_to_catch_up(reader, monkeypatch
     await sync_to_async(_report)(run.pk)
     closed = await comm.receive_output(timeout=10)
     assert closed == {"type": "websocket.close", "code": consumers.SLOW_VIEWER_CLOSE}
+    await comm.disconnect()
