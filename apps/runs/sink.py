@@ -128,15 +128,21 @@ class DjangoSink:
             log.warning("watchdog check failed for run %s: %s", self.run_id, exc)
 
     def _review(self, hook, run: Run):
-        """A review hook's answer; a failing hook is logged (once as a run event) and never stops training."""
+        """A review hook's answer, read again on a fresh connection if the database connection was
+        lost (each hook claims its items in one transaction); a failing hook is logged (once as a run
+        event) and never stops training."""
         try:
-            return hook(run)
+            return with_db_retry(f"reading {hook.__name__}", lambda: hook(run))
         except Exception as exc:
             self.review_failures += 1
             log.warning("review hook %s failed for run %s: %s", hook.__name__, run.pk, exc)
             if self.review_failures == 1:
-                run.notable(f"review verdicts could not be read ({type(exc).__name__}: {str(exc)[:200]}); "
-                            "training continues without them", kind=RunEvent.Kind.WATCHDOG)
+                try:
+                    with_db_retry("recording a review failure", lambda: run.notable(
+                        f"review verdicts could not be read ({type(exc).__name__}: {str(exc)[:200]}); "
+                        "training continues without them", kind=RunEvent.Kind.WATCHDOG))
+                except Exception as note_exc:  # the note is a courtesy; training goes on without it
+                    log.warning("could not record the review failure of run %s: %s", run.pk, note_exc)
             return None
 
     def close(self) -> None:
