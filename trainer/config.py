@@ -58,6 +58,9 @@ class ModelConfig(Section):
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapter; r=0 trains every weight.")
     trust_remote_code: bool = Field(False, description="Run model code shipped with the checkpoint (only if you trust it).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    compile: bool = Field(
+        False, description="torch.compile each decoder layer (regional compile) for the update pass' forward/backward; "
+                           "first step pays the compile time.")
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
         "sdpa", description="Attention kernel passed to transformers.")
 
@@ -118,6 +121,11 @@ class TrainConfig(Section):
         0.0, ge=0, description="Truncated importance sampling between the rollout engine's log-probs and the "
         "trainer's: each token's loss is weighted by min(pi_trainer / pi_rollout, cap), with the trainer's own "
         "log-probs as the PPO reference (0 = off: the rollout's log-probs are the reference). For rollout.backend=vllm.")
+    old_logprobs: Literal["auto", "rollout", "trainer"] = Field(
+        "auto", description="The PPO reference ('old') log-probs: 'rollout' = the rollout engine's, 'trainer' = the "
+        "trainer's own of the pre-update weights (exact: one optimizer step per batch, so the ratio starts at 1), "
+        "which also spares the rollout engine from computing log-probs; 'auto' = trainer with rollout.backend=vllm "
+        "(its bf16 kernels differ from the trainer's), rollout with hf (same model, same kernels).")
 
 
 class CheckpointConfig(Section):
@@ -243,11 +251,27 @@ class Config(BaseModel):
             problems.append(("data.path", "method grpo needs a JSONL prompt set (prompt, answer) or bundled:gsm8k"))
         if self.rollout.min_new_tokens > self.rollout.max_new_tokens:
             problems.append(("rollout.min_new_tokens", "must not exceed rollout.max_new_tokens"))
+        if self.train.rollout_is_cap > 0 and self.train.old_logprobs == "rollout":
+            problems.append(("train.old_logprobs", "train.rollout_is_cap > 0 takes the trainer's log-probs as the "
+                             "PPO reference; set train.old_logprobs to auto or trainer, or rollout_is_cap to 0"))
         if self.train.engine == "deepspeed" and self.model.lora.r > 0 and self.train.zero_stage == 3:
             problems.append(("train.zero_stage", "ZeRO-3 with LoRA is not supported; use zero_stage 2"))
         if problems:
             raise _CrossCheckError(problems)
         return self
+
+    @property
+    def trainer_reference(self) -> bool:
+        """The update takes the trainer's own pre-update log-probs as the PPO reference."""
+        t = self.train
+        if t.rollout_is_cap > 0 or t.old_logprobs == "trainer":
+            return True
+        return t.old_logprobs == "auto" and self.rollout.backend == "vllm"
+
+    @property
+    def rollout_logprobs(self) -> bool:
+        """The rollout engine must report the sampled tokens' log-probs (the reference, or the IS weights)."""
+        return self.train.rollout_is_cap > 0 or not self.trainer_reference
 
     @property
     def section(self) -> Section:

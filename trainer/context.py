@@ -143,7 +143,7 @@ class RecipeContext:
 
         r = self.config.rollout
         base = dict(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                    min_new_tokens=r.min_new_tokens)
+                    min_new_tokens=r.min_new_tokens, logprobs=self.config.rollout_logprobs)
         return SamplingParams(**{**base, **overrides})
 
     def checkpoint(self, step: int, extra_state: dict | None = None) -> str | None:

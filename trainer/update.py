@@ -176,7 +176,7 @@ def trained_hidden_or_logits(lm, mb: MicroBatch, device) -> tuple[torch.Tensor, 
 
         return packed_trained_hidden(decoder, mb.samples, mb.mask), False  # [N, H]
     ids, starts = _full_sequences(mb, device)
-    h_all = decoder(input_ids=ids).last_hidden_state  # [B, L, H]
+    h_all = decoder(input_ids=ids, use_cache=False).last_hidden_state  # [B, L, H]
     return _gather_predictions(h_all, starts, C)[mb.mask], False  # [N, H]
 
 
@@ -239,12 +239,20 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     run = [s for s in samples if not (skip_zero and s.advantage == 0.0) and s.n_trained > 0]
     stats: dict[str, _RoleStats] = defaultdict(_RoleStats)
     ran = {id(s) for s in run}
+    trainer_ref = cfg.trainer_reference
     for s in samples:
         st = stats[s.role]
         st.add("samples", 1)
         st.add("tokens", s.n_trained)
         st.add("skipped", 0 if id(s) in ran else 1)
-        st.add("neg_logprob", -sum(lp for lp, m in zip(s.old_logprobs, s.loss_mask) if m))
+        nll = -sum(lp for lp, m in zip(s.old_logprobs, s.loss_mask) if m)
+        if nll == nll:  # nan: the rollout engine was not asked for log-probs (train.old_logprobs)
+            st.add("neg_logprob", nll)
+            st.add("neg_logprob_tokens", s.n_trained)
+        elif not trainer_ref and id(s) in ran:
+            raise ValueError("a sample has no rollout log-probs (nan) but they are the PPO reference: set "
+                             "train.old_logprobs to trainer (or auto with rollout.backend=vllm), or have the "
+                             "rollout report log-probs (SamplingParams.logprobs=True)")
 
     lm = policy.base_model()
     was_training = policy.model.training
@@ -321,6 +329,8 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
     cap = t.rollout_is_cap
     if cap > 0:
         reference, adv, is_parts = rollout_is(logp, mb.old_logp, mb.adv, mb.mask, cap)
+    elif cfg.trainer_reference:  # one optimizer step per batch: this forward runs the pre-update weights
+        reference, adv, is_parts = logp.detach(), mb.adv, {}
     else:
         reference, adv, is_parts = mb.old_logp, mb.adv, {}
     pg, clip = policy_loss(logp, reference, adv, mb.mask, t.clip_low, t.clip_high,
@@ -328,6 +338,8 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
     loss = pg
     parts = {"pg_sum": float(pg.detach()) * denom, "clip_sum": clip["clip_frac"] * n, "run_tokens": n,
              "ratio_max": clip["ratio_max"], "ratio_min": clip["ratio_min"], **is_parts}
+    if reference is not mb.old_logp:  # the trainer's -log p of the sampled tokens (for entropy_sampled)
+        parts["run_neg_logprob"] = float(-(reference * mb.mask).sum())
     with contextlib.nullcontext() if t.entropy_coef > 0 else torch.no_grad():
         ent = entropy(scaled)  # [N]
     parts["entropy_sum"] = float(ent.detach().sum())
@@ -392,7 +404,11 @@ def _finish(sums: dict, grad_norm: float, lr: float) -> dict[str, float]:
     # Mean -log p of the sampled tokens: an unbiased estimate of the policy's entropy at the
     # sampling temperature, free and always there; "entropy" (exact, from our forward) falls
     # back to it when every sample of the role was skipped.
-    out["entropy_sampled"] = sums.get("neg_logprob", 0.0) / tokens
+    # Without rollout log-probs (train.old_logprobs: trainer) it is the trainer's, over the run tokens.
+    if sums.get("neg_logprob_tokens"):
+        out["entropy_sampled"] = sums["neg_logprob"] / sums["neg_logprob_tokens"]
+    else:
+        out["entropy_sampled"] = sums.get("run_neg_logprob", 0.0) / max(run_tokens, 1.0)
     out.setdefault("entropy", out["entropy_sampled"])
     for key in ("ratio_max", "ratio_min"):  # how far the rollout's log-probs are from ours
         if key in sums:

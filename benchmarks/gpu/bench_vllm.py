@@ -40,30 +40,41 @@ def main() -> None:
     emit("vllm", {"what": "engine start + first push", "value": round(time.perf_counter() - t0, 2),
                   "note": f"check {gen.last_check}"})
     prompts = [chat(tok, "You are a helpful assistant.", p) for p in PROMPTS for _ in range(8)]
-    params = SamplingParams(temperature=1.0, max_new_tokens=TOKENS, min_new_tokens=TOKENS)
+    # ours as a vLLM run samples by default (train.old_logprobs: auto -> the trainer's log-probs are the
+    # PPO reference, so vLLM computes none) and ours asked for log-probs (train.rollout_is_cap or
+    # old_logprobs: rollout), against bare LLM.generate with vLLM's defaults
+    params = SamplingParams(temperature=1.0, max_new_tokens=TOKENS, min_new_tokens=TOKENS, logprobs=False)
+    with_lp = SamplingParams(temperature=1.0, max_new_tokens=TOKENS, min_new_tokens=TOKENS)
     bare = VSP(n=1, temperature=1.0, max_tokens=TOKENS, min_tokens=TOKENS)
     n_tokens = len(prompts) * TOKENS
 
-    def ours():
-        out = gen.generate(prompts, params)
+    def ours(p=params):
+        out = gen.generate(prompts, p)
         assert all(len(c.completion_ids) == TOKENS for c in out)
 
     def plain():
         gen.llm.generate([{"prompt_token_ids": p} for p in prompts], bare, use_tqdm=False)
 
-    times = {"ours": [], "bare": []}
-    ours(), plain()  # warm-up (CUDA graphs, allocator)
-    for _ in range(args.reps):  # alternate so drift hurts both alike
-        for name, fn in (("ours", ours), ("bare", plain)):
+    runs = (("ours", ours), ("ours_logprobs", lambda: ours(with_lp)), ("bare", plain))
+    times = {name: [] for name, _ in runs}
+    for _, fn in runs:  # warm-up (CUDA graphs, allocator)
+        fn()
+    for _ in range(args.reps):  # alternate so drift hurts all alike
+        for name, fn in runs:
             torch.cuda.synchronize()
             t = time.perf_counter()
             fn()
             torch.cuda.synchronize()
             times[name].append(time.perf_counter() - t)
-    t_ours, t_bare = median(times["ours"]), median(times["bare"])
-    emit("vllm", {"what": "rollout 64x256 ours", "value": round(n_tokens / t_ours), "note": f"tok/s ({t_ours:.3f} s)"})
-    emit("vllm", {"what": "rollout 64x256 bare", "value": round(n_tokens / t_bare), "note": f"tok/s ({t_bare:.3f} s)"})
+    t_ours, t_lp, t_bare = (median(times[n]) for n, _ in runs)
+    emit("vllm", {"what": "rollout 64x256 ours", "value": round(n_tokens / t_ours),
+                  "note": f"tok/s ({t_ours:.3f} s; no log-probs: the default with vLLM) {times['ours']}"})
+    emit("vllm", {"what": "rollout 64x256 ours with log-probs", "value": round(n_tokens / t_lp),
+                  "note": f"tok/s ({t_lp:.3f} s) {times['ours_logprobs']}"})
+    emit("vllm", {"what": "rollout 64x256 bare", "value": round(n_tokens / t_bare),
+                  "note": f"tok/s ({t_bare:.3f} s) {times['bare']}"})
     emit("vllm", {"what": "ours / bare throughput", "value": round(t_bare / t_ours, 3), "note": "target >= 0.8"})
+    emit("vllm", {"what": "ours with log-probs / bare throughput", "value": round(t_bare / t_lp, 3), "note": ""})
 
     # an in-place change of every weight, as an optimizer step makes
     pushes = []

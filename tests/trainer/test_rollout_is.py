@@ -60,3 +60,57 @@ def test_the_update_gradient_is_scaled_by_the_truncated_weight(tiny_config, cap,
 def test_the_cap_must_not_be_negative(tiny_config):
     with pytest.raises(ConfigError, match="rollout_is_cap"):
         load_config(tiny_config(train={"device": "cpu", "rollout_is_cap": -1}))
+
+
+def _without_rollout_logprobs(samples):
+    """The samples as a rollout engine that was not asked for log-probs leaves them (nan)."""
+    return [Sample(s.prompt_ids, s.completion_ids, s.loss_mask, [float("nan")] * len(s.completion_ids),
+                   advantage=s.advantage, role=s.role) for s in samples]
+
+
+def test_the_trainer_reference_needs_no_rollout_logprobs(tiny_config):
+    """train.old_logprobs: trainer takes the pre-update log-probs of the trainer itself as the PPO
+    reference, so samples without rollout log-probs (nan) train exactly like samples whose rollout
+    log-probs equal the trainer's (ratio 1), and entropy_sampled comes from the trainer."""
+    samples = _group() + _group(seed=1, prompt_len=9)
+    plain_cfg = _cfg(tiny_config, micro_batch_size=2)
+    with torch.no_grad():
+        logp = _reference_logp(load_policy(plain_cfg).base_model(), samples)
+    exact, exact_metrics = _grads_after_update(plain_cfg, _with_rollout_logprobs(samples, logp, 0.0))
+    trainer_cfg = _cfg(tiny_config, micro_batch_size=2, old_logprobs="trainer")
+    assert trainer_cfg.trainer_reference and not trainer_cfg.rollout_logprobs
+    grads, metrics = _grads_after_update(trainer_cfg, _without_rollout_logprobs(samples))
+    for g, p in zip(grads, exact):
+        torch.testing.assert_close(g, p, atol=1e-6, rtol=1e-4)
+    m, e = metrics["solver"], exact_metrics["solver"]
+    assert m["ratio_max"] == m["ratio_min"] == 1.0 and m["clip_frac"] == 0.0
+    assert m["entropy_sampled"] == pytest.approx(e["entropy_sampled"], rel=1e-4) and m["entropy_sampled"] > 0
+    # an engine off by a constant changes nothing here: its log-probs are not the reference
+    shifted, _ = _grads_after_update(trainer_cfg, _with_rollout_logprobs(samples, logp, -1.0))
+    for g, p in zip(shifted, exact):
+        torch.testing.assert_close(g, p, atol=1e-6, rtol=1e-4)
+
+
+def test_missing_rollout_logprobs_as_the_reference_are_refused(tiny_config):
+    cfg = _cfg(tiny_config, micro_batch_size=2)  # hf backend, auto: the rollout's log-probs are the reference
+    assert not cfg.trainer_reference and cfg.rollout_logprobs
+    with pytest.raises(ValueError, match="train.old_logprobs"):
+        _grads_after_update(cfg, _without_rollout_logprobs(_group()))
+
+
+def test_which_logprobs_the_rollout_must_report(tiny_config):
+    def cfg(**kw):
+        rollout = {"backend": kw.pop("backend", "hf")}
+        return load_config(tiny_config(rollout=rollout, train={"device": "cpu", **kw}))
+
+    # (trainer_reference, rollout_logprobs)
+    assert (cfg().trainer_reference, cfg().rollout_logprobs) == (False, True)  # hf: same kernels, free log-probs
+    vllm = cfg(backend="vllm")
+    assert (vllm.trainer_reference, vllm.rollout_logprobs) == (True, False)  # vLLM skips computing them
+    capped = cfg(backend="vllm", rollout_is_cap=2.0)
+    assert (capped.trainer_reference, capped.rollout_logprobs) == (True, True)  # IS weights need both
+    forced = cfg(backend="vllm", old_logprobs="rollout")
+    assert (forced.trainer_reference, forced.rollout_logprobs) == (False, True)
+    assert cfg(old_logprobs="trainer").trainer_reference
+    with pytest.raises(ConfigError, match="train.old_logprobs"):
+        cfg(backend="vllm", old_logprobs="rollout", rollout_is_cap=2.0)

@@ -87,3 +87,29 @@ def test_flat_logprobs_give_the_sampled_tokens_logprob():
     assert got[:2] == [-0.25, -2.5] and math.isnan(got[2])
     # fewer positions than ids (a truncated output) gives fewer values: the caller's length check fires
     assert flat_sampled_logprobs(ids, start[:2], end[:2], token_ids, logprobs) == [-0.25, -2.5]
+
+
+def test_no_logprobs_are_asked_of_vllm_when_the_trainer_is_the_reference(tiny_model_dir):
+    """SamplingParams.logprobs=False (train.old_logprobs: trainer): vLLM is asked for none, the
+    completion carries nan per token; with logprobs the flat layout is read as before."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from trainer.rollout.types import SamplingParams
+    from trainer.rollout.vllm_backend import VLLMGenerator, _completion_of
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    off, on = SamplingParams(logprobs=False), SamplingParams()
+    assert VLLMGenerator._fast_output(off) == {"logprobs": None, "flat_logprobs": False, "detokenize": False}
+    assert VLLMGenerator._fast_output(on) == {"logprobs": 0, "flat_logprobs": True, "detokenize": False}
+    assert VLLMGenerator._fast_output(SamplingParams(stop=["</a>"]))["detokenize"] is True
+    # what vLLM hands back for one row (a CompletionOutput's fields), with and without log-probs
+    flat = SimpleNamespace(start_indices=[0, 1], end_indices=[1, 2], token_ids=[11, 12], logprobs=[-0.5, -1.5])
+    row = dict(token_ids=[11, 12], stop_reason=None, finish_reason="length")
+    c = _completion_of(SimpleNamespace(**row, logprobs=None), off, tok, eos_ids={2})
+    assert c.completion_ids == [11, 12] and len(c.logprobs) == 2 and all(math.isnan(x) for x in c.logprobs)
+    assert c.finish_reason == "length"
+    assert _completion_of(SimpleNamespace(**row, logprobs=flat), on, tok, eos_ids={2}).logprobs == [-0.5, -1.5]
+    with pytest.raises(RuntimeError, match="logprobs"):  # asked for log-probs and got none: loud
+        _completion_of(SimpleNamespace(**row, logprobs=None), on, tok, eos_ids={2})

@@ -25,6 +25,10 @@ class SamplingParams:
     ``stop``: strings that end a sequence once the generated text contains one; the token that
     completes the string is kept (token ids are never cut), so ``text`` may run a few
     characters past it. EOS and stop strings are both ignored before ``min_new_tokens``.
+
+    ``logprobs=False``: the caller does not need the sampled tokens' log-probs (the trainer takes
+    its own as the PPO reference, ``train.old_logprobs``); a backend that would pay for them (vLLM)
+    skips them and reports nan in ``Completion.logprobs``; one that gets them for free still reports them.
     """
 
     temperature: float = 1.0
@@ -32,6 +36,7 @@ class SamplingParams:
     max_new_tokens: int = 256
     min_new_tokens: int = 0
     stop: list[str] = field(default_factory=list)
+    logprobs: bool = True
 
     def __post_init__(self) -> None:
         problems = []

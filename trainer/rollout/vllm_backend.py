@@ -24,7 +24,9 @@ place) bumps them, so the push happens exactly once per step, before the next ro
 Safety: after every push ``verify()`` scores a fixed token sequence with vLLM (prompt
 log-probs) and with the trainer's model, and raises ``WeightSyncError`` when the mean absolute
 difference exceeds ``check_tol`` (bf16 kernels differ by ~1e-2; a stale or mis-mapped weight
-gives ~1 or more). Log-probs of sampled tokens come back in vLLM's ``processed_logprobs``
+gives ~1 or more). Log-probs of sampled tokens are asked for only when the trainer needs them
+(``SamplingParams.logprobs``: by default with vLLM, ``train.old_logprobs: auto``, the trainer's own
+log-probs are the PPO reference and vLLM computes none). They come back in vLLM's ``processed_logprobs``
 mode: ``log_softmax(logits / T)`` like HFGenerator, except that vLLM takes them after
 ``min_tokens``' EOS masking and top-p (a small, known difference the trainer's recomputation
 removes). ``train.rollout_is_cap`` turns on the truncated importance-sampling correction
@@ -81,7 +83,7 @@ def _sampled_logprobs(ids: list[int], lp) -> list[float]:
 def _completion_of(out, params: SamplingParams, tokenizer, eos_ids: set[int]) -> Completion:
     """One vLLM CompletionOutput -> our Completion (ids never cut; logprob of each sampled token)."""
     ids = list(out.token_ids)
-    lps = _sampled_logprobs(ids, out.logprobs)
+    lps = _sampled_logprobs(ids, out.logprobs) if params.logprobs else [float("nan")] * len(ids)
     if len(lps) != len(ids):
         raise RuntimeError(f"vLLM returned {len(lps)} logprobs for {len(ids)} tokens; request logprobs=0")
     stop = out.stop_reason if isinstance(out.stop_reason, str) else None
@@ -320,10 +322,12 @@ class VLLMGenerator:
 
     @staticmethod
     def _fast_output(params: SamplingParams) -> dict:
-        """Output options that cost vLLM less per token: flat log-probs (a few lists per request instead
-        of a dict + Logprob object per token) and, when no stop string needs the text, no incremental
-        detokenization (we decode the finished ids once ourselves)."""
-        return {"flat_logprobs": True, "detokenize": bool(params.stop)}
+        """Output options that cost vLLM less per token: no log-probs unless the caller needs them
+        (``SamplingParams.logprobs``; ``train.old_logprobs`` decides), flat log-probs when it does (a few
+        lists per request instead of a dict + Logprob object per token) and, when no stop string needs
+        the text, no incremental detokenization (we decode the finished ids once ourselves)."""
+        return {"logprobs": 0 if params.logprobs else None, "flat_logprobs": params.logprobs,
+                "detokenize": bool(params.stop)}
 
     # -- the Generator protocol ---------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams, use_adapter: bool = True) -> list[Completion]:
@@ -341,7 +345,7 @@ class VLLMGenerator:
         self._wake()
         vsp = VSP(n=1, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
                   min_tokens=min(params.min_new_tokens, params.max_new_tokens), stop=list(params.stop) or None,
-                  stop_token_ids=sorted(self.eos_ids), include_stop_str_in_output=True, logprobs=0,
+                  stop_token_ids=sorted(self.eos_ids), include_stop_str_in_output=True,
                   skip_special_tokens=True, **self._fast_output(params))
         outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], vsp, use_tqdm=False)
         if self.sleep:  # hand the KV cache (and the weights, to CPU) back to the update pass
