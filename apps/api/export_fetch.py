@@ -4,12 +4,15 @@
 (integers and floats are not parsed from text; ``array_send`` values arrive as bytes).
 ``read_ahead(pages)`` iterates a page generator in a thread of its own
 (with its own database connection), a bounded number of pages ahead: Postgres computes the next
-page while the caller encodes this one, so the two processes work at the same time. Inside a
+page while the caller encodes this one, so the two processes work at the same time. A stop event
+(a download whose client went away) ends the thread within a fraction of a second, cancelling the
+page query it may be running, without blocking an event loop. Inside a
 transaction (tests, a caller's ``atomic`` block) the pages are read inline on the caller's
 connection, the only one that sees its uncommitted rows.
 """
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 
@@ -17,6 +20,7 @@ import psycopg
 from django.db import connection, connections
 
 AHEAD = 2  # pages (or record batches) a reader thread may hold ready: memory for a few pages
+WAIT = 0.2  # seconds between checks of a stop request while the reader or its caller waits on the queue
 _DONE = object()
 
 
@@ -28,20 +32,29 @@ def fetch(sql: str, params) -> list[tuple]:
         return cur.fetchall()
 
 
-def read_ahead(make_pages, ahead: int | None = None):
+def read_ahead(make_pages, ahead: int | None = None, stop: threading.Event | None = None):
     """The pages of ``make_pages()``, produced by a reader thread up to ``ahead`` (``AHEAD``) pages
-    in advance (inline when the caller is inside a transaction, or for ``ahead`` 0)."""
+    in advance (inline when the caller is inside a transaction, or for ``ahead`` 0).
+
+    Setting ``stop`` (from any thread: a download whose client went away) or closing this generator
+    ends the reader promptly: it checks ``stop`` while it waits to hand over a page, a page query it
+    is running is cancelled, and it closes its database connection on the way out. The caller
+    waits for it (at most 5 s) only off the event loop; on the loop the reader ends by itself."""
     ahead = AHEAD if ahead is None else ahead
+    stop = stop or threading.Event()
     if connection.in_atomic_block or ahead < 1:
-        yield from make_pages()
+        for page in make_pages():
+            if stop.is_set():
+                raise Stopped("the download was stopped")
+            yield page
         return
     pages: queue.Queue = queue.Queue(maxsize=ahead)
-    stop = threading.Event()
+    held: list = []  # the reader's psycopg connection, for cancelling its query
 
     def put(item) -> bool:
         while not stop.is_set():
             try:
-                pages.put(item, timeout=0.2)
+                pages.put(item, timeout=WAIT)
                 return True
             except queue.Full:
                 continue
@@ -49,20 +62,24 @@ def read_ahead(make_pages, ahead: int | None = None):
 
     def work():
         try:
-            for page in make_pages():
-                if not put(page):
-                    return
-            put(_DONE)
-        except BaseException as exc:  # handed to the caller, raised there
+            connection.ensure_connection()
+            held.append(connection.connection)
+            if not stop.is_set():
+                for page in make_pages():
+                    if not put(page):
+                        return
+                put(_DONE)
+        except BaseException as exc:  # handed to the caller, raised there (unless it has stopped)
             put(exc)
         finally:
+            held.clear()
             connections.close_all()  # this thread's connections only
 
     reader = threading.Thread(target=work, name="export-read-ahead", daemon=True)
     reader.start()
     try:
         while True:
-            item = pages.get()
+            item = _take(pages, stop)
             if item is _DONE:
                 return
             if isinstance(item, BaseException):
@@ -70,4 +87,49 @@ def read_ahead(make_pages, ahead: int | None = None):
             yield item
     finally:
         stop.set()
-        reader.join(timeout=5)  # it stops within a page (it checks ``stop`` between pages)
+        _end(reader, held)
+
+
+class Stopped(Exception):
+    """The download was stopped (its client went away) before it was complete."""
+
+
+def _take(pages: queue.Queue, stop: threading.Event):
+    """The next item the reader handed over, waiting in steps of ``WAIT`` that check ``stop``."""
+    while not stop.is_set():
+        try:
+            return pages.get(timeout=WAIT)
+        except queue.Empty:
+            continue
+    raise Stopped("the download was stopped")
+
+
+def _end(reader: threading.Thread, held: list) -> None:
+    """After ``stop`` is set: cancel the reader's query, if one runs, and wait for the reader (at most
+    5 s) unless this is the event loop's thread, which must never block (the reader ends by itself)."""
+    if not reader.is_alive():
+        return
+    on_loop = _on_event_loop()
+    for conn in list(held):
+        if on_loop:  # a cancel request opens a connection to the server: not on the loop
+            threading.Thread(target=_cancel, args=(conn,), name="export-cancel", daemon=True).start()
+        else:
+            _cancel(conn)
+    if not on_loop:
+        reader.join(timeout=5)
+
+
+def _cancel(conn) -> None:
+    """Cancel what ``conn`` runs now (nothing when it is idle: the server ignores the request)."""
+    try:
+        conn.cancel_safe(timeout=5)
+    except Exception:  # closed meanwhile, or the server unreachable: the reader ends after its query
+        pass
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

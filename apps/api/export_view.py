@@ -2,6 +2,8 @@
 OpenAPI description. What it sends is built in apps/api/export.py."""
 from __future__ import annotations
 
+import threading
+
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -14,26 +16,76 @@ from apps.api.errors import error_response
 from apps.api.export import (
     CONTENT_TYPES, FORMATS, KINDS, REVIEW_VALUES, ExportError, columns, headers, parse_filters, plan, stream,
 )
+from apps.api.export_fetch import Stopped
 from apps.runs.models import Run
 
 
-def _for_handler(request, chunks):
+def _for_handler(request, chunks, stop: threading.Event):
     """An async iterator under ASGI (Django would otherwise buffer a sync iterator into one list);
     the sync generator itself under WSGI and the test client."""
     from django.core.handlers.asgi import ASGIRequest
 
     if not isinstance(getattr(request, "_request", request), ASGIRequest):
         return chunks
-    from asgiref.sync import sync_to_async
+    return Download(chunks, stop)
 
-    done = object()
-    step = sync_to_async(lambda: next(chunks, done), thread_sensitive=True)
 
-    async def agen():
-        while (chunk := await step()) is not done:
-            yield chunk
+class Download:
+    """The chunks of a sync generator as an async iterator, each made in the request's sync thread.
 
-    return agen()
+    When the client goes away Django does not close the async iterator it was given: it cancels the
+    task (a ``CancelledError`` here, if it waits for a chunk) or, when the cancel lands while a chunk
+    is being sent, calls ``response.close()``, which calls ``close()`` (off the event loop). Both set
+    ``stop``, which ends the export's read-ahead thread within a fraction of a second, then close the
+    generator (at once if it is idle, else in the sync thread as soon as its chunk is done). Nothing
+    here waits on the event loop."""
+
+    def __init__(self, chunks, stop: threading.Event):
+        from asgiref.sync import sync_to_async
+
+        self.chunks, self.stop = chunks, stop
+        self.running = threading.Lock()  # held while the generator makes a chunk
+        self.step = sync_to_async(self._next, thread_sensitive=True)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            chunk = await self.step()
+        except BaseException:  # CancelledError (the client went away) or an error making the chunk
+            self.close()
+            raise
+        if chunk is _END:
+            raise StopAsyncIteration
+        return chunk
+
+    def _next(self):
+        with self.running:
+            try:
+                if self.stop.is_set():
+                    return _END
+                return next(self.chunks, _END)
+            except Stopped:
+                return _END
+            finally:
+                if self.stop.is_set():
+                    self.chunks.close()
+
+    def close(self) -> None:
+        """Stop the download (from any thread, without waiting for the generator)."""
+        self.stop.set()
+        if self.running.acquire(blocking=False):
+            try:
+                self.chunks.close()
+            finally:
+                self.running.release()
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+_END = object()
 
 
 EXAMPLE_ATTEMPT = ('{"id": 41, "run_id": 7, "key": "3:12:0:r1", "task_key": "3:12:0", "task_id": 17, '
@@ -99,7 +151,9 @@ def export_run(request, run_id: int, kind: str, fmt: str):
         p = plan(kind, run, parse_filters(kind, request.query_params))
     except ExportError as exc:
         return error_response(str(exc))
-    response = StreamingHttpResponse(_for_handler(request, stream(p, fmt)), content_type=CONTENT_TYPES[fmt])
+    stop = threading.Event()
+    response = StreamingHttpResponse(_for_handler(request, stream(p, fmt, stop), stop),
+                                     content_type=CONTENT_TYPES[fmt])
     for name, value in headers(p, fmt).items():
         response[name] = value
     return response

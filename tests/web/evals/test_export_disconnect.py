@@ -1,0 +1,187 @@
+"""A client that drops an export download: the project's real ASGI application serves a real export
+(``selfplay_web.asgi.application``, called in process the way daphne calls it) to a client whose
+``receive()`` answers ``http.disconnect`` once the first body chunk has been sent. Within ~2 s the
+read-ahead thread has exited and its database session is gone, whether the thread was waiting to
+hand over a page or in the middle of a page query; the event loop keeps running meanwhile."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+import pytest_asyncio
+from asgiref.sync import sync_to_async
+from django.db import connection, connections
+
+from apps.api import export, export_fetch
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def close_sync_thread_connection(request):
+    """The database queries of this test run through sync_to_async in asgiref's one shared sync
+    thread, whose connection would stay open after the test (and keep the test database in use)."""
+    yield
+    if request.node.get_closest_marker("asyncio"):
+        await sync_to_async(connections.close_all)()
+
+
+def _readers() -> list:
+    return [t for t in threading.enumerate() if t.name == "export-read-ahead"]
+
+
+def _sessions() -> set[int]:
+    """Backend pids of the other sessions on the test database."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        return {pid for (pid,) in cur.fetchall()}
+
+
+def _token(user) -> str:
+    from rest_framework.authtoken.models import Token
+
+    return Token.objects.create(user=user).key
+
+
+class DroppingClient:
+    """The ASGI side of a client that reads the response head and one body chunk, then hangs up."""
+
+    def __init__(self):
+        self.messages: list[dict] = []
+        self.got_body = asyncio.Event()
+        self.at_first_chunk: dict = {}
+        self.asked = 0
+
+    async def receive(self) -> dict:
+        self.asked += 1
+        if self.asked == 1:  # the request (no body)
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await self.got_body.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict) -> None:
+        self.messages.append(message)
+        if message["type"] == "http.response.body" and message.get("body") and not self.got_body.is_set():
+            self.at_first_chunk["readers"] = len(_readers())
+            self.got_body.set()
+
+
+def _scope(path: str, token: str) -> dict:
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "method": "GET", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+            "root_path": "", "headers": [(b"host", b"testserver"), (b"authorization", f"Token {token}".encode())],
+            "client": ("127.0.0.1", 50000), "server": ("testserver", 80)}
+
+
+async def _ticks_while(task: asyncio.Task, period: float = 0.05) -> float:
+    """The longest gap between event-loop ticks (of ``period``) while ``task`` runs."""
+    worst, last = 0.0, time.monotonic()
+    while not task.done():
+        await asyncio.sleep(period)
+        now = time.monotonic()
+        worst, last = max(worst, now - last - period), now
+    return worst
+
+
+async def _drop_download(run, user, fmt: str) -> tuple[DroppingClient, float, float]:
+    """Serve ``run``'s attempts to a client that hangs up after the first chunk; (client, seconds from
+    the hang-up until no reader thread and no new database session is left, worst loop stall)."""
+    from selfplay_web.asgi import application
+
+    before = await sync_to_async(_sessions)()
+    client = DroppingClient()
+    app = asyncio.create_task(application(_scope(f"/api/v1/runs/{run.pk}/export/attempts.{fmt}",
+                                                 await sync_to_async(_token)(user)), client.receive, client.send))
+    stall = asyncio.create_task(_ticks_while(app))
+    await asyncio.wait_for(client.got_body.wait(), 30)
+    dropped = time.monotonic()
+    await asyncio.wait_for(app, 10)
+    while _readers() or (await sync_to_async(_sessions)()) - before:
+        if time.monotonic() - dropped > 2:
+            break
+        await asyncio.sleep(0.02)
+    gone = time.monotonic() - dropped
+    assert not _readers(), f"the read-ahead thread is still running {gone:.1f} s after the client hung up"
+    leftover = (await sync_to_async(_sessions)()) - before
+    assert not leftover, f"database sessions {leftover} stay open {gone:.1f} s after the client hung up"
+    return client, gone, await stall
+
+
+async def _many_attempts(run, n: int) -> None:
+    from apps.episodes.models import Attempt, Task
+
+    def add():
+        task = Task.objects.filter(run=run).first()
+        Attempt.objects.bulk_create([Attempt(run=run, task=task, key=f"bulk{i}", task_key=task.key, role="reasoner",
+                                             step=9, text="x" * 50, reward=0.5, turns=[], passages=[],
+                                             token_ids=[1, 2], loss_mask=[1, 1], data={}) for i in range(n)])
+
+    await sync_to_async(add)()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+async def test_a_dropped_download_stops_the_reader_blocked_on_a_full_queue(filled_run, reader, monkeypatch, fmt):
+    """Small pages: the reader has filled its queue and waits to hand over the next page."""
+    await _many_attempts(filled_run, 400)
+    monkeypatch.setattr(export, "PAGE", 10)
+    monkeypatch.setattr(export, "PARQUET_PAGE", 10)
+    monkeypatch.setattr(export, "ROW_GROUP", 10)
+    client, gone, stall = await _drop_download(filled_run, reader, fmt)
+    assert client.at_first_chunk["readers"] == 1  # the thread was running when the client went away
+    assert client.messages[0]["status"] == 200
+    sent = b"".join(m.get("body", b"") for m in client.messages[1:])
+    assert sent and len(sent) < 400 * 50  # stopped early: most of the rows were never sent
+    if fmt == "jsonl":
+        assert json.loads(sent.splitlines()[0])["run_id"] == filled_run.pk
+    assert stall < 1.0, f"the event loop stalled {stall:.2f} s"
+
+
+@pytest.mark.asyncio
+async def test_a_dropped_download_stops_the_reader_in_a_slow_page_query(filled_run, reader, monkeypatch):
+    """The reader is inside a page query that takes seconds (``pg_sleep`` before the page) when the
+    client hangs up: the query is cancelled, the thread ends and its session closes."""
+    monkeypatch.setattr(export, "PAGE", 5)
+    calls = _slow_after_first_page(monkeypatch)
+    client, gone, stall = await _drop_download(filled_run, reader, "jsonl")
+    assert calls[0] == "export-read-ahead" and len(calls) >= 2  # the second page query was under way
+    assert client.at_first_chunk["readers"] == 1
+    assert stall < 1.0, f"the event loop stalled {stall:.2f} s"
+
+
+def _slow_after_first_page(monkeypatch) -> list:
+    real_fetch, calls = export_fetch.fetch, []
+
+    def slow_fetch(sql, params):
+        calls.append(threading.current_thread().name)
+        if len(calls) > 1:
+            real_fetch("SELECT pg_sleep(20)", [])
+        return real_fetch(sql, params)
+
+    monkeypatch.setattr(export, "fetch", slow_fetch)
+    return calls
+
+
+def test_closing_the_stream_or_setting_stop_ends_a_reader_in_a_page_query(filled_run, monkeypatch):
+    """Outside ASGI (WSGI, manage.py export): closing the generator, or setting its stop event from
+    another thread, ends the reader while its page query runs (cancelled), in well under its 20 s."""
+    monkeypatch.setattr(export, "PAGE", 5)
+    _slow_after_first_page(monkeypatch)
+    p = export.plan("attempts", filled_run, export.parse_filters("attempts", {}))
+    chunks = export.stream(p, "jsonl")
+    assert next(chunks) and len(_readers()) == 1
+    time.sleep(0.3)  # the reader is in its second page query now
+    began = time.monotonic()
+    chunks.close()
+    assert not _readers() and time.monotonic() - began < 2
+
+    stop = threading.Event()
+    chunks = export.stream(p, "parquet", stop)
+    threading.Timer(0.5, stop.set).start()
+    began = time.monotonic()
+    with pytest.raises(export_fetch.Stopped):
+        b"".join(chunks)
+    assert not _readers() and time.monotonic() - began < 2.5
