@@ -5,6 +5,8 @@
   so no full ``[B, L, V]`` log_softmax (or float32 copy of the logits) is materialised.
 - ``entropy(logits [B, L, V]) -> [B, L]``: H = logsumexp(z) - sum_v softmax(z)_v z_v,
   chunked the same way.
+- ``logprobs_and_entropy(logits [N, V], ids [N], temp [N])``: both from one expression, for
+  ``torch.compile`` to fuse (``model.compile``).
 - ``policy_loss(logp, old_logp, adv, mask, clip_low, clip_high, agg)``: token-level
   PPO-clip with separate lower/upper clip ranges (DAPO-style "clip higher"; SSP uses
   clip_high = 0.285)::
@@ -43,6 +45,7 @@ __all__ = [
     "AGGREGATIONS",
     "aggregate",
     "entropy",
+    "logprobs_and_entropy",
     "masked_mean",
     "policy_loss",
     "seq_sum",
@@ -103,6 +106,26 @@ def entropy(logits: torch.Tensor, chunk_size: int = DEFAULT_CHUNK) -> torch.Tens
         out.append(lse.squeeze(-1) - (p * z).sum(dim=-1))  # [n]
     shape = logits.shape[:-1]
     return torch.cat(out).reshape(shape) if out else flat.new_zeros(shape, dtype=dtype)
+
+
+def logprobs_and_entropy(
+    logits: torch.Tensor, ids: torch.Tensor, temp: torch.Tensor, entropy_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The update's two per-token quantities from one pass over the logits.
+
+    logits [N, V] (any float dtype, unscaled), ids [N], temp [N] -> (log p(ids) of softmax(logits / temp)
+    [N], entropy of that softmax [N]), float32. ``entropy`` carries a gradient only with ``entropy_grad``.
+    Unchunked: written to be fused by ``torch.compile`` (``model.compile``) into a few kernels that read
+    the bf16 logits instead of ~a dozen float32 passes; eager callers use token_logprobs / entropy.
+    """
+    z = logits.float() / temp[:, None]  # [N, V]
+    z = z.clamp_min(torch.finfo(z.dtype).min)  # -inf (masked vocabulary) -> finite: p * z = 0, not nan
+    lse = torch.logsumexp(z, dim=-1)  # [N]
+    logp = z.gather(-1, ids[:, None]).squeeze(-1) - lse  # [N]
+    zh = z if entropy_grad else z.detach()
+    lh = lse if entropy_grad else lse.detach()
+    ent = lh - (torch.softmax(zh, dim=-1) * zh).sum(dim=-1)  # [N]
+    return logp, ent
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

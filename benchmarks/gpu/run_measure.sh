@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One warm-machine session for issue "GPU" (#10): where the update pass's time goes, and vLLM ours/bare
+# after `train.old_logprobs` (vLLM asked for no log-probs by default). One phase per device call; the next
+# call must come within the machine's idle window (it keeps /tmp while warm):
+#   a1     carry .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_vllm/p0: stage, then the update profile
+#          (plain bf16 anchor + ours, DeepSpeed ZeRO-2, packed 8192 / 12288 tokens, kernel breakdown)
+#   stage  carry .gpu_vllm/p1 (one vLLM part)
+#   a3     carry .gpu_vllm/p2 .gpu_vllm/deps: vLLM unpacked; ours (no log-probs / log-probs) vs bare vLLM,
+#          then the GRPO step with vLLM (the default reference: the trainer's log-probs)
+#   mfu    (any later call) update MFU variants: TOKENS (default 8192), COMPILE=1 for model.compile
+#   run(command="bash benchmarks/gpu/run_measure.sh a1", carry=[...])
+cd "$(dirname "$0")/../.."
+phase=${1:?phase}
+bash benchmarks/gpu/vllm_stage.sh 2>/dev/null | tail -1
+source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
+tail -2 /tmp/setup.log
+export SELFPLAY_DATA_DIR=/tmp/selfplay_data
+source benchmarks/gpu/steps.sh
+STEP_GREP="by_category"
+case $phase in
+  a1)
+    step profile8k 240 benchmarks/gpu/profile_update.py --engine deepspeed --tokens 8192 --reps 3
+    step profile12k 150 benchmarks/gpu/profile_update.py --engine deepspeed --tokens 12288 --reps 3 --no-anchor
+    ;;
+  stage) ;;
+  a3)
+    export VLLM_USE_FLASHINFER_SAMPLER=0
+    step vllm 220 benchmarks/gpu/bench_vllm.py --reps 3
+    step ours_vllm 150 benchmarks/gpu/bench_grpo.py --backend vllm --engine deepspeed --zero 2 --steps 5 --packing --no-share --tag "vllm+packed, trainer reference"
+    ;;
+  mfu)
+    step "mfu${COMPILE:+_compile}_${TOKENS:-8192}" 300 benchmarks/gpu/profile_update.py --engine deepspeed \
+      --tokens "${TOKENS:-8192}" --reps 3 --no-anchor ${COMPILE:+--compile}
+    ;;
+esac
+python3 benchmarks/gpu/summarize.py 2>/dev/null | tail -25
