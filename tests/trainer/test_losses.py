@@ -219,3 +219,29 @@ def test_token_logprobs_carry_gradients():
 def test_it_rejects_misaligned_ids():
     with pytest.raises(ValueError, match="ids shape"):
         token_logprobs(torch.zeros(1, 3, 5), torch.zeros(1, 4, dtype=torch.long))
+
+
+def test_logprobs_and_entropy_equal_the_chunked_pieces_with_temperatures_and_gradients():
+    from trainer.algos.losses import entropy, logprobs_and_entropy, token_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(6, 50, generator=g) * 3).to(torch.bfloat16).requires_grad_(True)  # [N, V]
+    logits_ref = logits.detach().clone().requires_grad_(True)
+    ids = torch.randint(0, 50, (6,), generator=g)
+    temp = torch.tensor([1.0, 1.0, 0.7, 0.7, 1.3, 1.0])
+    logp, ent = logprobs_and_entropy(logits, ids, temp)
+    scaled = logits_ref.float() / temp[:, None]
+    want_logp = token_logprobs(scaled, ids, chunk_size=4)
+    with torch.no_grad():
+        want_ent = entropy(scaled, chunk_size=4)
+    torch.testing.assert_close(logp, want_logp)
+    torch.testing.assert_close(ent, want_ent)
+    assert logp.dtype == ent.dtype == torch.float32 and not ent.requires_grad
+    w = torch.randn(6, generator=g)
+    (logp * w).sum().backward()
+    (want_logp * w).sum().backward()
+    torch.testing.assert_close(logits.grad, logits_ref.grad)
+    # entropy with a gradient (train.entropy_coef > 0); a masked (-inf) vocabulary entry counts as p = 0
+    masked = torch.tensor([[0.0, float("-inf"), 0.0]])
+    logp, ent = logprobs_and_entropy(masked.requires_grad_(True), torch.tensor([0]), torch.ones(1), entropy_grad=True)
+    assert ent.requires_grad and ent.item() == pytest.approx(math.log(2.0)) and logp.item() == pytest.approx(-math.log(2))
