@@ -322,9 +322,17 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
     t = cfg.train
     with policy.autocast():
         logits = trained_logits(lm, mb, policy.device)  # [N, V]
-    scaled = logits.float() / mb.temp[:, None]  # [N, V]
     ids = mb.completion[mb.mask]  # [N]
-    logp = _scatter(token_logprobs(scaled, ids), mb.mask)  # [B, C]
+    if getattr(cfg.model, "compile", False):  # one fused pass over the logits (trainer/compile.py)
+        from trainer.compile import compiled_logprobs_and_entropy
+
+        logp_flat, ent = compiled_logprobs_and_entropy()(logits, ids, mb.temp, t.entropy_coef > 0)  # [N], [N]
+    else:
+        scaled = logits.float() / mb.temp[:, None]  # [N, V]
+        logp_flat = token_logprobs(scaled, ids)  # [N]
+        with contextlib.nullcontext() if t.entropy_coef > 0 else torch.no_grad():
+            ent = entropy(scaled)  # [N]
+    logp = _scatter(logp_flat, mb.mask)  # [B, C]
     n = int(mb.mask.sum())
     cap = t.rollout_is_cap
     if cap > 0:
@@ -340,8 +348,6 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
              "ratio_max": clip["ratio_max"], "ratio_min": clip["ratio_min"], **is_parts}
     if reference is not mb.old_logp:  # the trainer's -log p of the sampled tokens (for entropy_sampled)
         parts["run_neg_logprob"] = float(-(reference * mb.mask).sum())
-    with contextlib.nullcontext() if t.entropy_coef > 0 else torch.no_grad():
-        ent = entropy(scaled)  # [N]
     parts["entropy_sum"] = float(ent.detach().sum())
     if t.entropy_coef > 0:
         loss = loss - t.entropy_coef * aggregate(_scatter(ent, mb.mask), mb.mask, t.loss_agg, max_len, denom)

@@ -23,6 +23,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--util", type=float, default=0.35)
+    ap.add_argument("--mode", default="colocate", choices=["colocate", "separate"],
+                    help="separate: vLLM's engine in its own process on GPU 1, weights by NCCL")
     args = ap.parse_args()
 
     from transformers import AutoModelForCausalLM
@@ -36,8 +38,8 @@ def main() -> None:
     tok = tokenizer()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).cuda()
     t0 = time.perf_counter()
-    gen = VLLMGenerator(model, tok, path, gpu_memory_utilization=args.util)
-    emit("vllm", {"what": "engine start + first push", "value": round(time.perf_counter() - t0, 2),
+    gen = VLLMGenerator(model, tok, path, gpu_memory_utilization=args.util, mode=args.mode, vllm_device=1)
+    emit("vllm", {"what": f"[{args.mode}] engine start + first push", "value": round(time.perf_counter() - t0, 2),
                   "note": f"check {gen.last_check}"})
     prompts = [chat(tok, "You are a helpful assistant.", p) for p in PROMPTS for _ in range(8)]
     # ours as a vLLM run samples by default (train.old_logprobs: auto -> the trainer's log-probs are the
@@ -67,14 +69,15 @@ def main() -> None:
             torch.cuda.synchronize()
             times[name].append(time.perf_counter() - t)
     t_ours, t_lp, t_bare = (median(times[n]) for n, _ in runs)
-    emit("vllm", {"what": "rollout 64x256 ours", "value": round(n_tokens / t_ours),
+    tag = f"[{args.mode}] "
+    emit("vllm", {"what": tag + "rollout 64x256 ours", "value": round(n_tokens / t_ours),
                   "note": f"tok/s ({t_ours:.3f} s; no log-probs: the default with vLLM) {times['ours']}"})
-    emit("vllm", {"what": "rollout 64x256 ours with log-probs", "value": round(n_tokens / t_lp),
+    emit("vllm", {"what": tag + "rollout 64x256 ours with log-probs", "value": round(n_tokens / t_lp),
                   "note": f"tok/s ({t_lp:.3f} s) {times['ours_logprobs']}"})
-    emit("vllm", {"what": "rollout 64x256 bare", "value": round(n_tokens / t_bare),
+    emit("vllm", {"what": tag + "rollout 64x256 bare", "value": round(n_tokens / t_bare),
                   "note": f"tok/s ({t_bare:.3f} s) {times['bare']}"})
-    emit("vllm", {"what": "ours / bare throughput", "value": round(t_bare / t_ours, 3), "note": "target >= 0.8"})
-    emit("vllm", {"what": "ours with log-probs / bare throughput", "value": round(t_bare / t_lp, 3), "note": ""})
+    emit("vllm", {"what": tag + "ours / bare throughput", "value": round(t_bare / t_ours, 3), "note": "target >= 0.8"})
+    emit("vllm", {"what": tag + "ours with log-probs / bare throughput", "value": round(t_bare / t_lp, 3), "note": ""})
 
     # an in-place change of every weight, as an optimizer step makes
     pushes = []
@@ -86,19 +89,23 @@ def main() -> None:
         t = time.perf_counter()
         gen.sync_weights()
         pushes.append(time.perf_counter() - t)
-    emit("vllm", {"what": "weight push + check (s)", "value": round(median(pushes), 3),
+    emit("vllm", {"what": tag + "weight push + check (s)", "value": round(median(pushes), 3),
                   "note": f"last check {gen.last_check}"})
 
     # a wrong weight inside vLLM must be caught
     bad = [("model.layers.0.mlp.down_proj.weight",
             torch.randn_like(model.model.layers[0].mlp.down_proj.weight, dtype=torch.bfloat16) * 0.5)]
-    gen.llm.apply_model(lambda m: m.load_weights(iter(bad)))
+    if args.mode == "colocate":
+        gen.llm.apply_model(lambda m: m.load_weights(iter(bad)))
+    else:  # the real path: one tensor broadcast over the NCCL weight-transfer group
+        gen._send_nccl(bad)
+    gen.llm.reset_prefix_cache()
     try:
         gen.verify()
         caught = "NOT caught"
     except WeightSyncError as exc:
         caught = f"caught: {str(exc)[:80]}"
-    emit("vllm", {"what": "corrupted push detected", "value": caught.startswith("caught"), "note": caught})
+    emit("vllm", {"what": tag + "corrupted push detected", "value": caught.startswith("caught"), "note": caught})
 
     # LoRA: the policy (adapter merged) and its frozen base (judge / reference, use_adapter=False) share
     # the engine; each call pushes what it needs and the check compares with the trainer's model in the
@@ -122,7 +129,7 @@ def main() -> None:
     with adapter_disabled(lora, False):
         base_lp = gen._trainer_logprobs(probe)
     gap = float((gen._trainer_logprobs(probe) - base_lp).abs().mean())
-    emit("vllm", {"what": "LoRA policy / frozen base / policy again in one engine", "value": gen.stats["syncs"],
+    emit("vllm", {"what": tag + "LoRA policy / frozen base / policy again in one engine", "value": gen.stats["syncs"],
                   "note": f"checks on {on} off {off} back {back}; trainer policy vs base mean |diff| {gap:.3f}; "
                           f"{time.perf_counter() - t:.2f} s for 3 calls of 8 rows"})
 

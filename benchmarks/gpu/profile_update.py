@@ -9,7 +9,7 @@
    category (matmul, attention, optimizer, copies/casts, other elementwise/reductions), the GPU's
    busy share of the step's wall time, and the top kernels.
 
-    python benchmarks/gpu/profile_update.py [--engine deepspeed] [--tokens 8192] [--reps 3] [--compile]
+    python benchmarks/gpu/profile_update.py [--engine deepspeed] [--zero 2] [--tokens 8192] [--reps 3] [--compile]
 """
 from __future__ import annotations
 
@@ -100,13 +100,14 @@ def profile_step(fn) -> dict:
     return {"wall_s": round(wall, 4), "gpu_kernel_s": round(busy, 4), "gpu_busy_share": round(busy / wall, 3),
             "by_category_s": {k: round(v / 1e6, 4) for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1])},
             "kernels": sum(counts.values()),
-            "top": [{"name": n[:90], "s": round(v / 1e6, 4), "n": counts[n]} for n, v in top]}
+            "top": [{"name": n[:140], "s": round(v / 1e6, 4), "n": counts[n]} for n, v in top]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", default="deepspeed", choices=["torch", "deepspeed"])
     ap.add_argument("--tokens", type=int, default=8192)
+    ap.add_argument("--zero", type=int, default=2, choices=[1, 2, 3])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-anchor", action="store_true")
     ap.add_argument("--compile", action="store_true", help="model.compile (regional torch.compile)")
@@ -120,7 +121,7 @@ def main() -> None:
     base = {"method": "grpo", "data": {"path": prompt_file("/tmp/bench_prompts.jsonl")},
             "model": {"dtype": "auto", "attn_implementation": "sdpa", **({"compile": True} if args.compile else {})},
             "rollout": {"max_new_tokens": 2048, "temperature": 1.0},
-            "train": {"device": DEVICE, "lr": 1e-6, "engine": args.engine, "zero_stage": 2, "micro_batch_size": 4,
+            "train": {"device": DEVICE, "lr": 1e-6, "engine": args.engine, "zero_stage": args.zero, "micro_batch_size": 4,
                       "share_prompt_prefix": False, "skip_zero_advantage": False, "packing": True,
                       "micro_batch_tokens": args.tokens}}
     cfg, policy, engine = build(base)
@@ -141,7 +142,7 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     t = median(times)
     prof = profile_step(lambda: policy_update(policy, engine, samples, cfg))
-    emit("profile_update", {"engine": args.engine, "micro_batch_tokens": args.tokens, "compile": args.compile,
+    emit("profile_update", {"engine": args.engine, "zero_stage": args.zero, "micro_batch_tokens": args.tokens, "compile": args.compile,
                             "warmup_s": round(warm, 2), "step_s": round(t, 4), "times": [round(x, 4) for x in times],
                             "real_tokens": sum(lengths), "mfu_vs_measured": flops / t / 1e12 / peak,
                             "peak_matmul_tflops": peak, "peak_mem_gb": peak_mem_gb(), **prof})

@@ -8,6 +8,11 @@
 #   a3     carry .gpu_vllm/p2 .gpu_vllm/deps: vLLM unpacked; ours (no log-probs / log-probs) vs bare vLLM,
 #          then the GRPO step with vLLM (the default reference: the trainer's log-probs)
 #   mfu    (any later call) update MFU variants: TOKENS (default 8192), COMPILE=1 for model.compile
+#   b1     carry .gpu_wheels: update profile with model.compile, ZeRO-1 vs ZeRO-2 (no vLLM needed)
+# On nvidia-h100-x2 (vLLM's `separate` mode: the engine in its own process on GPU 1, weights by NCCL):
+#   s1     carry .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_vllm/p0 (stage only); then `stage` with p1
+#   s3     carry .gpu_vllm/p2 .gpu_vllm/deps: bench_vllm --mode separate, GRPO with vllm_mode separate
+#          (plain, and under torchrun with one trainer rank)
 #   run(command="bash benchmarks/gpu/run_measure.sh a1", carry=[...])
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
@@ -27,6 +32,17 @@ case $phase in
     export VLLM_USE_FLASHINFER_SAMPLER=0
     step vllm 220 benchmarks/gpu/bench_vllm.py --reps 3
     step ours_vllm 150 benchmarks/gpu/bench_grpo.py --backend vllm --engine deepspeed --zero 2 --steps 5 --packing --no-share --tag "vllm+packed, trainer reference"
+    ;;
+  b1)
+    step prof_compile 330 benchmarks/gpu/profile_update.py --engine deepspeed --tokens 8192 --reps 3 --no-anchor --compile
+    step prof_zero1 150 benchmarks/gpu/profile_update.py --engine deepspeed --zero 1 --tokens 8192 --reps 3 --no-anchor
+    ;;
+  s1) ;;
+  s3)
+    export VLLM_USE_FLASHINFER_SAMPLER=0
+    step vllm_sep 240 benchmarks/gpu/bench_vllm.py --reps 3 --mode separate --util 0.5
+    step grpo_sep 170 benchmarks/gpu/bench_grpo.py --backend vllm --vllm-mode separate --engine deepspeed --zero 2 --steps 5 --packing --no-share --tag "vllm separate"
+    step grpo_sep_torchrun 170 -m torch.distributed.run --nproc_per_node 1 benchmarks/gpu/bench_grpo.py --backend vllm --vllm-mode separate --engine deepspeed --zero 2 --steps 4 --packing --no-share --tag "vllm separate, torchrun"
     ;;
   mfu)
     step "mfu${COMPILE:+_compile}_${TOKENS:-8192}" 300 benchmarks/gpu/profile_update.py --engine deepspeed \
