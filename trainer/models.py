@@ -253,6 +253,10 @@ def load_policy(cfg, frozen: bool | None = None, allowed_dirs=None, device: torc
         inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if lora.r > 0:
             inner.enable_input_require_grads()
+    if getattr(cfg.model, "compile", False):  # after the frozen copy: it stays eager
+        from trainer.compile import compile_decoder_layers
+
+        compile_decoder_layers(model)
     autocast = torch.bfloat16 if device.type == "cuda" and weight_dtype(cfg) == torch.float32 else None
     return Policy(model=model, tokenizer=load_tokenizer(path, trust), device=device, path=path,
                   is_lora=lora.r > 0, ref_model=ref, autocast_dtype=autocast)

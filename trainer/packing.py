@@ -112,6 +112,7 @@ def _repeat_kv(x: torch.Tensor, n_rep: int, dim: int) -> torch.Tensor:
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=dim)
 
 
+@torch.compiler.disable  # model.compile (trainer/compile.py): attention runs eagerly, between graphs
 def _varlen_flash(q, k, v, cu, max_len: int, scale: float | None):
     """q [T, H, D], k/v [T, Hkv, D] -> [T, H, D] through torch's varlen flash kernel."""
     from torch.nn.attention.varlen import varlen_attn
@@ -136,6 +137,7 @@ def _varlen_flash(q, k, v, cu, max_len: int, scale: float | None):
     return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kwargs)
 
 
+@torch.compiler.disable  # model.compile (trainer/compile.py): attention runs eagerly, between graphs
 def _varlen_loop(q, k, v, cu, scale: float | None):
     """Exact fallback: one causal SDPA per sequence. q [1, H, T, D] -> [1, T, H, D]."""
     n_rep = q.shape[1] // k.shape[1]

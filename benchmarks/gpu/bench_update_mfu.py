@@ -11,7 +11,11 @@ Batches:
 Also checks, on the GPU, that the packed path (torch varlen flash attention) gives the padded
 path's log-probs (bf16: max/mean abs difference) and that their losses agree.
 
-    python benchmarks/gpu/bench_update_mfu.py [--reps 3] [--micro 4] [--tokens 8192]
+``--compile`` sets ``model.compile`` (trainer/compile.py: each decoder layer torch.compiled,
+dynamic shapes); the first (warm-up) call of each variant pays the compile and is reported
+apart as ``warmup_s``, never in the timed reps.
+
+    python benchmarks/gpu/bench_update_mfu.py [--reps 3] [--micro 4] [--tokens 8192] [--compile]
 """
 from __future__ import annotations
 
@@ -63,6 +67,7 @@ def dense_samples(vocab: int, rows: int = 8, prompt: int = 128, total: int = 204
 def build(cfg_dict):
     from transformers import LlamaForCausalLM
 
+    from trainer.compile import compile_decoder_layers
     from trainer.config import load_config
     from trainer.engine import make_engine
     from trainer.models import Policy
@@ -73,6 +78,8 @@ def build(cfg_dict):
     with torch.device(DEVICE):
         model = LlamaForCausalLM(llama_config("llama-1.5b", tok))  # float32 master weights
     model.config._attn_implementation = "sdpa"
+    if cfg.model.compile:  # what load_policy does for model.compile
+        compile_decoder_layers(model)
     policy = Policy(model=model, tokenizer=tok, device=torch.device(DEVICE), path=None,
                     autocast_dtype=torch.bfloat16 if DEVICE == "cuda" else None)
     return cfg, policy, make_engine(cfg, policy)
@@ -81,7 +88,12 @@ def build(cfg_dict):
 def time_update(policy, engine, samples, cfg, reps: int):
     from trainer.update import policy_update
 
-    policy_update(policy, engine, samples, cfg)  # warm-up (allocator, kernels)
+    sync()
+    t0 = time.perf_counter()
+    policy_update(policy, engine, samples, cfg)  # warm-up (allocator, kernels; model.compile: the compile)
+    sync()
+    warmup = time.perf_counter() - t0
+    graphs = _compiled_graphs()
     times, metrics = [], None
     for _ in range(reps):
         sync()
@@ -89,7 +101,16 @@ def time_update(policy, engine, samples, cfg, reps: int):
         metrics = policy_update(policy, engine, samples, cfg)
         sync()
         times.append(time.perf_counter() - t0)
-    return median(times), times, metrics["policy"]
+    if _compiled_graphs() != graphs:  # a recompile inside the timed reps would pollute them
+        print(f"WARNING: {_compiled_graphs() - graphs} graph(s) compiled during the timed reps")
+    return median(times), times, metrics["policy"], warmup
+
+
+def _compiled_graphs() -> int:
+    """Graphs torch.compile has produced so far in this process (0 without --compile)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def packed_vs_padded_check(policy, samples):
@@ -115,11 +136,12 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=64)
     ap.add_argument("--engine", default="torch", choices=["torch", "deepspeed"])
     ap.add_argument("--only", default="", help="comma list of variants to run (dense,padded,packed)")
+    ap.add_argument("--compile", action="store_true", help="model.compile: torch.compile each decoder layer")
     args = ap.parse_args()
 
     peak = matmul_tflops()
     emit("matmul", {"bf16_tflops": peak, "shape": "8192^3"})
-    base = {"method": "grpo", "data": {"path": prompt_file("/tmp/bench_prompts.jsonl")}, "model": {"dtype": "auto", "attn_implementation": "sdpa"},
+    base = {"method": "grpo", "data": {"path": prompt_file("/tmp/bench_prompts.jsonl")}, "model": {"dtype": "auto", "attn_implementation": "sdpa", "compile": args.compile},
             "rollout": {"max_new_tokens": 2048, "temperature": 1.0},
             "train": {"device": DEVICE, "lr": 1e-6, "engine": args.engine, "zero_stage": 2, "micro_batch_size": args.micro, "share_prompt_prefix": False,
                       "skip_zero_advantage": False, "micro_batch_tokens": args.tokens}}
@@ -143,15 +165,15 @@ def main() -> None:
         lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
         flops = train_flops(mcfg, lengths)
         reset_peak()
-        t, times, metrics = time_update(policy, engine, samples, cfg_v, args.reps)
+        t, times, metrics, warmup = time_update(policy, engine, samples, cfg_v, args.reps)
         achieved = flops / t / 1e12
         emit("update_mfu", {
             "variant": name, "step_s": t, "times": [round(x, 4) for x in times], "real_tokens": sum(lengths),
             "tokens_per_s": sum(lengths) / t, "model_tflops": achieved, "mfu_vs_measured": achieved / peak,
             "peak_matmul_tflops": peak, "params_matmul": params["matmul"], "params_total": params["total"],
-            "peak_mem_gb": peak_mem_gb(), "loss": metrics["loss"],
+            "peak_mem_gb": peak_mem_gb(), "loss": metrics["loss"], "warmup_s": round(warmup, 2),
             "config": {"micro_batch_size": args.micro, "micro_batch_tokens": args.tokens, "packing": packing,
-                       "gc": False, "engine": args.engine,
+                       "gc": False, "engine": args.engine, "compile": args.compile,
                        "dtype": "fp32 master + bf16 autocast" if args.engine == "torch" else "bf16 weights, fp32 master (DeepSpeed ZeRO-2)",
                        "optimizer": "torch AdamW"}})
 
