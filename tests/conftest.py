@@ -28,3 +28,15 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     if suffix:
         test = settings.DATABASES["default"].setdefault("TEST", {})
         test["NAME"] = f"{test.get('NAME') or 'test_selfplay'}_{suffix}"
+
+
+@pytest.fixture(autouse=True)
+def _judge_endpoint_list_as_found():
+    """A run job executed in-process exports the operator's endpoint list to the trainer
+    (apps/runs/sealed.py: open_for_worker); put it back so later tests see the environment as found."""
+    before = os.environ.get("SELFPLAY_JUDGE_ENDPOINTS")
+    yield
+    if before is None:
+        os.environ.pop("SELFPLAY_JUDGE_ENDPOINTS", None)
+    else:
+        os.environ["SELFPLAY_JUDGE_ENDPOINTS"] = before

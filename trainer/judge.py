@@ -32,6 +32,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from trainer.endpoints import KeyNotAllowed, completions_url, key_may_go, open_url, refusal
 from trainer.prompts import chat
 from trainer.rollout.types import SamplingParams
 from trainer.tools.corpus import truncate_to_tokens
@@ -239,18 +240,21 @@ class EndpointClient:
     """A small client for ``POST {base_url}/chat/completions`` (OpenAI-compatible).
 
     ``api_key_env`` names the environment variable holding the key (no key -> no header, as
-    local servers expect). Retries timeouts, connection errors, 429 and 5xx with exponential
-    backoff; other 4xx fail at once. ``stats`` counts requests, retries and failures.
+    local servers expect); a key the operator's allow-list keeps from this URL is refused with
+    ``KeyNotAllowed`` (trainer/endpoints.py), redirects are never followed. Retries timeouts,
+    connection errors, 429 and 5xx with exponential backoff; other 4xx (and 3xx) fail at once.
+    ``stats`` counts requests, retries and failures.
     """
 
     def __init__(self, base_url: str, model: str | None = None, *, api_key_env: str = "SELFPLAY_JUDGE_API_KEY",
                  timeout: float = 60.0, retries: int = 3, concurrency: int = 8, backoff: float = 0.5):
         if not base_url or not re.match(r"https?://", base_url):
             raise ValueError(f"judge endpoint {base_url!r} must be an http(s) base URL such as http://host:8000/v1")
-        self.url = base_url.rstrip("/") + ("" if base_url.rstrip("/").endswith("/chat/completions")
-                                           else "/chat/completions")
+        self.url = completions_url(base_url)
         self.model = model or "default"
         self.api_key_env = api_key_env
+        if api_key_env and os.environ.get(api_key_env) and not key_may_go(api_key_env, self.url):
+            raise KeyNotAllowed(refusal(api_key_env, self.url))  # trainer/endpoints.py: the operator's allow-list
         self.timeout, self.retries, self.backoff = timeout, max(0, retries), backoff
         self.concurrency = max(1, concurrency)
         self.stats = {"requests": 0, "retries": 0, "failures": 0, "timeouts": 0}
@@ -264,9 +268,11 @@ class EndpointClient:
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if key:
+            if not key_may_go(self.api_key_env, self.url):
+                raise KeyNotAllowed(refusal(self.api_key_env, self.url))
             headers["Authorization"] = f"Bearer {key}"
         req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+        with open_url(req, timeout=self.timeout) as resp:  # never follows a redirect (it would resend the key)
             payload = json.loads(resp.read().decode("utf-8"))
         content = payload["choices"][0]["message"]["content"]
         if not isinstance(content, str):

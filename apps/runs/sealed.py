@@ -15,6 +15,12 @@ The run job opens it (``open_for_worker``) into its own process environment (RQ 
 horse per job; the GPU ranks it starts inherit it) and hands the trainer an ``env:`` reference,
 so config.yaml, checkpoints and launch.json hold only the variable's name. Whatever shows a
 config (the API, the export, the admin) passes it through ``redact``.
+
+A key from the workers' own environment (``env:NAME``, or no key: ``$SELFPLAY_JUDGE_API_KEY``)
+goes only to the operator's endpoints, ``settings.SELFPLAY_JUDGE_ENDPOINTS`` (trainer/endpoints.py):
+a launch whose endpoint is elsewhere is refused (``endpoint_problems``), and the worker exports
+the list to the trainer, whose client refuses to attach such a key anywhere else. A run's own
+sealed key may go to any endpoint.
 """
 from __future__ import annotations
 
@@ -29,6 +35,9 @@ from django.utils.crypto import salted_hmac
 from django.views.decorators.debug import sensitive_variables
 
 SECRET_PATHS = ("ssp.judge_api_key", "score.harness_api_key")
+# key path -> (endpoint path, the switch that makes the run call it, its value then)
+KEY_ENDPOINTS = {"ssp.judge_api_key": ("ssp.judge_endpoint", "ssp.judge", "endpoint"),
+                 "score.harness_api_key": ("score.harness_endpoint", "score.meta_harness", "endpoint")}
 WEB_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*_API_KEY")
 SEALED, ENV = "sealed:", "env:"
 HIDDEN = "<hidden>"
@@ -151,9 +160,48 @@ def env_name(run_id: int, path: str) -> str:
     return f"SELFPLAY_RUN{run_id}_{path.upper().replace('.', '_')}"
 
 
+def _get(config: dict, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def endpoint_problems(config: dict) -> list[tuple[str, str]]:
+    """[(endpoint path, why)] for each endpoint the run calls with a key from the workers'
+    environment (``env:NAME`` or none given) that is not in ``settings.SELFPLAY_JUDGE_ENDPOINTS``."""
+    from trainer.endpoints import ENV as LIST, completions_url, endpoint_allowed, parse_allow_list
+    from trainer.judge import key_env
+
+    allowed = parse_allow_list(",".join(settings.SELFPLAY_JUDGE_ENDPOINTS))
+    problems = []
+    for key_path, (url_path, switch, value) in KEY_ENDPOINTS.items():
+        url, ref = _get(config, url_path), _get(config, key_path)
+        if _get(config, switch) != value or not isinstance(url, str) or not url:
+            continue
+        if ref and not str(ref).startswith(ENV):
+            continue  # the run's own key (sealed): the researcher's, for their endpoint
+        if not endpoint_allowed(completions_url(url), allowed):
+            listed = "lists no endpoint" if not allowed else "does not list it"
+            problems.append((url_path, (
+                f"this endpoint would get the workers' API key (${key_env(ref)}), and {LIST} {listed}: type your own "
+                f"key for it into {key_path} (stored encrypted; any placeholder if the endpoint takes none), or ask "
+                f"the operator to add the endpoint to {LIST} (comma-separated URL prefixes or hosts, "
+                "e.g. https://api.example.org/v1)")))
+    return problems
+
+
 def open_for_worker(config: dict, run_id: int) -> dict:
     """The worker's copy of a stored config: each sealed key is opened into this process's
-    environment and replaced by its ``env:`` reference (SecretError when it cannot be opened)."""
+    environment and replaced by its ``env:`` reference (SecretError when it cannot be opened).
+    The operator's endpoint list goes into the environment too: the trainer's client (and the
+    GPU ranks, which inherit it) attach a worker key to no other endpoint."""
+    from trainer.endpoints import ENV as LIST
+
+    os.environ[LIST] = ",".join(settings.SELFPLAY_JUDGE_ENDPOINTS)
+
     def change(path, value):
         if isinstance(value, str) and value.startswith(SEALED):
             name = env_name(run_id, path)

@@ -5,11 +5,15 @@ event or trainer file shows it; the run's worker still hands the real key to the
 The endpoint is a real HTTP server in the test that records the Authorization header it gets
 from the trainer's own client (trainer.judge), built from the config exactly as the SSP recipe
 builds it from what the run job prepares.
+
+The workers' own key ($SELFPLAY_JUDGE_API_KEY, env:NAME) goes only to the endpoints of
+settings.SELFPLAY_JUDGE_ENDPOINTS: refused at launch, and refused again by the worker's client.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -24,12 +28,20 @@ from apps.runs.jobs import _config_for_worker
 from apps.runs.models import Run
 from apps.runs.sealed import SecretError, open_for_worker
 from trainer.config import ConfigError, load_config, save_config
+from trainer.endpoints import KeyNotAllowed
 from trainer.judge import key_env, make_judge
 
 pytestmark = pytest.mark.django_db
 
 KEY = "sk-test-5f3a9c1e-do-not-leak"
 HARNESS_KEY = "sk-harness-77e0b2-do-not-leak"
+OPERATOR_KEY = "sk-operator-9c41d0-do-not-leak"
+
+
+@pytest.fixture(autouse=True)
+def _no_operator_key(monkeypatch):
+    """No operator key from the machine running the tests (tests/conftest.py restores the endpoint list)."""
+    monkeypatch.delenv("SELFPLAY_JUDGE_API_KEY", raising=False)
 
 
 @pytest.fixture
@@ -254,3 +266,125 @@ def test_the_command_line_may_name_any_variable(researcher, rq_queues, django_ca
         run = launch("ssp", "smollm2-135m-instruct", "c7", config={"train": {"device": "cpu"}},
                      overrides=["ssp.judge_api_key=env:MY_KEY"], user=researcher, web=False)
     assert run.config["ssp"]["judge_api_key"] == "env:MY_KEY"
+
+
+# ---- the workers' own key goes only to the operator's endpoints (SELFPLAY_JUDGE_ENDPOINTS) --------
+
+def _launch_ssp(user, url, key_ref=None, corpus="allow-c"):
+    Corpus.objects.get_or_create(name=corpus)
+    client = APIClient()
+    client.force_authenticate(user)
+    ssp = {"judge": "endpoint", "judge_endpoint": url, "judge_model": "judge"}
+    if key_ref:
+        ssp["judge_api_key"] = key_ref
+    return client.post("/api/v1/runs/", {"method": "ssp", "model": "smollm2-135m-instruct", "corpus": corpus,
+                                         "config": {"train": {"steps": 2, "device": "cpu"}, "ssp": ssp}}, format="json")
+
+
+def _judge_for(run):
+    """The SSP recipe's judge, built from what the run job gives the trainer (trainer/methods/ssp.py)."""
+    cfg = load_config(_config_for_worker(run))
+    return make_judge(None, cfg.ssp.judge, cfg.ssp.judge_endpoint, cfg.ssp.judge_model,
+                      api_key_env=key_env(cfg.ssp.judge_api_key), retries=0)
+
+
+@pytest.mark.parametrize("allowed", [[], ["https://api.example.org/v1"]])
+@pytest.mark.parametrize("key_ref", [None, "env:SELFPLAY_JUDGE_API_KEY", "env:OTHER_API_KEY"])
+def test_a_launch_sending_the_workers_key_off_the_list_is_refused_clearly(researcher, endpoint, allowed, key_ref):
+    url, seen = endpoint
+    with override_settings(SELFPLAY_JUDGE_ENDPOINTS=allowed):
+        response = _launch_ssp(researcher, url, key_ref)
+    assert response.status_code == 400, response.content
+    why = response.json()["fields"]["ssp.judge_endpoint"]
+    assert "SELFPLAY_JUDGE_ENDPOINTS" in why and "ssp.judge_api_key" in why and "https://" in why
+    assert ("lists no endpoint" if not allowed else "does not list it") in why
+    assert f"${key_env(key_ref)}" in why
+    assert not Run.objects.exists() and seen == []
+
+
+def test_the_launch_form_says_the_same(researcher, endpoint):
+    url, _ = endpoint
+    Corpus.objects.create(name="form-c")
+    from apps.runs.forms import LaunchForm
+
+    client = Client()
+    client.force_login(researcher)
+    form = LaunchForm("ssp")
+    data = {name: form[name].value() for name in form.fields if name.startswith("cfg__")}  # as a browser posts it
+    data = {name: "on" if v is True else ("" if v is None else v) for name, v in data.items() if v is not False}
+    data.update({"method": "ssp", "model": "smollm2-135m-instruct", "corpus": "form-c", "cfg__train__steps": "2",
+                 "cfg__train__device": "cpu", "cfg__ssp__judge": "endpoint", "cfg__ssp__judge_endpoint": url,
+                 "cfg__ssp__judge_model": "judge"})
+    page = client.post("/runs/new/", data)
+    errors = re.findall(r'id="id_cfg__ssp__judge_endpoint_error"><li>(.*?)</li>', page.content.decode(), re.S)
+    assert page.status_code == 400 and len(errors) == 1 and "SELFPLAY_JUDGE_ENDPOINTS" in errors[0], page.content
+    assert not Run.objects.exists()
+
+
+def test_a_listed_endpoint_gets_the_workers_key(researcher, endpoint, rq_queues, django_capture_on_commit_callbacks,
+                                                monkeypatch):
+    url, seen = endpoint
+    monkeypatch.setenv("SELFPLAY_JUDGE_API_KEY", OPERATOR_KEY)
+    with override_settings(SELFPLAY_JUDGE_ENDPOINTS=[url]):  # a URL prefix (http://127.0.0.1:<port>/v1)
+        with django_capture_on_commit_callbacks(execute=True):
+            response = _launch_ssp(researcher, url)
+        assert response.status_code == 201, response.content
+        judge = _judge_for(Run.objects.get(pk=response.json()["id"]))
+    assert judge.equivalent("What is 2+2?", "4", "four") is not None
+    assert seen and set(seen) == {f"Bearer {OPERATOR_KEY}"}
+
+
+def test_the_worker_refuses_the_key_for_an_endpoint_taken_off_the_list(researcher, endpoint, rq_queues, monkeypatch,
+                                                                       django_capture_on_commit_callbacks):
+    """Launched while listed, run after the operator removed the endpoint (or a run stored before
+    the list existed): the worker's own client refuses, and the endpoint never sees the key."""
+    url, seen = endpoint
+    host = url.split("//")[1].split("/")[0]
+    monkeypatch.setenv("SELFPLAY_JUDGE_API_KEY", OPERATOR_KEY)
+    with override_settings(SELFPLAY_JUDGE_ENDPOINTS=[host]):  # a host:port entry
+        with django_capture_on_commit_callbacks(execute=True):
+            response = _launch_ssp(researcher, url)
+    assert response.status_code == 201, response.content
+    run = Run.objects.get(pk=response.json()["id"])
+    with override_settings(SELFPLAY_JUDGE_ENDPOINTS=["https://api.example.org/v1"]):
+        with pytest.raises(KeyNotAllowed) as exc:
+            _judge_for(run)
+    assert "SELFPLAY_JUDGE_ENDPOINTS" in str(exc.value) and "$SELFPLAY_JUDGE_API_KEY" in str(exc.value)
+    assert OPERATOR_KEY not in str(exc.value) and seen == []
+
+
+def test_a_researchers_own_key_still_goes_to_their_own_endpoint(researcher, endpoint, rq_queues, monkeypatch,
+                                                                django_capture_on_commit_callbacks):
+    url, seen = endpoint
+    monkeypatch.setenv("SELFPLAY_JUDGE_API_KEY", OPERATOR_KEY)
+    with override_settings(SELFPLAY_JUDGE_ENDPOINTS=["https://api.example.org/v1"]):
+        with django_capture_on_commit_callbacks(execute=True):
+            response = _launch_ssp(researcher, url, KEY)  # typed in: sealed, the run's own
+        assert response.status_code == 201, response.content
+        judge = _judge_for(Run.objects.get(pk=response.json()["id"]))
+    assert judge.equivalent("What is 2+2?", "4", "four") is not None
+    assert seen and set(seen) == {f"Bearer {KEY}"}  # never the operator's
+
+
+def test_a_harness_endpoint_is_checked_too(researcher):
+    Corpus.objects.create(name="harness-c")
+    client = APIClient()
+    client.force_authenticate(researcher)
+    response = client.post("/api/v1/runs/", {"method": "score", "model": "smollm2-135m-instruct",
+                                             "corpus": "harness-c",
+                                             "set": ["score.meta_harness=endpoint",
+                                                     "score.harness_endpoint=https://researcher.example.net/v1"]},
+                           format="json")
+    assert response.status_code == 400
+    assert "SELFPLAY_JUDGE_ENDPOINTS" in response.json()["fields"]["score.harness_endpoint"]
+
+
+def test_a_bad_endpoint_list_stops_the_server_with_what_is_wrong():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import django; django.setup()"], capture_output=True, text=True,
+                          env={**os.environ, "DJANGO_SETTINGS_MODULE": "selfplay_web.settings",
+                               "SELFPLAY_JUDGE_ENDPOINTS": "ftp://files.example.org"}, timeout=120)
+    assert proc.returncode != 0 and "ImproperlyConfigured" in proc.stderr
+    assert "SELFPLAY_JUDGE_ENDPOINTS entry 'ftp://files.example.org'" in proc.stderr

@@ -114,6 +114,10 @@ def validate(method: str, model: str | None, corpus, config: dict | None = None,
     # the guards read the final values when the config is valid, else what was given (all problems at once)
     values = cfg.to_dict() if cfg is not None else _given(data, overrides)
     problems += [p for p in _guard(values, user, web) if p[0] not in {q[0] for q in problems}]
+    if cfg is not None:  # a worker's own API key goes only to the operator's endpoints (apps/runs/sealed.py)
+        from apps.runs.sealed import endpoint_problems
+
+        problems += endpoint_problems(values)
     if queue not in (None, "", *QUEUES):
         problems.append(("queue", f"unknown queue {queue!r}; use gpu or cpu"))
     if problems:
