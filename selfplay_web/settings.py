@@ -6,7 +6,8 @@ SELFPLAY_DATA_DIR  where models, checkpoints, uploads, the embedded database liv
 SECRET_KEY     generated once into the data dir when absent (outside production)
 DEBUG, ALLOWED_HOSTS
 Security (DEBUG off; docs/SECURITY.md): SELFPLAY_INSECURE_HTTP, SELFPLAY_BEHIND_PROXY, CSRF_TRUSTED_ORIGINS,
-SECURE_HSTS_SECONDS / _INCLUDE_SUBDOMAINS / _PRELOAD, SECURE_SSL_REDIRECT, SESSION_COOKIE_SECURE, CSRF_COOKIE_SECURE
+SECURE_HSTS_SECONDS / _INCLUDE_SUBDOMAINS / _PRELOAD, SECURE_SSL_REDIRECT, SESSION_COOKIE_SECURE, CSRF_COOKIE_SECURE,
+SELFPLAY_JUDGE_ENDPOINTS (where the workers' API keys may go)
 """
 from __future__ import annotations
 
@@ -161,6 +162,17 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+# The only endpoints the workers' own API keys are sent to (trainer/endpoints.py); empty: none
+SELFPLAY_JUDGE_ENDPOINTS = [e.strip() for e in os.environ.get("SELFPLAY_JUDGE_ENDPOINTS", "").split(",") if e.strip()]
+try:
+    from trainer.endpoints import parse_allow_list
+
+    parse_allow_list(",".join(SELFPLAY_JUDGE_ENDPOINTS))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+# Failed logins are throttled per username and client address (apps/accounts/throttle.py); the throttled
+# backend answers every password check, ModelBackend stays only for sessions made before it
+AUTHENTICATION_BACKENDS = ["apps.accounts.throttle.ThrottledModelBackend", "django.contrib.auth.backends.ModelBackend"]
 try:
     if envcfg.env_bool("SELFPLAY_BEHIND_PROXY", False):  # a TLS proxy in front sets X-Forwarded-Proto
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -1,5 +1,6 @@
-"""Roles are Django groups (admin / researcher / reviewer) carrying these permissions."""
+"""Roles (Django groups carrying these permissions) and the failed-login log of the login throttle."""
 from django.db import models
+from django.utils import timezone
 
 
 class Access(models.Model):
@@ -23,3 +24,15 @@ ROLE_PERMISSIONS = {
     "researcher": ["launch_run"],
     "reviewer": ["review_items"],
 }
+
+
+class LoginFailure(models.Model):
+    """One wrong password for ``username`` (casefolded) from ``address``: apps/accounts/throttle.py
+    counts them per pair over a window and drops the older ones."""
+
+    username = models.CharField(max_length=150)
+    address = models.CharField(max_length=64, blank=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["username", "address", "at"], name="loginfailure_pair_at")]

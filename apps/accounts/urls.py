@@ -4,7 +4,7 @@ from django.urls import path
 from apps.accounts import views
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="accounts/login.html"), name="login"),
+    path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("token/", views.token, name="api-token"),
 ]
