@@ -45,6 +45,16 @@ class CompileFailed(RuntimeError):
     """torch.compile for model.compile failed; the message says how to run without it."""
 
 
+def check_supported(cfg) -> None:
+    """Refuse combinations model.compile does not handle: ZeRO-3 gathers each layer's weights in
+    forward hooks that would be traced into the compiled graph (DeepSpeed needs its own compile)."""
+    t = cfg.train
+    if t.engine == "deepspeed" and t.zero_stage == 3:
+        raise CompileFailed("model.compile does not work with train.engine=deepspeed and train.zero_stage=3 "
+                            "(ZeRO-3 gathers weights in hooks inside the layers); use zero_stage 2 or "
+                            "model.compile=false")
+
+
 def decoder_layers(model) -> list[torch.nn.Module]:
     """The decoder layers of a (possibly peft-wrapped) transformers causal LM."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

@@ -254,8 +254,9 @@ def load_policy(cfg, frozen: bool | None = None, allowed_dirs=None, device: torc
         if lora.r > 0:
             inner.enable_input_require_grads()
     if getattr(cfg.model, "compile", False):  # after the frozen copy: it stays eager
-        from trainer.compile import compile_decoder_layers
+        from trainer.compile import check_supported, compile_decoder_layers
 
+        check_supported(cfg)
         compile_decoder_layers(model)
     autocast = torch.bfloat16 if device.type == "cuda" and weight_dtype(cfg) == torch.float32 else None
     return Policy(model=model, tokenizer=load_tokenizer(path, trust), device=device, path=path,

@@ -67,7 +67,7 @@ def dense_samples(vocab: int, rows: int = 8, prompt: int = 128, total: int = 204
 def build(cfg_dict):
     from transformers import LlamaForCausalLM
 
-    from trainer.compile import compile_decoder_layers
+    from trainer.compile import check_supported, compile_decoder_layers
     from trainer.config import load_config
     from trainer.engine import make_engine
     from trainer.models import Policy
@@ -79,6 +79,7 @@ def build(cfg_dict):
         model = LlamaForCausalLM(llama_config("llama-1.5b", tok))  # float32 master weights
     model.config._attn_implementation = "sdpa"
     if cfg.model.compile:  # what load_policy does for model.compile
+        check_supported(cfg)
         compile_decoder_layers(model)
     policy = Policy(model=model, tokenizer=tok, device=torch.device(DEVICE), path=None,
                     autocast_dtype=torch.bfloat16 if DEVICE == "cuda" else None)

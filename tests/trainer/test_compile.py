@@ -137,3 +137,6 @@ def test_a_failing_compile_names_the_config_key(tiny_config, monkeypatch):
 def test_config_key_default_and_override(tiny_config):
     assert load_config(tiny_config()).model.compile is False
     assert load_config(tiny_config(), ["model.compile=true"]).model.compile is True
+    zero3 = load_config(tiny_config(model={"compile": True}, train={"engine": "deepspeed", "zero_stage": 3}))
+    with pytest.raises(tcompile.CompileFailed, match="zero_stage 2 or model.compile=false"):
+        load_policy(zero3)
