@@ -55,10 +55,13 @@ def test_compare_chart_heatmap_and_run_panel(roles, researcher, server, tmp_path
                                                                                         "path": "/b"}])
     from playwright.sync_api import sync_playwright
 
+    # Made before playwright starts its event loop on this thread: inside it Django's connection is
+    # another one (asgiref's Local is per context), which nothing closes (it kept the test database open).
+    cookie = _session_cookie(researcher, server)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         context = browser.new_context()
-        context.add_cookies([_session_cookie(researcher, server)])  # logged in without hashing a password there
+        context.add_cookies([cookie])  # logged in without hashing a password there
         page = context.new_page()
         page.set_default_timeout(90_000)  # a loaded 2-core machine answers slowly
         errors = []
