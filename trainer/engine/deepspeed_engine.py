@@ -43,7 +43,9 @@ def ds_config(*, zero_stage: int = 2, lr: float = 1e-6, betas=(0.9, 0.999), eps:
         raise ValueError("offload_params needs zero_stage 3 (only ZeRO-3 partitions the weights)")
     zero: dict = {
         "stage": zero_stage,
-        "overlap_comm": True,
+        # DeepSpeed allows overlap_comm with our own accumulation (managed_gradient_accumulation
+        # false) only where gradients are partitioned (stage 2 / 3); stage 1 refused to start with it.
+        "overlap_comm": zero_stage >= 2,
         "contiguous_gradients": True,
         "reduce_bucket_size": bucket_size,
         "allgather_bucket_size": bucket_size,
