@@ -30,6 +30,11 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from trainer.method_configs import SECTIONS, Section
 
 METHOD_NAMES = tuple(SECTIONS)
+# Methods whose step makes several optimizer steps on samples drawn before the first of them
+# (ssp: Solver then Proposer, each in ssp.mini_batch_size mini-batches; score: Solver then
+# Evaluator). From the second step on the trainer's own log-probs are no longer those of the
+# weights that sampled, so they cannot be the PPO reference (train.old_logprobs).
+MULTI_UPDATE_METHODS = ("ssp", "score")
 
 
 class ConfigError(ValueError):
@@ -125,7 +130,8 @@ class TrainConfig(Section):
         "auto", description="The PPO reference ('old') log-probs: 'rollout' = the rollout engine's, 'trainer' = the "
         "trainer's own of the pre-update weights (exact: one optimizer step per batch, so the ratio starts at 1), "
         "which also spares the rollout engine from computing log-probs; 'auto' = trainer with rollout.backend=vllm "
-        "(its bf16 kernels differ from the trainer's), rollout with hf (same model, same kernels).")
+        "(its bf16 kernels differ from the trainer's), rollout with hf (same model, same kernels) and for ssp and "
+        "score, whose step makes several optimizer steps on one rollout (trainer is refused there).")
 
 
 class CheckpointConfig(Section):
@@ -254,6 +260,10 @@ class Config(BaseModel):
         if self.train.rollout_is_cap > 0 and self.train.old_logprobs == "rollout":
             problems.append(("train.old_logprobs", "train.rollout_is_cap > 0 takes the trainer's log-probs as the "
                              "PPO reference; set train.old_logprobs to auto or trainer, or rollout_is_cap to 0"))
+        if self.train.old_logprobs == "trainer" and self.method in MULTI_UPDATE_METHODS:
+            problems.append(("train.old_logprobs", f"method {self.method} makes several optimizer steps on one "
+                             "rollout, so after the first the trainer's log-probs are not those of the weights that "
+                             "sampled; set train.old_logprobs to auto or rollout"))
         if self.train.engine == "deepspeed" and self.model.lora.r > 0 and self.train.zero_stage == 3:
             problems.append(("train.zero_stage", "ZeRO-3 with LoRA is not supported; use zero_stage 2"))
         if problems:
@@ -266,7 +276,7 @@ class Config(BaseModel):
         t = self.train
         if t.rollout_is_cap > 0 or t.old_logprobs == "trainer":
             return True
-        return t.old_logprobs == "auto" and self.rollout.backend == "vllm"
+        return t.old_logprobs == "auto" and self.rollout.backend == "vllm" and self.method not in MULTI_UPDATE_METHODS
 
     @property
     def rollout_logprobs(self) -> bool:

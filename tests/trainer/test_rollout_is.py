@@ -114,3 +114,39 @@ def test_which_logprobs_the_rollout_must_report(tiny_config):
     assert cfg(old_logprobs="trainer").trainer_reference
     with pytest.raises(ConfigError, match="train.old_logprobs"):
         cfg(backend="vllm", old_logprobs="rollout", rollout_is_cap=2.0)
+
+
+def test_methods_with_several_optimizer_steps_per_rollout_keep_the_rollout_reference(tiny_config):
+    """ssp (Solver then Proposer, in mini-batches) and score (Solver then Evaluator) update several
+    times on one rollout: auto keeps vLLM's log-probs there, and 'trainer' is refused."""
+    def cfg(method, **train):
+        return load_config(tiny_config(method, rollout={"backend": "vllm"}, train={"device": "cpu", **train}))
+
+    for method in ("ssp", "score"):
+        c = cfg(method)
+        assert (c.trainer_reference, c.rollout_logprobs) == (False, True)
+        with pytest.raises(ConfigError, match=f"train.old_logprobs.*method {method}"):
+            cfg(method, old_logprobs="trainer")
+    for method in ("spice", "scope", "piplay"):  # one update per rollout: the trainer's reference is exact
+        assert cfg(method).trainer_reference and not cfg(method).rollout_logprobs
+
+
+def test_after_an_optimizer_step_the_trainer_reference_is_not_the_sampling_weights(tiny_config):
+    """Why: a second update on samples drawn before the first sees ratio 1 with the trainer's
+    reference (no clipping against the weights that sampled); the rollout's reference sees the step."""
+    from trainer.engine import make_engine
+    from trainer.update import policy_update
+
+    cfg = _cfg(tiny_config, micro_batch_size=2, lr=1e-2)
+    policy = load_policy(cfg)
+    first, second = _group(), _group(seed=1, prompt_len=9)
+    with torch.no_grad():
+        sampled = _reference_logp(policy.base_model(), second)  # the weights that drew both groups
+    engine = make_engine(cfg, policy)
+    policy_update(policy, engine, first, cfg)  # a real optimizer step
+    engine.step = lambda: 0.0
+    rollout = policy_update(policy, engine, _with_rollout_logprobs(second, sampled, 0.0), cfg)["solver"]
+    trainer_cfg = _cfg(tiny_config, micro_batch_size=2, lr=1e-2, old_logprobs="trainer")
+    trainer = policy_update(policy, engine, _without_rollout_logprobs(second), trainer_cfg)["solver"]
+    assert trainer["ratio_max"] == trainer["ratio_min"] == 1.0
+    assert rollout["ratio_max"] > 1.0 + 1e-3 or rollout["ratio_min"] < 1.0 - 1e-3
