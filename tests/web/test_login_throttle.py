@@ -110,3 +110,21 @@ def test_the_address_behind_the_proxy_is_the_one_it_added():
     assert client_address(request) == "10.0.0.1"  # no proxy configured: the header is anyone's to write
     with override_settings(SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO", "https")):
         assert client_address(request) == "203.0.113.7"
+
+
+def _daphne_address_header(argv):
+    """The header daphne takes the client address (REMOTE_ADDR) from with ``argv``; None: the peer's."""
+    from daphne.cli import CommandLineInterface
+
+    cli = CommandLineInterface()
+    return cli._get_forwarded_host(cli.parser.parse_args(argv[1:]))
+
+
+def test_the_server_takes_the_client_address_from_x_forwarded_for_only_behind_the_proxy():
+    """daphne with --proxy-headers makes the first X-Forwarded-For entry REMOTE_ADDR, whoever sent it:
+    served directly, that would let a guesser name a new address for every try."""
+    from apps.accounts.management.commands.serve import daphne_argv
+
+    assert _daphne_address_header(daphne_argv("127.0.0.1", 8000, None)) is None
+    with override_settings(SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO", "https")):
+        assert _daphne_address_header(daphne_argv("127.0.0.1", 8000, None)) == "X-Forwarded-For"

@@ -20,6 +20,7 @@ import socket
 import sys
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 MAX_DEFAULT_WORKERS = 8
@@ -51,9 +52,13 @@ def default_workers() -> int:
 def daphne_argv(host: str, port: int, fd: int | None) -> list[str]:
     """daphne's command line: on ``fd`` (a socket opened by the supervisor) or on host:port."""
     where = ["--fd", str(fd)] if fd is not None else ["-b", host, "-p", str(port)]
+    # daphne's --proxy-headers makes the first X-Forwarded-For entry the client address (REMOTE_ADDR),
+    # trusting whoever sent it: only behind the TLS proxy (SELFPLAY_BEHIND_PROXY), else any client could
+    # pick its address and step around the login throttle (apps/accounts/throttle.py)
+    proxy = ["--proxy-headers"] if getattr(settings, "SECURE_PROXY_SSL_HEADER", None) else []
     # a websocket handshake may wait longer than daphne's 5 s default while many pages connect at once
     # on a busy machine (benchmarks/load.py: most of 200 viewers were dropped with 5 s)
-    return ["daphne", *where, "--proxy-headers", "--websocket_connect_timeout", "30", "selfplay_web.asgi:application"]
+    return ["daphne", *where, *proxy, "--websocket_connect_timeout", "30", "selfplay_web.asgi:application"]
 
 
 class Command(BaseCommand):
