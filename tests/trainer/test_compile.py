@@ -140,3 +140,21 @@ def test_config_key_default_and_override(tiny_config):
     zero3 = load_config(tiny_config(model={"compile": True}, train={"engine": "deepspeed", "zero_stage": 3}))
     with pytest.raises(tcompile.CompileFailed, match="zero_stage 2 or model.compile=false"):
         load_policy(zero3)
+
+
+def test_only_training_forwards_without_a_kv_cache_run_the_compiled_layers(tiny_config, aot_eager):
+    """The layer routing itself: the update tests above cannot tell it apart from eager layers, since
+    with model.compile the update's loss terms are compiled too (a graph either way). A KV cache
+    (the update's shared-prompt path, train.share_prompt_prefix with a group) keeps the layers eager."""
+    cfg = load_config(tiny_config(model={"compile": True}, train={"device": "cpu"}))
+    decoder = load_policy(cfg).model.get_decoder()
+    ids = torch.randint(5, 900, (2, 7), generator=torch.Generator().manual_seed(0))
+    decoder.eval()
+    decoder(input_ids=ids, use_cache=False)
+    decoder.train()
+    with torch.no_grad():
+        decoder(input_ids=ids, use_cache=False)
+    decoder(input_ids=ids, use_cache=True)  # fills a DynamicCache
+    assert graphs() == 0
+    decoder(input_ids=ids, use_cache=False).last_hidden_state.sum().backward()
+    assert graphs() >= 1
