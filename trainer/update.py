@@ -239,7 +239,7 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     run = [s for s in samples if not (skip_zero and s.advantage == 0.0) and s.n_trained > 0]
     stats: dict[str, _RoleStats] = defaultdict(_RoleStats)
     ran = {id(s) for s in run}
-    trainer_ref = cfg.trainer_reference
+    needs_rollout_lp = cfg.rollout_logprobs  # the PPO reference, or the rollout_is weights
     for s in samples:
         st = stats[s.role]
         st.add("samples", 1)
@@ -249,10 +249,11 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
         if nll == nll:  # nan: the rollout engine was not asked for log-probs (train.old_logprobs)
             st.add("neg_logprob", nll)
             st.add("neg_logprob_tokens", s.n_trained)
-        elif not trainer_ref and id(s) in ran:
-            raise ValueError("a sample has no rollout log-probs (nan) but they are the PPO reference: set "
-                             "train.old_logprobs to trainer (or auto with rollout.backend=vllm), or have the "
-                             "rollout report log-probs (SamplingParams.logprobs=True)")
+        elif needs_rollout_lp and id(s) in ran:
+            raise ValueError("a sample has no rollout log-probs (nan) but the update needs them (the PPO reference, "
+                             "or the train.rollout_is_cap weights): set train.old_logprobs to trainer (or auto with "
+                             "rollout.backend=vllm) and rollout_is_cap to 0, or have the rollout report log-probs "
+                             "(SamplingParams.logprobs=True)")
 
     lm = policy.base_model()
     was_training = policy.model.training

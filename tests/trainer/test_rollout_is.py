@@ -150,3 +150,12 @@ def test_after_an_optimizer_step_the_trainer_reference_is_not_the_sampling_weigh
     trainer = policy_update(policy, engine, _without_rollout_logprobs(second), trainer_cfg)["solver"]
     assert trainer["ratio_max"] == trainer["ratio_min"] == 1.0
     assert rollout["ratio_max"] > 1.0 + 1e-3 or rollout["ratio_min"] < 1.0 - 1e-3
+
+
+def test_missing_rollout_logprobs_are_refused_with_the_is_cap(tiny_config):
+    """rollout_is_cap > 0 weights each token by exp(trainer - rollout): a nan rollout log-prob would
+    make the loss (and every weight after the step) nan, so it is refused like a nan reference."""
+    cfg = _cfg(tiny_config, micro_batch_size=2, rollout_is_cap=2.0)
+    assert cfg.trainer_reference and cfg.rollout_logprobs
+    with pytest.raises(ValueError, match="rollout_is_cap"):
+        _grads_after_update(cfg, _without_rollout_logprobs(_group()))
