@@ -2,8 +2,10 @@
 and after the run's next step boundary the run page shows the verdict event."""
 import os
 import shutil
+import threading
 
 import pytest
+from django.db import connection
 
 from apps.review.models import ReviewItem
 from apps.runs.models import Run
@@ -11,6 +13,36 @@ from apps.runs.sink import DjangoSink
 from tests.web.review.conftest import records
 
 CHROMIUM = shutil.which("chromium")
+
+
+def _in_thread(work):
+    """work() in a thread of its own, as a worker would, and its result back here.
+
+    Inside ``sync_playwright()`` an event loop runs on this thread, and Django gives each asgiref
+    context a connection of its own that nothing closes: the test database would still be in use
+    when the session drops it. The thread closes its connection when it is done."""
+    out = {}
+
+    def target():
+        try:
+            out["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test's thread
+            out["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def _refreshed(*items):
+    for item in items:
+        item.refresh_from_db()
+    return items
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
@@ -54,12 +86,11 @@ def test_a_reviewer_works_the_queue_with_the_keyboard(live_server, roles, review
         page.wait_for_selector("#review-empty")  # nothing pending is left for this run
         page.screenshot(path=str(tmp_path / "queue.png"))
 
-        first.refresh_from_db()
-        second.refresh_from_db()
+        first, second = _in_thread(lambda: _refreshed(first, second))
         assert (first.status, first.reviewer_name) == ("approved", "vic")
         assert (second.status, second.reason) == ("flagged", "the gold answer is not in the document")
 
-        verdicts = sink.control().verdicts  # the run's next step boundary
+        verdicts = _in_thread(lambda: sink.control().verdicts)  # the run's next step boundary
         assert [(v.key, v.verdict) for v in verdicts] == [("1:t0", "approve"), ("1:t1", "flag")]
         page.goto(f"{live_server.url}/runs/{run.pk}/")
         events = page.inner_text("#run-events")
