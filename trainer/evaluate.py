@@ -413,7 +413,7 @@ def evaluate(generator, tokenizer, items: list[Item], scoring: str, *, sampling=
 
     if scoring not in SCORING:
         raise BenchmarkError(f"scoring must be one of {', '.join(SCORING)}, got {scoring!r}")
-    sampling = sampling or SamplingParams(temperature=0.0, max_new_tokens=512)
+    sampling = sampling or SamplingParams(temperature=0.0, max_new_tokens=512, logprobs=False)
     t0, samples = time.perf_counter(), []
     for start in range(0, len(items), batch_size):
         batch = items[start:start + batch_size]
@@ -632,7 +632,7 @@ def main(argv=None) -> int:
         tool = SearchTool(InMemoryRetriever.from_jsonl(args.search), tokenizer=loaded.tokenizer)
     judge = frozen_judge(loaded) if scoring == "judge" else None
     result = evaluate(loaded.generator, loaded.tokenizer, items, scoring, search_tool=tool, judge=judge,
-                      sampling=SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens),
+                      sampling=SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens, logprobs=False),
                       batch_size=args.batch_size, name=args.benchmark)
     if args.samples:
         Path(args.samples).write_text("".join(json.dumps(s, default=str) + "\n" for s in result.samples))

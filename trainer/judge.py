@@ -349,8 +349,8 @@ class GeneratorBackend:
         if not conversations:
             return []
         prompts = [chat(self.tokenizer, s, u) for s, u in conversations]
-        outs = self.generator.generate(prompts, SamplingParams(temperature=temperature, max_new_tokens=max_tokens),
-                                       use_adapter=self.use_adapter)
+        params = SamplingParams(temperature=temperature, max_new_tokens=max_tokens, logprobs=False)  # text only
+        outs = self.generator.generate(prompts, params, use_adapter=self.use_adapter)
         return [o.text for o in outs]
 
 

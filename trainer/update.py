@@ -157,7 +157,7 @@ def trained_hidden_or_logits(lm, mb: MicroBatch, device) -> tuple[torch.Tensor, 
     B, C = mb.completion.shape
     if not _splittable(lm):
         ids, starts = _full_sequences(mb, device)
-        logits = lm(input_ids=ids).logits  # [B, L, V]
+        logits = lm(input_ids=ids, use_cache=False).logits  # [B, L, V]
         return _gather_predictions(logits, starts, C)[mb.mask], True  # [N, V]
     decoder = lm.get_decoder()
     can_cache = not (getattr(decoder, "gradient_checkpointing", False) and decoder.training)
@@ -260,7 +260,10 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     policy.model.train()
     try:
         packing = getattr(t, "packing", False)
-        plan = plan_micro_batches(run, t.micro_batch_size, t.share_prompt_prefix,
+        # model.compile compiles training forwards without a KV cache: the shared-prompt path (a cache
+        # of the group's prompt) would run every layer eagerly, so compile packs/pads groups instead.
+        share = t.share_prompt_prefix and not getattr(cfg.model, "compile", False)
+        plan = plan_micro_batches(run, t.micro_batch_size, share,
                                   t.micro_batch_tokens if packing else None)
         idle = _missing_micro_batches(len(plan), engine)  # agreed BEFORE any backward: ZeRO reduces in each
         for group, shared in plan:

@@ -158,3 +158,19 @@ def test_only_training_forwards_without_a_kv_cache_run_the_compiled_layers(tiny_
     assert graphs() == 0
     decoder(input_ids=ids, use_cache=False).last_hidden_state.sum().backward()
     assert graphs() >= 1
+
+
+def test_groups_sharing_a_prompt_still_run_the_compiled_layers(tiny_config, aot_eager, monkeypatch):
+    """train.share_prompt_prefix (the default) runs a group's prompt once into a KV cache, which keeps
+    layers eager; with model.compile the update packs/pads the group instead, so every layer call of
+    the update goes through the compiled code."""
+    routed = []
+    real = tcompile._wants_compiled
+    monkeypatch.setattr(tcompile, "_wants_compiled", lambda layer, kwargs: routed.append(real(layer, kwargs)) or routed[-1])
+    cfg = load_config(tiny_config(model={"compile": True}, train={"device": "cpu", "share_prompt_prefix": True}))
+    policy = load_policy(cfg)
+    prompt = [7, 8, 9, 10]
+    group = [Sample(prompt, [11 + i, 12, 13], [1, 1, 1], [-6.0] * 3, advantage=a, role="solver")
+             for i, a in enumerate((1.0, -1.0, 0.5, -0.5))]
+    policy_update(policy, make_engine(cfg, policy), group, cfg)
+    assert routed and all(routed), f"{routed.count(False)} of {len(routed)} layer calls ran eagerly"
