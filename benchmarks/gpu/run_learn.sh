@@ -13,11 +13,8 @@
 #   run(command="bash benchmarks/gpu/run_learn.sh c1", carry=[...])
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
-bash benchmarks/gpu/vllm_stage.sh 2>/dev/null | tail -1
-source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
-tail -2 /tmp/setup.log
-export SELFPLAY_DATA_DIR=/tmp/selfplay_data
 source benchmarks/gpu/steps.sh
+session_setup || exit 1
 case $phase in
   c1)
     step trl 170 benchmarks/gpu/bench_trl.py --steps 5

@@ -16,11 +16,8 @@
 #   run(command="bash benchmarks/gpu/run_measure.sh a1", carry=[...])
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
-bash benchmarks/gpu/vllm_stage.sh 2>/dev/null | tail -1
-source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
-tail -2 /tmp/setup.log
-export SELFPLAY_DATA_DIR=/tmp/selfplay_data
 source benchmarks/gpu/steps.sh
+session_setup || exit 1
 STEP_GREP="by_category"
 case $phase in
   a1)

@@ -11,3 +11,12 @@ step() {
   [ $rc -ne 0 ] && tail -15 "$OUT/$name.log" | cut -c1-300
   return 0
 }
+
+# The start of every phase of a warm-machine session (run_learn.sh, run_measure.sh): the carried vLLM part
+# (if any) staged, the carried wheels installed (benchmarks/gpu/setup.sh), the environment set.
+session_setup() {
+  bash benchmarks/gpu/vllm_stage.sh 2>/dev/null | tail -1
+  source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; return 1; }
+  tail -2 /tmp/setup.log
+  export SELFPLAY_DATA_DIR=/tmp/selfplay_data
+}
