@@ -6,7 +6,8 @@
 (with its own database connection), a bounded number of pages ahead: Postgres computes the next
 page while the caller encodes this one, so the two processes work at the same time. A stop event
 (a download whose client went away) ends the thread within a fraction of a second, cancelling the
-page query it may be running, without blocking an event loop. Inside a
+page query it may be running, without blocking an event loop; a reader that is between two pages
+when the stop comes starts no further page query. Inside a
 transaction (tests, a caller's ``atomic`` block) the pages are read inline on the caller's
 connection, the only one that sees its uncommitted rows.
 """
@@ -22,10 +23,16 @@ from django.db import connection, connections
 AHEAD = 2  # pages (or record batches) a reader thread may hold ready: memory for a few pages
 WAIT = 0.2  # seconds between checks of a stop request while the reader or its caller waits on the queue
 _DONE = object()
+_reader = threading.local()  # .stop: the stop event of the download a reader thread reads for
 
 
 def fetch(sql: str, params) -> list[tuple]:
-    """All rows of one page query, read in binary on the current thread's connection."""
+    """All rows of one page query, read in binary on the current thread's connection. On a reader
+    thread whose download was stopped it raises ``Stopped`` instead of starting the query: a cancel
+    request sent before the query began found the connection idle, and the server ignored it."""
+    stop = getattr(_reader, "stop", None)
+    if stop is not None and stop.is_set():
+        raise Stopped("the download was stopped")
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cur:
         cur.execute(sql, params, binary=True)
@@ -37,9 +44,11 @@ def read_ahead(make_pages, ahead: int | None = None, stop: threading.Event | Non
     in advance (inline when the caller is inside a transaction, or for ``ahead`` 0).
 
     Setting ``stop`` (from any thread: a download whose client went away) or closing this generator
-    ends the reader promptly: it checks ``stop`` while it waits to hand over a page, a page query it
-    is running is cancelled, and it closes its database connection on the way out. The caller
-    waits for it (at most 5 s) only off the event loop; on the loop the reader ends by itself."""
+    ends the reader promptly: it checks ``stop`` while it waits to hand over a page and before each
+    page query (``fetch``), a page query it is running is cancelled, and it closes its database
+    connection on the way out. The caller waits for it (at most 5 s) only off the event loop; on the
+    loop the reader ends by itself. A reader past its last query (it hands over the end or an error
+    next) gets no cancel request."""
     ahead = AHEAD if ahead is None else ahead
     stop = stop or threading.Event()
     if connection.in_atomic_block or ahead < 1:
@@ -61,19 +70,19 @@ def read_ahead(make_pages, ahead: int | None = None, stop: threading.Event | Non
         return False
 
     def work():
+        _reader.stop = stop  # fetch() checks it before each page query
+        final = None  # the last item to hand over: _DONE, or the error (nothing when stopped)
         try:
             connection.ensure_connection()
             held.append(connection.connection)
-            if not stop.is_set():
-                for page in make_pages():
-                    if not put(page):
-                        return
-                put(_DONE)
+            final = _DONE if _hand_over(iter(make_pages()), put, stop) else None
         except BaseException as exc:  # handed to the caller, raised there (unless it has stopped)
-            put(exc)
+            final = exc
         finally:
-            held.clear()
+            held.clear()  # no query is left to cancel
             connections.close_all()  # this thread's connections only
+        if final is not None:
+            put(final)
 
     reader = threading.Thread(target=work, name="export-read-ahead", daemon=True)
     reader.start()
@@ -88,6 +97,18 @@ def read_ahead(make_pages, ahead: int | None = None, stop: threading.Event | Non
     finally:
         stop.set()
         _end(reader, held)
+
+
+def _hand_over(pages, put, stop: threading.Event) -> bool:
+    """Hands each page of the generator ``pages`` over with ``put``; True at its end, False once
+    stopped. ``stop`` is checked before the generator is asked for the next page (its query)."""
+    while not stop.is_set():
+        page = next(pages, _DONE)
+        if page is _DONE:
+            return True
+        if not put(page):
+            return False
+    return False
 
 
 class Stopped(Exception):
@@ -105,8 +126,9 @@ def _take(pages: queue.Queue, stop: threading.Event):
 
 
 def _end(reader: threading.Thread, held: list) -> None:
-    """After ``stop`` is set: cancel the reader's query, if one runs, and wait for the reader (at most
-    5 s) unless this is the event loop's thread, which must never block (the reader ends by itself)."""
+    """After ``stop`` is set: cancel the reader's query, if one may run (``held`` is empty once the
+    reader has run its last query), and wait for the reader (at most 5 s) unless this is the event
+    loop's thread, which must never block (the reader ends by itself)."""
     if not reader.is_alive():
         return
     on_loop = _on_event_loop()

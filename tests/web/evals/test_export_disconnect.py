@@ -185,3 +185,65 @@ def test_closing_the_stream_or_setting_stop_ends_a_reader_in_a_page_query(filled
     with pytest.raises(export_fetch.Stopped):
         b"".join(chunks)
     assert not _readers() and time.monotonic() - began < 2.5
+
+
+def test_a_reader_stopped_between_two_pages_starts_no_further_page_query(filled_run, monkeypatch):
+    """The stop comes while the reader is between two pages (its connection idle: a cancel request
+    would find nothing to cancel): the next page query is never started, and the reader ends."""
+    monkeypatch.setattr(export, "PAGE", 5)
+    real_fetch, stop, between, ran = export_fetch.fetch, threading.Event(), threading.Event(), []
+
+    def fetch_after_a_pause(sql, params):
+        if ran:  # the second page: the download stops before its query begins
+            between.set()
+            assert stop.wait(5)
+        rows = real_fetch(sql, params)
+        ran.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(export, "fetch", fetch_after_a_pause)
+    p = export.plan("attempts", filled_run, export.parse_filters("attempts", {}))
+    chunks = export.stream(p, "jsonl", stop)
+    assert next(chunks)
+    assert between.wait(5)
+    stop.set()
+    with pytest.raises(export_fetch.Stopped):
+        next(chunks)
+    began = time.monotonic()
+    while _readers() and time.monotonic() - began < 2:
+        time.sleep(0.02)
+    assert not _readers()
+    assert ran == [5], f"page queries run: {ran} (one after the stop)"
+
+
+
+def test_a_reader_past_its_last_page_query_gets_no_cancel_request(monkeypatch):
+    """The download stops after the reader ran its last page query, while it waits to hand over the
+    end (queue full): nothing is cancelled (a cancel request opens a server connection of its own
+    for nothing). A complete read sends none either."""
+    real_cancel, cancels = export_fetch._cancel, []
+
+    def counted_cancel(conn):
+        cancels.append(threading.current_thread().name)
+        real_cancel(conn)
+
+    monkeypatch.setattr(export_fetch, "_cancel", counted_cancel)
+    ended = threading.Event()
+
+    def pages():
+        yield export_fetch.fetch("SELECT 1", [])
+        yield export_fetch.fetch("SELECT 2", [])
+        ended.set()
+
+    before = _sessions()
+    got = export_fetch.read_ahead(pages, ahead=1)
+    assert next(got) == [(1,)]  # the reader hands over page 2, then waits to hand over the end
+    assert ended.wait(5)
+    began = time.monotonic()
+    while _sessions() - before and time.monotonic() - began < 2:  # the reader is done with its connection
+        time.sleep(0.02)
+    got.close()  # the client goes away
+    assert not _readers()
+    assert cancels == []
+    assert list(export_fetch.read_ahead(pages, ahead=1)) == [[(1,)], [(2,)]]
+    assert not _readers() and cancels == []
