@@ -172,6 +172,12 @@ except ValueError as exc:
     raise ImproperlyConfigured(str(exc)) from None
 # Failed logins are throttled per username and client address (apps/accounts/throttle.py); the throttled
 # backend answers every password check, ModelBackend stays only for sessions made before it
+# The test suite (tests/conftest.py sets SELFPLAY_TEST_FAST_HASHER=1 for itself and the servers it starts)
+# hashes with MD5: PBKDF2's 1,000,000 rounds take ~1.4 s per user or login on a 2-core CI box. PBKDF2 stays
+# in the list, so a hash made either way verifies in every process. Never set it for a real deployment.
+if os.environ.get("SELFPLAY_TEST_FAST_HASHER") == "1":
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher",
+                        "django.contrib.auth.hashers.PBKDF2PasswordHasher"]
 AUTHENTICATION_BACKENDS = ["apps.accounts.throttle.ThrottledModelBackend", "django.contrib.auth.backends.ModelBackend"]
 try:
     if envcfg.env_bool("SELFPLAY_BEHIND_PROXY", False):  # a TLS proxy in front sets X-Forwarded-Proto
