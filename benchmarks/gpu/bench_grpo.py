@@ -51,6 +51,8 @@ def main() -> None:
                     help="rollout.cuda_graphs of the hf backend (auto = on on a GPU)")
     ap.add_argument("--vllm-mode", default="colocate", choices=["colocate", "separate"],
                     help="rollout.vllm_mode (separate: vLLM on the next GPU, weights by NCCL)")
+    ap.add_argument("--vllm-sleep", action="store_true", help="rollout.vllm_sleep: vLLM sleeps during the update")
+    ap.add_argument("--compile", action="store_true", help="model.compile (the update's decoder layers)")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
 
@@ -60,8 +62,9 @@ def main() -> None:
     cfg = {
         "method": "grpo", "seed": 0, "reward": "exact",
         "model": {"name_or_path": str(model_dir), "dtype": "auto", "lora": {"r": 0},
-                  "gradient_checkpointing": args.gc},
-        "rollout": {"backend": args.backend, "vllm_mode": args.vllm_mode, "temperature": 1.0, "max_new_tokens": TOKENS, "min_new_tokens": TOKENS,
+                  "gradient_checkpointing": args.gc, "compile": args.compile},
+        "rollout": {"backend": args.backend, "vllm_mode": args.vllm_mode, "vllm_sleep": args.vllm_sleep,
+                    "temperature": 1.0, "max_new_tokens": TOKENS, "min_new_tokens": TOKENS,
                     "group_size": 8,
                     "cuda_graphs": {"auto": "auto", "on": True, "off": False}[args.cuda_graphs]},
         "train": {"steps": args.steps, "lr": 1e-6, "prompts_per_step": 8, "micro_batch_size": args.micro,
@@ -92,7 +95,8 @@ def main() -> None:
         "peak_mem_gb": peak_mem_gb(), "wall_s": wall,
         "config": {"micro_batch_size": args.micro, "gc": args.gc, "packing": args.packing,
                    "share_prompt_prefix": not args.no_share, "cuda_graphs": args.cuda_graphs,
-                   "vllm_mode": args.vllm_mode if args.backend == "vllm" else None},
+                   "vllm_mode": args.vllm_mode if args.backend == "vllm" else None,
+                   "vllm_sleep": args.vllm_sleep, "compile": args.compile},
     })
 
 

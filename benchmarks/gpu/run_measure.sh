@@ -10,6 +10,8 @@
 #   mfu    (any later call) update MFU variants: TOKENS (default 8192), COMPILE=1 for model.compile
 #   b1     carry .gpu_wheels: update profile with model.compile, ZeRO-1 vs ZeRO-2 (no vLLM needed)
 # On nvidia-h100-x2 (vLLM's `separate` mode: the engine in its own process on GPU 1, weights by NCCL):
+# One GPU, vLLM's sleep mode and compile in a whole GRPO run: `s1`, `stage` (as below), then
+#   z3     carry .gpu_vllm/p2 .gpu_vllm/deps: GRPO with rollout.vllm_sleep; GRPO with vLLM + model.compile
 #   s1     carry .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_vllm/p0 (stage only); then `stage` with p1
 #   s3     carry .gpu_vllm/p2 .gpu_vllm/deps: bench_vllm --mode separate, GRPO with vllm_mode separate
 #          (plain, and under torchrun with one trainer rank)
@@ -40,6 +42,11 @@ case $phase in
     step vllm_sep 240 benchmarks/gpu/bench_vllm.py --reps 3 --mode separate --util 0.5
     step grpo_sep 170 benchmarks/gpu/bench_grpo.py --backend vllm --vllm-mode separate --engine deepspeed --zero 2 --steps 5 --packing --no-share --tag "vllm separate"
     step grpo_sep_torchrun 170 -m torch.distributed.run --nproc_per_node 1 benchmarks/gpu/bench_grpo.py --backend vllm --vllm-mode separate --engine deepspeed --zero 2 --steps 4 --packing --no-share --tag "vllm separate, torchrun"
+    ;;
+  z3)
+    export VLLM_USE_FLASHINFER_SAMPLER=0
+    step grpo_sleep 170 benchmarks/gpu/bench_grpo.py --backend vllm --vllm-sleep --engine deepspeed --zero 2 --steps 4 --packing --no-share --tag "vllm sleep"
+    step grpo_compile 240 benchmarks/gpu/bench_grpo.py --backend vllm --compile --engine deepspeed --zero 2 --steps 5 --packing --no-share --tag "vllm + compile"
     ;;
   mfu)
     step "mfu${COMPILE:+_compile}_${TOKENS:-8192}" 300 benchmarks/gpu/profile_update.py --engine deepspeed \
