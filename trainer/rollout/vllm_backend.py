@@ -6,8 +6,9 @@ Two placements (written against vLLM 0.24's API; vLLM 0.20-0.26 pin the device's
   ``VLLM_ENABLE_V1_MULTIPROCESSING=0``), taking ``rollout.gpu_memory_utilization`` of the card.
   After each optimizer step the trainer's weights are pushed without touching the disk:
   ``llm.apply_model(lambda m: m.load_weights(...))`` on bf16 copies of the parameters (LoRA
-  adapters are merged first). ``sleep=True`` frees vLLM's KV cache (and weights) between
-  rollouts (``llm.sleep(level=2)`` / ``wake_up``) so the update pass gets the memory back.
+  adapters are merged first). ``sleep=True`` frees vLLM's KV cache and moves its weights to
+  CPU between rollouts (``llm.sleep(level=1)`` / ``wake_up``) so the update pass gets the memory back
+  (run on an H100 in a whole GRPO run, benchmarks/RESULTS.md).
 - ``separate``: vLLM's engine runs in its own process on another GPU (``vllm_device``); weights
   travel GPU to GPU by NCCL broadcast through vLLM's weight-transfer engine
   (``init_weight_transfer_engine`` / ``update_weights`` on vLLM's side,
