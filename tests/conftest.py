@@ -45,12 +45,15 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
 
 
 @pytest.fixture(autouse=True)
-def _judge_endpoint_list_as_found():
-    """A run job executed in-process exports the operator's endpoint list to the trainer
-    (apps/runs/sealed.py: open_for_worker); put it back so later tests see the environment as found."""
-    before = os.environ.get("SELFPLAY_JUDGE_ENDPOINTS")
+def _environment_as_found():
+    """A run job executed in-process sets variables for its trainer: SELFPLAY_DATA_DIR (execute_run; a later
+    server subprocess derives its database address from it) and SELFPLAY_JUDGE_ENDPOINTS (apps/runs/sealed.py:
+    open_for_worker). Every test ends with them as it began."""
+    names = ("SELFPLAY_DATA_DIR", "SELFPLAY_JUDGE_ENDPOINTS")
+    before = {name: os.environ.get(name) for name in names}
     yield
-    if before is None:
-        os.environ.pop("SELFPLAY_JUDGE_ENDPOINTS", None)
-    else:
-        os.environ["SELFPLAY_JUDGE_ENDPOINTS"] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

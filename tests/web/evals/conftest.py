@@ -34,18 +34,6 @@ def data_dir(settings, tmp_path):
     return tmp_path / "data"
 
 
-@pytest.fixture(autouse=True)
-def keep_data_dir_env():
-    """Jobs run in this process may set SELFPLAY_DATA_DIR (execute_run does); a later server
-    subprocess derives its database address from it, so every test ends with it as it began."""
-    before = os.environ.get("SELFPLAY_DATA_DIR")
-    yield
-    if before is None:
-        os.environ.pop("SELFPLAY_DATA_DIR", None)
-    else:
-        os.environ["SELFPLAY_DATA_DIR"] = before
-
-
 def records(step: int, n_tasks: int = 2, answers: int = 3) -> list[dict]:
     """SPICE-like sample records of one step: tasks, challenger + reasoner attempts, rubrics, grades."""
     out = []
