@@ -253,7 +253,7 @@ def load_policy(cfg, frozen: bool | None = None, allowed_dirs=None, device: torc
         inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if lora.r > 0:
             inner.enable_input_require_grads()
-    if getattr(cfg.model, "compile", False):  # after the frozen copy: it stays eager
+    if cfg.model.compile:  # after the frozen copy: it stays eager
         from trainer.compile import check_supported, compile_decoder_layers
 
         check_supported(cfg)

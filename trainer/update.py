@@ -262,7 +262,7 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
         packing = getattr(t, "packing", False)
         # model.compile compiles training forwards without a KV cache: the shared-prompt path (a cache
         # of the group's prompt) would run every layer eagerly, so compile packs/pads groups instead.
-        share = t.share_prompt_prefix and not getattr(cfg.model, "compile", False)
+        share = t.share_prompt_prefix and not cfg.model.compile
         plan = plan_micro_batches(run, t.micro_batch_size, share,
                                   t.micro_batch_tokens if packing else None)
         idle = _missing_micro_batches(len(plan), engine)  # agreed BEFORE any backward: ZeRO reduces in each
@@ -327,7 +327,7 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
     with policy.autocast():
         logits = trained_logits(lm, mb, policy.device)  # [N, V]
     ids = mb.completion[mb.mask]  # [N]
-    if getattr(cfg.model, "compile", False):  # one fused pass over the logits (trainer/compile.py)
+    if cfg.model.compile:  # one fused pass over the logits (trainer/compile.py)
         from trainer.compile import compiled_logprobs_and_entropy
 
         logp_flat, ent = compiled_logprobs_and_entropy()(logits, ids, mb.temp, t.entropy_coef > 0)  # [N], [N]
@@ -350,7 +350,7 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
     loss = pg
     parts = {"pg_sum": float(pg.detach()) * denom, "clip_sum": clip["clip_frac"] * n, "run_tokens": n,
              "ratio_max": clip["ratio_max"], "ratio_min": clip["ratio_min"], **is_parts}
-    if reference is not mb.old_logp:  # the trainer's -log p of the sampled tokens (for entropy_sampled)
+    if not cfg.rollout_logprobs:  # no rollout log-probs: entropy_sampled is the trainer's -log p
         parts["run_neg_logprob"] = float(-(reference * mb.mask).sum())
     parts["entropy_sum"] = float(ent.detach().sum())
     if t.entropy_coef > 0:
