@@ -1,21 +1,9 @@
 """The live run page's websocket: /ws/runs/<id>/ joins the Channels group `run-<id>`.
 
-Messages are JSON with a `type` of status, metric, sample or review, published by the
-DjangoSink (apps/runs/sink.py) and the Run's status changes through ``publish()``. On connect
-the consumer first sends the run's current status, so a page that (re)connects knows where it
-stands.
-
-The hot path is one group message relayed to every viewer (200 viewers x 10 messages/s in
-benchmarks/load.py), so ``publish()`` encodes the JSON once and the group message carries the
-finished text (`{"type": "run.message", "text": ...}`): a consumer only writes it to its socket,
-with no database work (not even Channels' per-message connection cleanup, see ``dispatch``), no
-re-encoding and no per-message check (the viewer was authenticated on connect). A group message with a `data` dict instead (older publishers, tests) is encoded
-by the consumer.
-
-Every message ``publish()`` sends carries `seq`, the run's message counter (a Redis INCR): a page
-that stays connected but sees a number skipped (the channel layer drops messages that waited
-too long) refetches what it missed from the metrics API. The connect snapshot carries the
-current `seq`, so the count starts there.
+On connect the consumer sends the run's current status and message counter (`seq`), so a page that
+(re)connects knows where it stands. After that it relays the group's messages, already encoded as
+JSON by ``publish()``, to its socket with no database work and no re-encoding; a viewer that falls
+too far behind is closed and catches up from the metrics API.
 """
 import json
 import logging

@@ -99,7 +99,7 @@ def test_solver_reward_wiring_reproduces_the_formula():
 
 def test_rubric_score_stages_and_filter_window():
     a = Attempt(Trajectory(prompt_ids=[1]), grades=[1.0, 0.0, 1.0])
-    assert a.g == pytest.approx(2 / 3) and Attempt(Trajectory(prompt_ids=[1])).g == 0.0
+    assert a.rubric_score == pytest.approx(2 / 3) and Attempt(Trajectory(prompt_ids=[1])).rubric_score == 0.0
     sec = ScopeSection(challenger_steps=2, solver_steps=3)
     assert [stage_of(s, sec) for s in (1, 2, 3, 5, 6)] == [(0, "challenger"), (0, "challenger"), (0, "solver"),
                                                           (0, "solver"), (1, "challenger")]

@@ -114,7 +114,7 @@ class Attempt:
     rubric_keys: list[str] = field(default_factory=list)
 
     @property
-    def g(self) -> float:
+    def rubric_score(self) -> float:
         """Rubric score: fraction of rubrics passed (uniform weights)."""
         return scope_rubric_score([s >= 1.0 for s in self.grades]) if self.grades else 0.0
 
@@ -207,23 +207,24 @@ class Scope:
         types = [rng.choice(self.sec.task_types) for _ in docs]
         texts = [truncate_to_tokens(f"(Title: {d.title})\n{d.text}", self.tok, self.sec.max_document_tokens)
                  for d in docs]
-        prompts = [chat(self.tok, None, challenger_prompt(t, ty, n))
-                   for t, ty, n in zip(texts, types, searches) for _ in range(group)]
+        prompts = [chat(self.tok, None, challenger_prompt(t, task_type, n))
+                   for t, task_type, n in zip(texts, types, searches) for _ in range(group)]
         trajs: list = [None] * len(prompts)
         for n in sorted(set(searches)):  # n searches, then the task: n + 1 turns
             rows = [k for k in range(len(prompts)) if searches[k // group] == n]
-            for k, tr in zip(rows, multi_turn_rollout(self.ctx.generator, self.tok, [prompts[k] for k in rows],
+            for k, traj in zip(rows, multi_turn_rollout(self.ctx.generator, self.tok, [prompts[k] for k in rows],
                                                       self.ctx.sampling_params(), self.tool, max_turns=n + 1,
                                                       final_tag="task")):
-                trajs[k] = tr
+                trajs[k] = traj
         out = []
-        for i, (d, text, ty, n) in enumerate(zip(docs, texts, types, searches)):
+        for i, (d, text, task_type, n) in enumerate(zip(docs, texts, types, searches)):
             row = []
             for j in range(group):
-                tr = trajs[i * group + j]
-                turns = assistant_texts(tr.turns)
-                row.append(Task(f"{step}:{tag}{i}.{j}", str(d.id), text, ty, n, parse_task(turns[-1] if turns else ""),
-                                fmt=scope_format_parts(turns, "challenger", n), trajectory=tr))
+                traj = trajs[i * group + j]
+                turns = assistant_texts(traj.turns)
+                row.append(Task(f"{step}:{tag}{i}.{j}", str(d.id), text, task_type, n,
+                                parse_task(turns[-1] if turns else ""),
+                                fmt=scope_format_parts(turns, "challenger", n), trajectory=traj))
             out.append(row)
         return out
 
@@ -237,7 +238,7 @@ class Scope:
         ready = [t for t in passed if t.rubrics]
         attempts = self.solve(ready, n_rollouts)
         for t in ready:
-            t.mean_score = sum(a.g for a in attempts[t.key]) / len(attempts[t.key])
+            t.mean_score = sum(a.rubric_score for a in attempts[t.key]) / len(attempts[t.key])
         return attempts
 
     def solve(self, tasks: list[Task], n: int) -> dict[str, list[Attempt]]:
@@ -248,7 +249,7 @@ class Scope:
                    for t in tasks for _ in range(n)]
         trajs = multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
                                    max_turns=self.sec.max_turns)
-        by_task = {t.key: [Attempt(tr) for tr in trajs[i * n:(i + 1) * n]] for i, t in enumerate(tasks)}
+        by_task = {t.key: [Attempt(traj) for traj in trajs[i * n:(i + 1) * n]] for i, t in enumerate(tasks)}
         self.judge_grades(tasks, by_task)
         return by_task
 
@@ -350,7 +351,8 @@ class Scope:
             return
         attempts = self.solve(tasks, G)
         flat = [a for t in tasks for a in attempts[t.key]]
-        rewards = [solver_reward(a.g, len(self.tok.encode(a.trajectory.final or "", add_special_tokens=False)),
+        rewards = [solver_reward(a.rubric_score,
+                                 len(self.tok.encode(a.trajectory.final or "", add_special_tokens=False)),
                                  a.trajectory.turns, a.trajectory.n_searches, sec) for a in flat]
         adv = self.grpo(torch.tensor(rewards).view(len(tasks), G)).flatten().tolist()  # [tasks * G]
         samples = [Sample.from_trajectory(a.trajectory, v, role=SOLVER, temperature=a.trajectory.temperature)
@@ -359,7 +361,7 @@ class Scope:
         metrics = self.ctx.update(samples).get(SOLVER, {})
         n = len(flat)
         self.ctx.log(step, SOLVER, {
-            **metrics, "reward_mean": sum(rewards) / n, "rubric_score": sum(a.g for a in flat) / n,
+            **metrics, "reward_mean": sum(rewards) / n, "rubric_score": sum(a.rubric_score for a in flat) / n,
             "searches": sum(a.trajectory.n_searches for a in flat) / n, "tasks": len(tasks),
             "response_length": sum(a.trajectory.n_model_tokens for a in flat) / n,
             "pool_size": len(self.ctx.state["pool"]), "gen_seconds": gen_seconds, **self.take_counts()})
@@ -410,11 +412,11 @@ class Scope:
                          "priority": r.priority, "data": {}} for r in t.rubrics]
             for j, a in enumerate(tried):
                 akey = f"{t.key}:{stage[0]}{j}"
-                reward = attempt_rewards[k] if attempt_rewards else a.g
+                reward = attempt_rewards[k] if attempt_rewards else a.rubric_score
                 k += 1
                 out.append({"kind": "attempt", "key": akey, "task_key": t.key, "role": SOLVER, "step": step,
                             "reward": reward, **a.trajectory.to_attempt(),
-                            "data": {"stage": stage, "rubric_score": a.g, "final": a.trajectory.final}})
+                            "data": {"stage": stage, "rubric_score": a.rubric_score, "final": a.trajectory.final}})
                 out += [{"kind": "grade", "key": f"{akey}:{rk}", "attempt_key": akey, "rubric_key": rk, "step": step,
                          "score": s, "judge_text": text, "data": {}}
                         for rk, s, text in zip(a.rubric_keys, a.grades, a.judge_texts)]
