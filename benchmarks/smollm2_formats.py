@@ -29,7 +29,7 @@ torch.set_num_threads(1)
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from trainer.methods.spice import continue_chat  # noqa: E402
+from trainer.methods.spice_tasks import continue_chat  # noqa: E402
 from trainer.methods.spice_tasks import (  # noqa: E402
     ANSWER_TYPES, EXAMPLE_QUESTIONS, FormatChoice, TaskError, format_prompt, parse_format_choice, parse_task, task_prompt)
 from trainer.models import load_tokenizer, resolve_model  # noqa: E402

@@ -18,8 +18,8 @@ the Search-R1 prompt of SSP (``<answer>``) and ``multi_turn_rollout``.
 ``bootstrap_ci`` gives the 95% percentile bootstrap interval of the mean score.
 
 Cross-play (SPICE Figure 3): ``challenger_tasks(model_i, documents)`` writes tasks with the SPICE
-Challenger of checkpoint i (the recipe's own ``challenge``), ``solve_rate(model_j, tasks)``
-answers them with checkpoint j as Reasoner (``answer`` + ``is_correct``); the pass rate of
+Challenger of checkpoint i (``challenge`` of trainer/methods/spice_tasks.py, which the recipe
+uses too), ``solve_rate(model_j, tasks)`` answers them with checkpoint j as Reasoner (``answer`` + ``is_correct``); the pass rate of
 cell (i, j) is the share of correct answers.
 
 Command line::
@@ -544,7 +544,7 @@ def frozen_judge(loaded: LoadedModel, allowed_dirs=None, local_models=None, **kw
 # ---- cross-play (SPICE Figure 3) ---------------------------------------------------------------
 
 def _spice_ctx(loaded: LoadedModel, spice_section, sampling, answers: int = 1):
-    """What the SPICE recipe's ``challenge`` / ``answer`` read from a RecipeContext."""
+    """What SPICE's ``challenge`` / ``answer`` (spice_tasks) read from a RecipeContext."""
     rollout = SimpleNamespace(group_size=answers)
     return SimpleNamespace(config=SimpleNamespace(spice=spice_section, rollout=rollout),
                            policy=SimpleNamespace(tokenizer=loaded.tokenizer), generator=loaded.generator,
@@ -561,9 +561,9 @@ def challenger_tasks(loaded: LoadedModel, documents, n_tasks: int, sampling, sec
                      max_rounds: int = 3) -> tuple[list[dict], int]:
     """(up to ``n_tasks`` valid SPICE tasks written by ``loaded`` as Challenger, attempts made).
 
-    One Challenger attempt per document per round (the recipe's ``challenge``), over the given
+    One Challenger attempt per document per round (spice_tasks' ``challenge``), over the given
     documents in turn, for at most ``max_rounds`` rounds."""
-    from trainer.methods.spice import challenge
+    from trainer.methods.spice_tasks import challenge
 
     section = section or spice_section()
     section = section.model_copy(update={"challenger_attempts": 1})
@@ -587,8 +587,7 @@ def challenger_tasks(loaded: LoadedModel, documents, n_tasks: int, sampling, sec
 def solve_rate(loaded: LoadedModel, tasks: list[dict], sampling, answers_per_task: int = 4) -> tuple[float | None, list]:
     """(pass rate of ``loaded`` as SPICE Reasoner over ``tasks``, per-task correct lists);
     None when there are no tasks."""
-    from trainer.methods.spice import Attempt, answer
-    from trainer.methods.spice_tasks import SpiceTask
+    from trainer.methods.spice_tasks import Attempt, SpiceTask, answer
 
     if not tasks:
         return None, []

@@ -253,3 +253,24 @@ def test_the_command_line_prints_one_json_line(tmp_path, tiny_model_dir, capsys)
     assert line["n"] == 1 and line["scoring"] == "exact"
     assert json.loads((tmp_path / "s.jsonl").read_text())["gold"] == "hi"
     assert main(["base:", "--benchmark", "gsm8k"]) == 2
+
+
+def test_library_code_never_imports_a_recipe():
+    """A recipe (trainer/methods/<method>.py) is a top-level script: trainer's library code, the
+    shared parts and the web reach SPICE's Challenger/Reasoner through spice_tasks, never the recipe."""
+    import ast
+    from pathlib import Path
+
+    from trainer.methods import METHODS
+
+    root = Path(__file__).resolve().parents[2]
+    recipes = {f"trainer.methods.{name}" for name in METHODS}
+    offenders = []
+    for path in [*(root / "trainer").rglob("*.py"), *(root / "apps").rglob("*.py")]:
+        if path.parent.name == "methods" and path.stem in METHODS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            offenders += [f"{path.relative_to(root)} imports {n}" for n in names if n in recipes]
+    assert offenders == []

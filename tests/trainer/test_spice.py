@@ -7,7 +7,8 @@ import pytest
 from trainer.algos import get_advantage
 from trainer.config import load_config
 from trainer.methods.review import ReviewState
-from trainer.methods.spice import Attempt, build_samples, challenger_reward, continue_chat, is_correct, select
+from trainer.methods.spice import build_samples, challenger_reward, select
+from trainer.methods.spice_tasks import Attempt, continue_chat, is_correct
 from trainer.methods.spice_tasks import (
     FormatChoice,
     SpiceTask,
@@ -246,7 +247,7 @@ def test_continue_chat_closes_the_turn_and_opens_the_next(smollm2_tokenizer):
 import json  # noqa: E402
 
 from tests.trainer.taught import pair, teach  # noqa: E402
-from trainer.methods.spice import challenger_prompt, prefill_ids  # noqa: E402
+from trainer.methods.spice_tasks import challenger_prompt, prefill_ids  # noqa: E402
 from trainer.methods.spice_tasks import MCQ_PROMPT, TASK_PREFILL  # noqa: E402
 from trainer.prompts import chat  # noqa: E402
 from trainer.runner import run  # noqa: E402

@@ -21,6 +21,11 @@ fields must be present and non-empty, and the answer must match its declared typ
 else makes the task invalid, with a short reason kept for the sink.
 
 The Reasoner sees only the question (Figure 8: "reason step by step ... \\boxed{}").
+
+The two roles' generation lives here too (``challenge``: one batch of Challenger conversations;
+``answer``: the Reasoner's answers, graded by ``is_correct``), because the recipe
+(``trainer/methods/spice.py``) and the cross-play evaluation (``trainer/evaluate.py``) both call
+them; library code never imports the recipe.
 """
 from __future__ import annotations
 
@@ -28,8 +33,13 @@ import json
 import math
 import random
 import re
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from trainer.prompts import chat
+from trainer.tools.corpus import document_text
+from trainer.verify import exact_match, extract_boxed, math_equal, mcq_match
 
 ANSWER_TYPES = ("integer", "float", "expression", "string", "boolean")
 MCQ_LETTERS = ("A", "B", "C", "D")
@@ -300,3 +310,144 @@ def keep_preserving_ratio(valid: Sequence[bool], group_size: int, rng: random.Ra
     n_bad = min(len(bad), group_size - n_good)
     n_good = group_size - n_bad  # top up with valid ones if invalid ones ran short
     return sorted(rng.sample(good, n_good) + rng.sample(bad, n_bad))
+
+
+# ---- the two roles' generation (the recipe and trainer.evaluate's cross-play both call these) ---------
+
+@dataclass
+class Attempt:
+    """One Challenger conversation over one document, and what came of it."""
+
+    doc_id: str
+    doc_title: str
+    index: int
+    key: str
+    prompt_ids: list[int]
+    group: int = 0  # position of the document in the step's batch
+    completion_ids: list[int] = field(default_factory=list)  # turn one + user turn two + turn two
+    loss_mask: list[int] = field(default_factory=list)  # 0 on the user turn
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[dict] = field(default_factory=list)
+    choice: FormatChoice | None = None
+    task: SpiceTask | None = None
+    reason: str = ""  # why the task is invalid ("" when valid)
+    kept: bool = False
+    answers: list = field(default_factory=list)  # Reasoner Completions
+    correct: list[bool] | None = None
+    reward: float = 0.0
+    trained_reasoner: bool = False
+
+    @property
+    def valid(self) -> bool:
+        return self.task is not None and not self.reason
+
+    @property
+    def pass_rate(self) -> float | None:
+        return sum(self.correct) / len(self.correct) if self.correct else None
+
+    def extend(self, ids: list[int], logprobs: list[float], trained: bool) -> None:
+        self.completion_ids += ids
+        self.logprobs += logprobs if trained else [0.0] * len(ids)
+        self.loss_mask += [1 if trained else 0] * len(ids)
+
+
+def is_correct(task: SpiceTask, completion_text: str) -> bool:
+    """The Reasoner's boxed answer checked against the gold by the task's answer type."""
+    boxed = extract_boxed(completion_text)
+    if boxed is None:
+        return False
+    if task.format == "mcq":
+        return mcq_match(boxed, task.answer)
+    if task.answer_type in ("integer", "float", "expression"):
+        return math_equal(boxed, task.answer)
+    return exact_match(boxed, task.answer)
+
+
+def continue_chat(tokenizer, user: str, ended_with_eos: bool) -> list[int]:
+    """Token ids closing the assistant turn, adding a user turn and opening the next assistant turn."""
+    if getattr(tokenizer, "chat_template", None):
+        sentinel = "@@SPICE-TURN@@"
+        messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": sentinel},
+                    {"role": "user", "content": user}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        glue = text[text.index(sentinel) + len(sentinel):]
+        eos = tokenizer.eos_token or ""
+        if ended_with_eos and eos and glue.startswith(eos):
+            glue = glue[len(eos):]
+    else:
+        glue = f"\n\nUser: {user}\n\nAssistant:"
+    return tokenizer.encode(glue, add_special_tokens=False)
+
+
+def challenger_prompt(tokenizer, doc, sec) -> list[int]:
+    """Turn one's prompt: the document (whole passages up to the token budget) and the format question."""
+    body = document_text(doc, tokenizer, sec.max_document_tokens)
+    body = f"Title: {doc.title}\n\n{body}" if doc.title else body
+    return chat(tokenizer, None, format_prompt(f"[BEGINNING OF THE DOCUMENT]\n{body}\n[END OF THE DOCUMENT]",
+                                               sec.formats, sec.answer_types)) + prefill_ids(tokenizer, FORMAT_PREFILL)
+
+
+def prefill_ids(tokenizer, text: str) -> list[int]:
+    """The tokens opening an assistant turn (spice_tasks FORMAT_PREFILL / TASK_PREFILL)."""
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def draw_numbers(docs) -> list[int]:
+    """How many times each document was drawn before, in this step: [a, b, a] -> [0, 0, 1]."""
+    seen: Counter = Counter()
+    out = []
+    for doc in docs:
+        out.append(seen[doc.id])
+        seen[doc.id] += 1
+    return out
+
+
+def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Attempt]:
+    """Both Challenger turns for ``challenger_attempts`` conversations per document, batched.
+
+    ``draws``: each document's draw number in the whole step (keys stay unique when the same
+    document is drawn twice, also on different ranks); by default counted within ``docs``."""
+    sec, tok = ctx.config.spice, ctx.policy.tokenizer
+    attempts, N = [], sec.challenger_attempts
+    draws = draw_numbers(docs) if draws is None else draws
+    for d, doc in enumerate(docs):
+        prompt = challenger_prompt(tok, doc, sec)
+        first_i = draws[d] * N
+        attempts += [Attempt(str(doc.id), doc.title, first_i + i, f"{step}:{doc.id}:{first_i + i}", list(prompt),
+                             group=d) for i in range(N)]
+    first = ctx.generator.generate([a.prompt_ids for a in attempts],
+                                   ctx.sampling_params(max_new_tokens=sec.format_max_new_tokens))
+    second = []
+    for a, c in zip(attempts, first):
+        a.extend(c.completion_ids, c.logprobs, trained=True)
+        a.turns.append({"role": "assistant", "text": FORMAT_PREFILL + c.text})
+        try:
+            a.choice = parse_format_choice(FORMAT_PREFILL + c.text, sec.formats, sec.answer_types)
+        except TaskError as err:
+            a.reason = f"format: {err}"
+            continue
+        user = task_prompt(a.choice)
+        a.extend(continue_chat(tok, user, c.finish_reason == "eos") + prefill_ids(tok, TASK_PREFILL[a.choice.format]),
+                 [], trained=False)
+        a.turns.append({"role": "user", "text": user})
+        second.append(a)
+    outs = ctx.generator.generate([a.prompt_ids + a.completion_ids for a in second], ctx.sampling_params())
+    for a, c in zip(second, outs):
+        a.extend(c.completion_ids, c.logprobs, trained=True)
+        text = TASK_PREFILL[a.choice.format] + c.text
+        a.turns.append({"role": "assistant", "text": text})
+        try:
+            a.task = parse_task(text, a.choice, sec.max_string_answer_words)
+        except TaskError as err:
+            a.reason = f"task: {err}"
+    return attempts
+
+
+def answer(ctx, attempts: list[Attempt]) -> None:
+    """``rollout.group_size`` Reasoner answers for each attempt, graded against its gold."""
+    G, tok = ctx.config.rollout.group_size, ctx.policy.tokenizer
+    prompts = [chat(tok, None, reasoner_prompt(a.task)) for a in attempts for _ in range(G)]
+    outs = ctx.generator.generate(prompts, ctx.sampling_params())
+    for i, a in enumerate(attempts):
+        a.answers = outs[i * G:(i + 1) * G]
+        a.correct = [is_correct(a.task, c.text) for c in a.answers]

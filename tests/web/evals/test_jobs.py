@@ -153,8 +153,9 @@ def _teach_player(tiny_model_dir, dest, doc, sec, own: tuple[str, str], answers:
     from transformers import AutoTokenizer
 
     from tests.trainer.taught import pair, teach
-    from trainer.methods.spice import challenger_prompt, continue_chat
-    from trainer.methods.spice_tasks import FormatChoice, SpiceTask, reasoner_prompt, task_prompt
+    from trainer.methods.spice_tasks import (
+        FormatChoice, SpiceTask, challenger_prompt, continue_chat, reasoner_prompt, task_prompt,
+    )
     from trainer.prompts import chat
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)

@@ -115,8 +115,7 @@ def test_a_flagged_question_is_not_trained_on_in_the_next_step(tiny_config, tiny
     from tests.trainer.taught import pair, teach
 
     from trainer.config import load_config
-    from trainer.methods.spice import challenger_prompt, continue_chat
-    from trainer.methods.spice_tasks import MCQ_PROMPT, SpiceTask, reasoner_prompt
+    from trainer.methods.spice_tasks import MCQ_PROMPT, SpiceTask, challenger_prompt, continue_chat, reasoner_prompt
     from trainer.prompts import chat
     from trainer.tools.corpus import Document as TrainerDocument
 
