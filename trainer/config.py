@@ -91,6 +91,9 @@ class RolloutConfig(Section):
 
 class TrainConfig(Section):
     steps: int = Field(100, ge=1, description="Training steps (policy updates).")
+    time_limit_minutes: float = Field(
+        0.0, ge=0, description="Stop after the step that ends past this many minutes of training in this process, "
+        "with a checkpoint, so a run fits a machine's lease and resumes later with --resume (0 = no limit).")
     lr: float = Field(1e-6, gt=0, description="Peak learning rate (AdamW).")
     prompts_per_step: int = Field(8, ge=1, description="Prompts (or documents) per step.")
     engine: Literal["torch", "deepspeed"] = Field("torch", description="Optimizer engine: plain torch or DeepSpeed ZeRO.")

@@ -58,9 +58,12 @@ class RecipeContext:
     # -- the loop ---------------------------------------------------------------------------
     def steps(self):
         """Yield step numbers start_step+1 .. train.steps; after each: flush metrics, checkpoint
-        when due, poll the sink (stop/pause end the loop after a checkpoint)."""
+        when due, poll the sink (stop/pause, or train.time_limit_minutes passed, end the loop after a
+        checkpoint)."""
         every = self.config.checkpoint.every
         total = self.config.train.steps
+        limit = self.config.train.time_limit_minutes * 60
+        started = time.perf_counter()
         for step in range(self.start_step + 1, total + 1):
             t0 = time.perf_counter()
             yield step
@@ -73,7 +76,10 @@ class RecipeContext:
             self.verdicts.extend(control.verdicts)
             if control.harness is not None:
                 self.harness = control.harness
-            if control.stop or control.pause:
+            out_of_time = limit > 0 and step < total and time.perf_counter() - started >= limit
+            if limit > 0 and dist.active():  # every rank stops at the same step
+                out_of_time = max(dist.all_reduce([float(out_of_time)], "max")) > 0
+            if control.stop or control.pause or out_of_time:
                 self.stopped = True
                 self.checkpoint(step)
                 return

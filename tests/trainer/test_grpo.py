@@ -81,3 +81,14 @@ def test_reward_stats_and_registry():
     assert stats["reward_mean"] == 0.75 and stats["zero_variance_groups"] == 0.5
     assert set(METHODS) == {"grpo", "spice", "ssp", "scope", "score", "piplay"}
     assert METHODS["grpo"][0].load().__name__ == "run_grpo"
+
+
+def test_a_time_limit_stops_after_the_step_with_a_checkpoint_and_resumes(tiny_config, tmp_path):
+    """train.time_limit_minutes: the run stops after the first step that ends past the limit, checkpointed,
+    and --resume carries on from there (how a learning run fits a GPU machine's lease)."""
+    cfg = tiny_config(train={"steps": 4, "time_limit_minutes": 1e-9}, checkpoint={"every": 0, "keep_last": 2})
+    first = trainer.run(cfg, run_dir=tmp_path / "run")
+    assert first.steps == 1 and first.stopped and first.final_checkpoint.endswith("step-000001")
+    second = trainer.run({**cfg, "train": {**cfg["train"], "time_limit_minutes": 0}}, run_dir=tmp_path / "run",
+                         resume=True)
+    assert second.steps == 4 and not second.stopped

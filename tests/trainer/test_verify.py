@@ -159,3 +159,22 @@ def test_parsers_never_raise_on_arbitrary_text(text, tag):
     assert letter is None or letter in "ABCDEFGHIJ"
     assert isinstance(normalize_answer(text), str)
     assert 0.0 <= f1(text, "a b c") <= 1.0
+
+
+def test_plain_numbers_are_compared_without_sympy(monkeypatch):
+    """GSM8K answers are mostly plain numbers: math_equal compares them itself (math-verify costs ~50 ms
+    a call, most of a GRPO step's scoring); anything else still goes to math-verify."""
+    from trainer import verify
+
+    assert verify.plain_number("1,000") == 1000 and verify.plain_number("\\$18.00") == 18
+    assert verify.plain_number("50\\%") == 50 and verify.plain_number("18 \\text{ dollars}") == 18
+    assert verify.plain_number("18 apples") == 18 and verify.plain_number("-.5") == -0.5
+    for other in ("1/2", "\\frac{1}{2}", "3 hours and 20 minutes", "x+1", "1,2", "10^3", "2e5", None, ""):
+        assert verify.plain_number(other) is None, other
+
+    def no_sympy(*a, **k):
+        raise AssertionError("math-verify was asked about two plain numbers")
+
+    monkeypatch.setattr(verify._WORKER, "equal", no_sympy)
+    assert verify.math_equal("\\$18.00", "18") and verify.math_equal("1,000", "1000")
+    assert not verify.math_equal("17", "18") and not verify.math_equal("18.5", "18")

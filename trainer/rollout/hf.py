@@ -29,7 +29,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from trainer.rollout.static_decode import (AUTO_MODEL_TYPES, StaticDecoder, StaticStepper, model_type,
-                                           unsupported_reason)
+                                           repair_rng_after_failed_capture, unsupported_reason)
 from trainer.rollout.types import Completion, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -419,6 +419,10 @@ class HFGenerator:
                 return result
             except Exception as exc:  # noqa: BLE001 - any failure: never crash a run, decode eagerly
                 self._switch_off(f"{type(exc).__name__}: {exc}", exc_info=True)
+                if device.type == "cuda" and not repair_rng_after_failed_capture(device) and self.rng is None:
+                    # a generator of our own is never part of a capture: sampling goes on with it
+                    seed = int(torch.randint(0, 2**62, (1,)).item())
+                    self.rng = torch.Generator(device=device).manual_seed(seed)
         return self._decode_with(prompts, params, limits, "eager", use_adapter)
 
     def _stepper(self, mode: str, cache, logits, mask, next_pos, expand, n_todo, max_steps, use_adapter):

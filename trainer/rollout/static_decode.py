@@ -226,6 +226,49 @@ class _Storage:
         return self.caches[bucket]
 
 
+def repair_rng_after_failed_capture(device: torch.device) -> bool:
+    """Put the device's default CUDA generator back in its normal (not capturing) state after a capture
+    that raised; returns True if it works again.
+
+    A capture registers the default generator (its prologue marks it "capturing") and only a capture
+    that ends cleanly runs the epilogue. When ``capture_end`` itself raises (the capture was invalidated
+    by an error inside it, an allocation failure, a host sync), the mark stays, and every later random
+    draw on that GPU fails with "Offset increment outside graph capture encountered unexpectedly" -
+    including the eager loop this generator falls back to, so one failed capture crashed a run at its
+    next sampling step. A tiny capture that ends cleanly runs prologue and epilogue again and clears
+    the mark; failing that, the generator gets a fresh copy of its own state (same seed and offset).
+    """
+    def draws() -> bool:
+        try:
+            torch.rand(1, device=device)
+            return True
+        except RuntimeError:
+            return False
+
+    if draws():
+        return True
+    try:
+        probe = torch.zeros(1, device=device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            probe.add_(1)
+        del graph
+    except Exception:  # noqa: BLE001 - try the other way below
+        log.warning("HFGenerator: the clean-up capture after a failed capture failed too", exc_info=True)
+    if draws():
+        return True
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        generator = torch.cuda.default_generators[index]
+        generator.graphsafe_set_state(generator.clone_state())
+    except Exception:  # noqa: BLE001
+        log.warning("HFGenerator: could not reset the CUDA generator's state", exc_info=True)
+    ok = draws()
+    if not ok:
+        log.error("HFGenerator: the CUDA random generator is unusable after a failed graph capture")
+    return ok
+
+
 class StaticDecoder:
     """Owns the storages and captured graphs of one model (kept across generate calls)."""
 
@@ -351,8 +394,12 @@ class StaticDecoder:
                     self.step(st, bucket)
             torch.cuda.current_stream(device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with self._autocast(device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                logits = self.step(st, bucket)
+            try:
+                with self._autocast(device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                    logits = self.step(st, bucket)
+            except BaseException:
+                repair_rng_after_failed_capture(device)
+                raise
             self._check_replay(st, bucket, saved, graph, logits)
         finally:
             self._restore(st, bucket, saved)

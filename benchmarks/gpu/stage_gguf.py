@@ -1,0 +1,147 @@
+"""Stage a bundled model's GGUF on the GPU machine in call-sized parts, checksum included.
+
+A device call carries at most 64 MiB (code included), and the Qwen GGUFs are 0.5-1.1 GB, so the file
+travels in parts, one folder per call, into /tmp of a WARM machine (it keeps /tmp between calls while
+warm: the next call must come within its idle window), and is joined and imported there.
+
+HERE (the dev machine, repository root)::
+
+    python benchmarks/gpu/stage_gguf.py split qwen2.5-coder-0.5b-instruct        # -> .gpu_assets/stage/p01 ... pNN
+    # prints how many calls it takes; benchmarks/gpu/stage/<name>.manifest gets sha256, size and part sizes
+
+THERE (each call carries the next .gpu_assets/stage/pNN)::
+
+    python3 benchmarks/gpu/stage_gguf.py collect                 # copies the carried part(s) into /tmp/gguf_parts
+    python3 benchmarks/gpu/stage_gguf.py join qwen2.5-coder-0.5b-instruct --dest /tmp/models/qwen2.5-coder-0.5b-instruct
+
+``join`` checks every part's size, the whole file's size and sha256, then imports the GGUF with the product's
+``trainer.models.import_gguf`` (the ``gguf`` wheel must be installed: benchmarks/gpu/stage_wheels.sh).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+STAGE = ROOT / ".gpu_assets" / "stage"
+MANIFESTS = ROOT / "benchmarks" / "gpu" / "stage"
+PARTS = Path("/tmp/gguf_parts")
+MIB = 1 << 20
+
+
+def gguf_source(name: str) -> tuple[list[Path], int]:
+    """The installed parts of a bundled model (one file for SmolLM2), and the GGUF's size."""
+    from trainer import models
+
+    finder = getattr(models, "bundled_parts", None)
+    if finder is not None:  # the model catalog: several package parts make one GGUF
+        parts = finder(name)
+        return parts, sum(p.stat().st_size for p in parts)
+    one = models.bundled_gguf(name)
+    return [one], one.stat().st_size
+
+
+def cmd_split(args) -> None:
+    if args.file:
+        sources, total = [Path(args.file)], Path(args.file).stat().st_size
+    else:
+        sources, total = gguf_source(args.name)
+    shutil.rmtree(STAGE, ignore_errors=True)
+    sizes = [args.first_mib * MIB] + [args.mib * MIB] * (total // (args.mib * MIB) + 1)
+    digest, written, index = hashlib.sha256(), [], 0
+    out = None
+    left = 0
+
+    def next_part():
+        nonlocal out, left, index
+        if out is not None:
+            out.close()
+        index += 1
+        folder = STAGE / f"p{index:02d}"
+        folder.mkdir(parents=True)
+        path = folder / f"part{index:02d}"
+        written.append(path)
+        left = sizes[index - 1]
+        out = path.open("wb")
+
+    next_part()
+    for src in sources:
+        with src.open("rb") as f:
+            while chunk := f.read(4 * MIB):
+                digest.update(chunk)
+                while chunk:
+                    if left == 0:
+                        next_part()
+                    piece, chunk = chunk[:left], chunk[left:]
+                    out.write(piece)
+                    left -= len(piece)
+    out.close()
+    manifest = {"name": args.name, "bytes": total, "sha256": digest.hexdigest(),
+                "parts": [[p.name, p.stat().st_size] for p in written]}
+    MANIFESTS.mkdir(parents=True, exist_ok=True)
+    (MANIFESTS / f"{args.name}.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"{args.name}: {total / MIB:.1f} MiB in {len(written)} parts (.gpu_assets/stage/p01 .. p{len(written):02d}), "
+          f"sha256 {manifest['sha256'][:16]}...; carry one folder per call")
+
+
+def cmd_collect(args) -> None:
+    PARTS.mkdir(parents=True, exist_ok=True)
+    found = sorted(STAGE.glob("p*/part*"))
+    for part in found:
+        shutil.copy(part, PARTS / part.name)
+    have = sorted(p.name for p in PARTS.iterdir())
+    print(f"collect: carried {[p.name for p in found]}; /tmp/gguf_parts holds {len(have)}: {have[0] if have else ''}"
+          f" .. {have[-1] if have else ''}")
+
+
+def cmd_join(args) -> None:
+    from trainer.models import import_gguf
+
+    manifest = json.loads((MANIFESTS / f"{args.name}.json").read_text())
+    dest = Path(args.dest)
+    if (dest / "config.json").is_file():
+        print(f"join: {dest} already imported")
+        return
+    missing = [n for n, size in manifest["parts"] if not (PARTS / n).is_file() or (PARTS / n).stat().st_size != size]
+    if missing:
+        raise SystemExit(f"join: parts missing or of the wrong size: {missing}; carry those folders first")
+    gguf = Path("/tmp") / f"{args.name}.gguf"
+    digest = hashlib.sha256()
+    with gguf.open("wb") as out:
+        for n, _ in manifest["parts"]:
+            with (PARTS / n).open("rb") as f:
+                while chunk := f.read(16 * MIB):
+                    digest.update(chunk)
+                    out.write(chunk)
+    if digest.hexdigest() != manifest["sha256"] or gguf.stat().st_size != manifest["bytes"]:
+        raise SystemExit(f"join: checksum mismatch ({digest.hexdigest()} != {manifest['sha256']}); re-carry the parts")
+    import time
+
+    t0 = time.time()
+    import_gguf(gguf, dest)
+    print(f"join: sha256 ok, imported to {dest} in {time.time() - t0:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("split")
+    p.add_argument("name")
+    p.add_argument("--first-mib", type=int, default=40, help="the first part travels with the wheels: smaller")
+    p.add_argument("--mib", type=int, default=53)
+    p.add_argument("--file", help="a GGUF file to split instead of the bundled model's installed parts")
+    sub.add_parser("collect")
+    p = sub.add_parser("join")
+    p.add_argument("name")
+    p.add_argument("--dest", required=True)
+    args = parser.parse_args()
+    {"split": cmd_split, "collect": cmd_collect, "join": cmd_join}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
