@@ -194,9 +194,19 @@ def _get(cfg: Config, dotted: str):
     return value
 
 
+def _identity(cfg: Config, key: str):
+    value = _get(cfg, key)
+    if key == "model.name_or_path":  # a bundled name and its imported folder are one model
+        from trainer.models import model_identity
+
+        return model_identity(value)
+    return value
+
+
 def check_compatible(saved: Config, current: Config) -> None:
-    """Raise ResumeError when the identity of the run changed."""
-    diffs = [(k, _get(saved, k), _get(current, k)) for k in IDENTITY if _get(saved, k) != _get(current, k)]
+    """Raise ResumeError when the identity of the run changed (the model by what it is, not how
+    it is spelled: ``trainer.models.model_identity``)."""
+    diffs = [(k, _get(saved, k), _get(current, k)) for k in IDENTITY if _identity(saved, k) != _identity(current, k)]
     if diffs:
         lines = "; ".join(f"{k}: checkpoint has {a!r}, config has {b!r}" for k, a, b in diffs)
         raise ResumeError(f"cannot resume: the config changed what the run is ({lines}). "

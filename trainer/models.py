@@ -126,6 +126,22 @@ def resolve_model(name: str, allowed_dirs: list[str | Path] | None = None) -> Pa
         "not an absolute path and not a Hugging Face id (org/name)")
 
 
+def model_identity(name: str) -> str:
+    """What model ``name`` is, whatever its spelling: a path to a folder of the models dir is
+    that folder's name (so ``smollm2-135m-instruct`` and ``$SELFPLAY_DATA_DIR/models/smollm2-135m-instruct``
+    are the same model), any other path is its resolved absolute path, a name stays as it is.
+    Nothing is imported or loaded. A resume compares these, not the spellings."""
+    name = (name or "").strip()
+    path = Path(name).expanduser()
+    if not (path.is_absolute() or name.startswith(".")):
+        return name.rstrip("/")
+    real = path.resolve()
+    try:
+        return real.relative_to(models_dir().resolve()).as_posix()
+    except ValueError:
+        return str(real)
+
+
 def _check_local(path: Path, allowed_dirs) -> Path:
     real = path.resolve()
     if allowed_dirs is not None:

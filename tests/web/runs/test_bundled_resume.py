@@ -1,0 +1,123 @@
+"""The demo's model on a fresh data dir: a run of the bundled smollm2-135m-instruct pauses after
+step 1 and resumes to the end on a real RQ worker (issue 20, blocker 1).
+
+On a fresh data dir the bundled model is imported by the first job, so the first checkpoint holds
+the bare name while the resumed job finds the imported folder and spells the model as its path;
+the resume compares what the model is (``trainer.models.model_identity``), not the spelling.
+The same holds for a run failed (resumable) by the reaper after a Ctrl-C.
+
+Transactional: the job's heartbeat thread and the pause thread use their own DB connections.
+"""
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from apps.runs.models import Run
+from apps.runs.services import lifecycle
+from apps.runs.services.launch import launch
+from tests.web.runs.conftest import burst
+from trainer.checkpoint import check_compatible
+from trainer.config import load_config
+from trainer.models import model_identity
+
+pytestmark = pytest.mark.django_db(transaction=True)
+BUNDLED = "smollm2-135m-instruct"
+
+
+@pytest.fixture
+def fresh_data_dir(settings, tmp_path, monkeypatch, tiny_prompts_path):  # noqa: F811
+    """A data dir with no imported model, for the web (settings) and the trainer (environment) alike."""
+    import shutil
+
+    root = tmp_path / "data"
+    (root / "prompts").mkdir(parents=True)
+    shutil.copy(tiny_prompts_path, root / "prompts" / "arith.jsonl")
+    monkeypatch.setenv("SELFPLAY_DATA_DIR", str(root))
+    settings.DATA_DIR = root
+    settings.MODELS_DIR = root / "models"
+    settings.RUN_DATA_DIRS = [root]
+    settings.RUNS_DIR = root / "runs"
+    assert not (root / "models" / BUNDLED).exists()
+    return root
+
+
+def _pause_after_step_one(run_id: int) -> threading.Thread:
+    def pause():
+        deadline = time.monotonic() + 600
+        try:
+            while time.monotonic() < deadline:
+                current = Run.objects.get(pk=run_id)
+                if current.status == "running" and current.current_step >= 1:
+                    current.request_pause()
+                    return
+                time.sleep(0.05)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=pause)
+    thread.start()
+    return thread
+
+
+def _paused_after_step_one(researcher, data_dir: Path) -> Run:
+    """A 2-step grpo run of the bundled model, paused after step 1 (its first job imported the model)."""
+    config = {"seed": 0, "data": {"path": str(data_dir / "prompts" / "arith.jsonl")}, "reward": "exact",
+              "rollout": {"max_new_tokens": 4, "group_size": 2},
+              "train": {"steps": 2, "lr": 1e-6, "prompts_per_step": 1, "micro_batch_size": 2, "device": "cpu"},
+              "checkpoint": {"every": 10, "keep_last": 1}}
+    run = launch("grpo", BUNDLED, None, config=config, user=researcher)
+    pauser = _pause_after_step_one(run.pk)
+    burst("cpu")
+    pauser.join()
+    run.refresh_from_db()
+    assert run.status == "paused", run.error
+    assert Path(run.checkpoint_path).name == "step-000001"
+    assert (data_dir / "models" / BUNDLED / "config.json").is_file()  # imported by the first job
+    return run
+
+
+def _finishes(run: Run) -> None:
+    burst("cpu")
+    run.refresh_from_db()
+    assert run.status == "finished", run.error
+    assert run.current_step == 2
+    assert any(m.startswith("resuming from step-000001") for m in run.events.values_list("message", flat=True))
+
+
+def test_a_bundled_model_run_on_a_fresh_data_dir_pauses_and_resumes_to_the_end(roles, researcher, fresh_data_dir):
+    run = _paused_after_step_one(researcher, fresh_data_dir)
+    lifecycle.resume(run, researcher)
+    _finishes(run)
+
+
+def test_a_bundled_model_run_failed_by_a_ctrl_c_resumes_to_the_end(roles, researcher, fresh_data_dir):
+    """README: a demo run left behind by Ctrl-C is marked failed (resumable) by the reaper; Resume continues it."""
+    run = _paused_after_step_one(researcher, fresh_data_dir)
+    lifecycle.resume(run, researcher)
+    run.mark_running("worker stopped by Ctrl-C")  # it claimed the run, then died without a heartbeat
+    assert lifecycle.reap_stale_runs(now=timezone.now() + timedelta(hours=1)) == [run.pk]
+    run.refresh_from_db()
+    assert run.status == "failed" and run.resumable, run.error
+    lifecycle.resume(run, researcher)
+    _finishes(run)
+
+
+def test_model_identity_is_what_the_model_is_not_its_spelling(fresh_data_dir, tmp_path):
+    folder = fresh_data_dir / "models" / BUNDLED
+    assert model_identity(BUNDLED) == model_identity(str(folder)) == model_identity(str(folder) + "/") == BUNDLED
+    assert model_identity(str(tmp_path / "elsewhere" / BUNDLED)) == str((tmp_path / "elsewhere" / BUNDLED).resolve())
+    assert model_identity("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_a_resume_still_refuses_another_model(fresh_data_dir):
+    def config(model: str):
+        return load_config({"method": "grpo", "data": {"path": "bundled:gsm8k"}, "model": {"name_or_path": model}})
+
+    check_compatible(config(BUNDLED), config(str(fresh_data_dir / "models" / BUNDLED)))
+    with pytest.raises(Exception, match="model.name_or_path"):
+        check_compatible(config(BUNDLED), config(str(fresh_data_dir / "models" / "tiny")))
