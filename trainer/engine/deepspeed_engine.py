@@ -74,6 +74,10 @@ def ds_config(*, zero_stage: int = 2, lr: float = 1e-6, betas=(0.9, 0.999), eps:
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10 ** 12,
         "wall_clock_breakdown": False,
+        # DeepSpeed's throughput timer runs on every forward of the engine's module and, past its second
+        # step, calls torch.cuda.synchronize(): a host sync per decode token, and inside a CUDA-graph
+        # capture it is not permitted (the capture of the decode step failed at step 3, found on an H100).
+        "timers": {"throughput": {"enabled": False}},
     }
 
 
