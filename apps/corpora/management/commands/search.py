@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from apps.accounts.schema import SchemaCommand
 from apps.corpora.embedder import EmbedderError
 from apps.corpora.models import Corpus
 from apps.corpora.search import MODES, SearchError, search
 
 
-class Command(BaseCommand):
+class Command(SchemaCommand):
     help = "Search a corpus and print the top passages."
 
     def add_arguments(self, parser):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from apps.accounts.schema import SchemaCommand
 from apps.evals.jobs import execute_eval
 from apps.evals.launch import EvalLaunchError, launch_eval
 from apps.evals.models import Status
@@ -19,7 +20,7 @@ from apps.runs.models import Checkpoint
 from apps.runs.services.launch import QueueUnavailable
 
 
-class Command(BaseCommand):
+class Command(SchemaCommand):
     help = "Evaluate a checkpoint or base:<model name> on benchmarks; prints one JSON line per benchmark."
 
     def add_arguments(self, parser):

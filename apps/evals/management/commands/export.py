@@ -6,15 +6,16 @@ The same stream as GET /api/v1/runs/<id>/export/<kind>.<format> (apps/api/export
 """
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from apps.accounts.schema import SchemaCommand
 from apps.api.export import FORMATS, KINDS, ExportError, write_file
 from apps.runs.models import Run
 
 FILTER_OPTIONS = ("role", "step_min", "step_max", "iteration_min", "iteration_max", "review", "valid", "after", "limit")
 
 
-class Command(BaseCommand):
+class Command(SchemaCommand):
     help = "Export a run's tasks, rubrics, attempts, grades, preference pairs, verdicts or config as JSONL / Parquet."
 
     def add_arguments(self, parser):

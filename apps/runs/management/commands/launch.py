@@ -12,14 +12,15 @@ import time
 
 import yaml
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from apps.accounts.schema import SchemaCommand
 from apps.runs.models import ACTIVE, ENDED, Run, Status
 from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
 from trainer.config import METHOD_NAMES
 
 
-class Command(BaseCommand):
+class Command(SchemaCommand):
     help = "Launch a training run (queued for a worker); prints the run id."
 
     def add_arguments(self, parser):

@@ -1,12 +1,12 @@
 """manage.py reap_runs: fail running jobs whose worker stopped sending heartbeats: runs (resumably),
 evaluations and cross-play matrices (apps/runs/jobkit.py: reap_all)."""
 from django.conf import settings
-from django.core.management.base import BaseCommand
 
+from apps.accounts.schema import SchemaCommand
 from apps.runs.jobkit import reap_all
 
 
-class Command(BaseCommand):
+class Command(SchemaCommand):
     help = (f"Fail running runs (resumably), evaluations and cross-play matrices without a heartbeat for "
             f"SELFPLAY_HEARTBEAT_SECONDS ({settings.RUN_HEARTBEAT_SECONDS}s).")
 
