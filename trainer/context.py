@@ -174,7 +174,8 @@ class RecipeContext:
 
 SYSTEM = "system"  # the role of the run's own costs (not a player)
 # Metrics that add up over ranks, and those whose extreme is the meaningful value.
-SUMMED = {"samples", "tokens", "skipped", "tasks", "rollout_tokens", "update_tokens"}
+SUMMED = {"samples", "tokens", "skipped", "tasks", "rollout_tokens", "update_tokens", "attempts", "documents_dropped",
+          "documents_short", "retry_tokens"}
 MAXED = {"ratio_max", "gen_seconds", "update_seconds", "rollout_seconds", "weight_sync_seconds"}
 MINNED = {"ratio_min"}
 

@@ -91,7 +91,18 @@ class SpiceSection(Section):
         "train.steps": 640, "rollout.temperature": 1.0, "train.warmup_steps": 0,
     }
     challenger_attempts: int = Field(
-        8, ge=1, description="Challenger attempts sampled per document (ours: the paper retries up to 1024 times).")
+        8, ge=1, description="Challenger attempts drawn per document in each retry round (ours: the paper gives "
+        "no round size).")
+    max_challenger_attempts: int = Field(
+        1024, ge=1, description="Most Challenger attempts per document: rounds go on until the document has "
+        "valid_tasks_per_document valid tasks or this many attempts (paper 1024).")
+    valid_tasks_per_document: int = Field(
+        1, ge=1, description="A document's retry rounds stop once it has this many valid tasks (paper: at least one).")
+    challenger_token_budget: int | None = Field(
+        None, ge=1, description="Safety bound of the retry loop: most Challenger tokens a step may generate per "
+        "document, pooled over the step's documents and checked at the worst case before each round (the first "
+        "round always runs). None = one round's worst case, challenger_attempts x (format_max_new_tokens + "
+        "rollout.max_new_tokens): retries then spend only what early stops saved (ours).")
     challenger_group_size: int = Field(
         8, ge=1, description="Challenger trajectories kept per document, preserving the valid:invalid ratio (paper: 8).")
     reasoner_tasks_per_document: int = Field(
@@ -113,6 +124,13 @@ class SpiceSection(Section):
     max_document_tokens: int = Field(6000, ge=64, description="Documents are truncated to this many tokens (paper ~6k).")
     format_max_new_tokens: int = Field(
         256, ge=16, description="Token budget of the Challenger's first turn, the format-choice JSON (ours).")
+
+    @model_validator(mode="after")
+    def _retry_cap(self) -> "SpiceSection":
+        if self.max_challenger_attempts < self.challenger_attempts:
+            raise ValueError(f"max_challenger_attempts ({self.max_challenger_attempts}) must be at least "
+                             f"challenger_attempts ({self.challenger_attempts}), the attempts of one retry round")
+        return self
 
 
 class SspSection(Section):

@@ -277,10 +277,11 @@ def test_spice_runs_three_steps_on_a_random_model_and_reports_every_task(tiny_co
     assert result.steps == 3 and len(result.step_seconds) == 3
     samples = _rows(tmp_path / "run", "samples.jsonl")
     tasks = [r for r in samples if r["kind"] == "task"]
-    assert len(tasks) == 3 * 2 * 3 and len({t["key"] for t in tasks}) == 18  # steps x documents x attempts
+    first = [t for t in tasks if t["data"]["round"] == 0]  # retries (when early stops left budget) come on top
+    assert len(first) == 3 * 2 * 3 and len({t["key"] for t in tasks}) == len(tasks)  # steps x documents x attempts
     assert all(not t["valid"] and t["data"]["invalid_reason"] for t in tasks)  # garbage JSON -> invalid, no crash
     attempts = [r for r in samples if r["kind"] == "attempt" and r["role"] == "challenger"]
-    assert len(attempts) == 18 and all(len(a["token_ids"]) == len(a["loss_mask"]) for a in attempts)
+    assert len(attempts) == len(tasks) and all(len(a["token_ids"]) == len(a["loss_mask"]) for a in attempts)
     metrics = _rows(tmp_path / "run", "metrics.jsonl")
     chal = [m for m in metrics if m["role"] == "challenger"]
     assert [m["step"] for m in chal] == [1, 2, 3] and all(m["reward_mean"] == pytest.approx(-0.1) for m in chal)
@@ -368,3 +369,37 @@ def test_both_challenger_turns_open_with_their_json_prefill(smollm2_tokenizer):
     task = parse_task(TASK_PREFILL["free_form"] + 'Who designed Castle Drogo?", "answer": "Edwin Lutyens"}',
                       FormatChoice("free_form", "string"))
     assert task.question == "Who designed Castle Drogo?" and task.answer == "Edwin Lutyens"
+
+
+def test_challenger_retries_in_rounds_until_the_cap_when_no_task_is_valid(tiny_config, tiny_model_dir, tmp_path):
+    """A random model writes no valid task: each document gets every round up to the cap (paper: up to 1024
+    attempts), the kept attempts come from all rounds, and the metrics say how many attempts were made and
+    that both documents were dropped (no Reasoner group)."""
+    cfg = _spice_config(tiny_config, tiny_model_dir, challenger_attempts=2, challenger_group_size=2,
+                        max_challenger_attempts=6, challenger_token_budget=10**6)
+    cfg["train"]["steps"] = 1
+    run(cfg, documents=JsonlDocumentSource(DOCS), run_dir=tmp_path / "run")
+    chal = [m for m in _rows(tmp_path / "run", "metrics.jsonl") if m["role"] == "challenger"][0]
+    assert chal["attempts"] == 12 and chal["attempts_per_document"] == 6 and chal["retry_rounds"] == 3
+    assert chal["documents_dropped"] == 2 and "attempts_per_valid_task" not in chal
+    tasks = [r for r in _rows(tmp_path / "run", "samples.jsonl") if r["kind"] == "task"]
+    assert len({t["key"] for t in tasks}) == len(tasks) and {t["data"]["round"] for t in tasks} >= {0}
+    assert sum(t["data"]["kept"] for t in tasks) == 4  # 2 documents x challenger_group_size, from any round
+
+
+def test_the_default_token_budget_keeps_a_step_to_one_rounds_worst_case(tiny_config, tiny_model_dir, tmp_path):
+    """Unset, the budget is one round's worst case: retries spend only what early stops saved, so a step
+    never generates more Challenger tokens than a single round could (the CPU demo's step time)."""
+    cfg = _spice_config(tiny_config, tiny_model_dir, challenger_attempts=2, challenger_group_size=2)
+    cfg["train"]["steps"] = 2
+    run(cfg, documents=JsonlDocumentSource(DOCS), run_dir=tmp_path / "run")
+    rows = [m for m in _rows(tmp_path / "run", "metrics.jsonl") if m["role"] == "challenger"]
+    assert all(m["retry_tokens"] <= 2 * 2 * (24 + 48) for m in rows)  # documents x attempts x (format + task)
+    assert all(m["budget_stop"] == 1.0 and m["documents_dropped"] == 2 for m in rows)  # a random model: never valid
+
+
+def test_a_retry_cap_below_one_round_is_a_config_error():
+    from trainer.config import ConfigError
+
+    with pytest.raises(ConfigError, match="max_challenger_attempts"):
+        load_config({"method": "spice", "spice": {"challenger_attempts": 8, "max_challenger_attempts": 4}})

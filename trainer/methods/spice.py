@@ -3,9 +3,13 @@
 One model plays two roles. Per step, for each of ``train.prompts_per_step`` documents drawn
 uniformly from the corpus (truncated to ``spice.max_document_tokens``):
 
-1. Challenger: ``spice.challenger_attempts`` conversations over the document. Turn one picks
-   MCQ or free-form (+ answer type) as JSON, turn two writes the task as JSON
-   (trainer/methods/spice_tasks.py). Unparsable or empty output = an invalid task.
+1. Challenger: rounds of ``spice.challenger_attempts`` conversations over the document until it
+   has ``valid_tasks_per_document`` valid tasks (paper: at least one) or ``max_challenger_attempts``
+   attempts (paper 1024), within the step's token budget ``challenger_token_budget``
+   (``challenge_until_valid``; the loop is trainer/methods/retry.py). Turn one picks MCQ or
+   free-form (+ answer type) as JSON, turn two writes the task as JSON
+   (trainer/methods/spice_tasks.py). Unparsable or empty output = an invalid task. Attempts per
+   valid task and documents dropped (no valid task, so no Reasoner group) are metrics.
 2. ``spice.challenger_group_size`` attempts are kept per document, preserving the
    valid:invalid ratio; every kept valid task gets ``rollout.group_size`` Reasoner answers
    (question only, ``\\boxed{}``), checked by letter (MCQ), math-verify (integer, float,
@@ -19,8 +23,11 @@ uniformly from the corpus (truncated to ``spice.max_document_tokens``):
 A task a reviewer flags (sink verdict) counts as invalid and is never a Reasoner group from
 then on (matched by key and by question text; the flagged set is checkpointed).
 
-Departures from the paper: N attempts per document is a fixed field (paper: up to 1024
-sequential retries until one is valid); the Challenger's two prompts are one two-turn
+Departures from the paper: the retries run in rounds of ``challenger_attempts`` (the paper gives
+no round size) and stop early when the step's token budget is spent (a safety bound; by default one
+round's worst case, so retries spend what early stops saved: raise ``challenger_token_budget`` for
+the paper's full 1024 attempts); the sink gets every kept, valid or first-round attempt, not every
+retry; the Challenger's two prompts are one two-turn
 conversation (the document is read once; both turns are trained, the second user turn is
 masked out of the loss); prompts are reworded (same structure and JSON fields, fewer
 free-text fields); one policy update per step, log-probs from the rollout. Run it::
@@ -36,6 +43,7 @@ from collections import Counter
 import torch
 
 from trainer.algos import get_advantage
+from trainer.methods.retry import RetryLimits, draw_until
 from trainer.methods.review import ReviewState
 from trainer.methods.spice_tasks import (
     Attempt,
@@ -69,12 +77,43 @@ def sample_documents(ctx, n: int, rng: random.Random):
     return docs
 
 
+def challenge_until_valid(ctx, docs, step: int, draws: list[int], review: ReviewState):
+    """Challenger rounds of ``challenger_attempts`` per document until it has
+    ``valid_tasks_per_document`` valid tasks, ``max_challenger_attempts`` attempts, or the step's
+    token budget is spent (trainer/methods/retry.py). A flagged question counts as invalid.
+    Returns (attempts per document, RetryReport)."""
+    sec = ctx.config.spice
+    by_doc: list[list[Attempt]] = [[] for _ in docs]
+    rounds = sec.max_challenger_attempts // sec.challenger_attempts
+
+    def draw(items: list[int], round_: int) -> int:
+        new = challenge(ctx, [docs[d] for d in items], step, [draws[d] * rounds + round_ for d in items])
+        for a in new:
+            a.group, a.round = items[a.group], round_
+            mark_flagged(a, review)
+            review.remember(a.key, a.task.question if a.task else None)
+            by_doc[a.group].append(a)
+        return sum(sum(a.loss_mask) for a in new)  # tokens the Challenger generated
+
+    worst = sec.format_max_new_tokens + ctx.config.rollout.max_new_tokens
+    budget = (sec.challenger_token_budget or sec.challenger_attempts * worst) * len(docs)
+    limits = RetryLimits(sec.challenger_attempts, sec.max_challenger_attempts, budget, worst)
+    report = draw_until(len(docs), draw, lambda d: sum(a.valid for a in by_doc[d]) >= sec.valid_tasks_per_document,
+                        limits)
+    return by_doc, report
+
+
+def mark_flagged(attempt: Attempt, review: ReviewState) -> None:
+    """A valid task whose key or question a reviewer flagged becomes invalid."""
+    if attempt.valid and review.is_flagged(attempt.key, attempt.task.question):
+        attempt.reason = "flagged by a reviewer"
+
+
 def select(attempts_by_doc: list[list[Attempt]], sec, review: ReviewState, rng: random.Random) -> None:
     """Keep G attempts per document (ratio preserved); flagged questions become invalid."""
     for attempts in attempts_by_doc:
         for a in attempts:
-            if a.valid and review.is_flagged(a.key, a.task.question):
-                a.reason = "flagged by a reviewer"
+            mark_flagged(a, review)
         for i in keep_preserving_ratio([a.valid for a in attempts], sec.challenger_group_size, rng):
             attempts[i].kept = True
 
@@ -115,11 +154,8 @@ def run_spice(ctx) -> None:
         mine = ctx.shard(range(len(drawn)))  # several GPUs: each rank plays its share of the documents
         docs = [drawn[i] for i in mine]
         draws = draw_numbers(drawn)
-        attempts = challenge(ctx, docs, step, [draws[i] for i in mine])
-        by_doc: list[list[Attempt]] = [[] for _ in docs]
-        for a in attempts:
-            by_doc[a.group].append(a)
-            review.remember(a.key, a.task.question if a.task else None)
+        by_doc, retries = challenge_until_valid(ctx, docs, step, [draws[i] for i in mine], review)
+        attempts = [a for row in by_doc for a in row]
         select(by_doc, sec, review, rng)
         answer(ctx, [a for a in attempts if a.kept and a.valid])
         for a in attempts:  # an attempt left out of its group is not trained; an invalid one still shows -0.1
@@ -131,8 +167,10 @@ def run_spice(ctx) -> None:
         updated = ctx.update(samples)
         for role, values in step_metrics(attempts).items():
             ctx.log(step, role, {**updated.get(role, {}), **values})
-        ctx.log(step, CHALLENGER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1})
-        ctx.samples(step, records(step, attempts))
+        dropped = sum(not any(a.valid for a in row) for row in by_doc)  # no valid task: no Reasoner group
+        ctx.log(step, CHALLENGER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
+                                   "documents_dropped": dropped, **retries.metrics(sum(a.valid for a in attempts))})
+        ctx.samples(step, records(step, [a for a in attempts if a.kept or a.valid or a.round == 0]))  # not every retry
         ctx.state["review"] = review.state_dict()
 
 
@@ -173,7 +211,8 @@ def records(step: int, attempts: list[Attempt]) -> list[dict]:
             "pass_rate": a.pass_rate, "document_id": a.doc_id, "format": a.choice.format if a.choice else None,
             "data": {"answer_type": t.answer_type if t else (a.choice.answer_type if a.choice else None),
                      "invalid_reason": a.reason, "challenger_reward": a.reward, "kept": a.kept,
-                     "reasoner_group": a.trained_reasoner, "document_title": a.doc_title, "attempt": a.index}})
+                     "reasoner_group": a.trained_reasoner, "document_title": a.doc_title, "attempt": a.index,
+                     "round": a.round}})
         out.append({"kind": "attempt", "key": f"{a.key}:c", "task_key": a.key, "role": CHALLENGER, "step": step,
                     "text": "\n\n".join(turn["text"] for turn in a.turns), "reward": a.reward, "turns": a.turns,
                     "passages": [], "token_ids": a.completion_ids, "loss_mask": a.loss_mask,

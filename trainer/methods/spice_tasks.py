@@ -324,6 +324,7 @@ class Attempt:
     key: str
     prompt_ids: list[int]
     group: int = 0  # position of the document in the step's batch
+    round: int = 0  # the retry round that drew it (SPICE's Challenger retries)
     completion_ids: list[int] = field(default_factory=list)  # turn one + user turn two + turn two
     loss_mask: list[int] = field(default_factory=list)  # 0 on the user turn
     logprobs: list[float] = field(default_factory=list)
