@@ -160,7 +160,7 @@ async def _receive(url: str, cookie: str, n_expected: int, latencies: list, read
 async def _publish_async(run_id: int, rate: float, seconds: float) -> int:
     from channels.layers import get_channel_layer
 
-    from apps.runs.consumers import group_name
+    from apps.runs.live import group_name
 
     layer = get_channel_layer()
     n = int(rate * seconds)

@@ -183,10 +183,6 @@ def think_fraction(turns: Sequence[str]) -> float:
     return sum(has_think(t) for t in turns) / len(turns) if turns else 0.0
 
 
-# older private names, imported by trainer.methods.piplay_parts
-_think_fraction, _valid_searches = think_fraction, valid_searches
-
-
 def _challenger_parts(turns: Sequence[str], expected_searches: int | None) -> dict[str, float]:
     """SCOPE F.1: think fraction, search turns / expected (<= 1), final <task><question>."""
     if expected_searches is None or expected_searches < 1:

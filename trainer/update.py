@@ -40,7 +40,7 @@ from transformers import DynamicCache
 
 from trainer import distributed as dist
 from trainer.algos import aggregate, entropy, get_kl, policy_loss, token_logprobs
-from trainer.algos.losses import _per_token_advantage, truncated_is_weights
+from trainer.algos.losses import per_token_advantage, truncated_is_weights
 
 
 @dataclass
@@ -387,7 +387,7 @@ def rollout_is(logp: torch.Tensor, rollout_logp: torch.Tensor, adv: torch.Tensor
     """
     reference = logp.detach()  # [B, C]
     w = truncated_is_weights(reference, rollout_logp, cap) * mask  # [B, C]
-    a = _per_token_advantage(adv, w) * w  # [B, C]
+    a = per_token_advantage(adv, w) * w  # [B, C]
     m = mask.bool()
     ratio = torch.exp(reference - rollout_logp)[m]  # [N] untruncated: the PPO ratio is 1 here, this is the gap
     if ratio.numel() == 0:

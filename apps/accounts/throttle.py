@@ -30,6 +30,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.dispatch import receiver
 from django.utils import timezone
 
+from apps.accounts.models import LoginFailure
+
 
 def limit() -> int:
     return getattr(settings, "LOGIN_FAILURE_LIMIT", 5)
@@ -69,23 +71,17 @@ def wait_message(seconds: int) -> str:
 
 
 def _attempts(username, request):
-    from apps.accounts.models import LoginFailure
-
     return LoginFailure.objects.filter(username=_key(username), address=client_address(request),
                                        at__gte=timezone.now() - window())
 
 
 def record_attempt(username, request):
     """A row for one password check, counted as a failure unless deleted; older rows are dropped."""
-    from apps.accounts.models import LoginFailure
-
     LoginFailure.objects.filter(at__lt=timezone.now() - window()).delete()
     return LoginFailure.objects.create(username=_key(username), address=client_address(request))
 
 
 def clear(username, request) -> None:
-    from apps.accounts.models import LoginFailure
-
     LoginFailure.objects.filter(username=_key(username), address=client_address(request)).delete()
 
 

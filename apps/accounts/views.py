@@ -4,13 +4,12 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 from rest_framework.authtoken.models import Token
 
+from apps.accounts.dashboard import dashboard_context
 from apps.accounts.throttle import ThrottledAuthenticationForm
 
 
 def home(request):
     """The dashboard: what is running, what needs review, where to start."""
-    from apps.accounts.dashboard import dashboard_context
-
     return render(request, "home.html", dashboard_context(request))
 
 

@@ -13,6 +13,7 @@ from apps.corpora.embedder import EmbedderError
 from apps.corpora.ingest import add_errors, ingest_documents
 from apps.corpora.models import Corpus
 from apps.corpora.parsing import IngestError, parse_file
+from apps.corpora.wikipedia import wikipedia_documents
 
 log = logging.getLogger("selfplay.corpora")
 
@@ -58,7 +59,5 @@ def ingest_upload(corpus_id: int, stored_path: str, original_name: str) -> dict:
 
 
 def load_wikipedia_job(corpus_id: int, offset: int = 0, limit: int | None = None) -> dict:
-    from apps.corpora.wikipedia import wikipedia_documents
-
     corpus = Corpus.objects.get(pk=corpus_id)
     return run_ingest(corpus, wikipedia_documents(offset, limit))

@@ -11,6 +11,7 @@ from django.db import IntegrityError
 
 from apps.corpora.embedder import EmbedderError, default_name, get_embedder
 from apps.corpora.ingest import ingest_documents
+from apps.corpora.jobs import ingest_upload
 from apps.corpora.models import EMBEDDING_DIM, Corpus
 from apps.corpora.parsing import IngestError, ParsedDoc, check_file, check_type
 
@@ -77,8 +78,6 @@ def read_upload(uploaded) -> bytes:
 def accept_file(corpus: Corpus, name: str, data: bytes, enqueue: bool = True) -> dict:
     """Check the file now (bad input -> IngestError), store it, enqueue the ingest job on `cpu`."""
     import django_rq
-
-    from apps.corpora.jobs import ingest_upload
 
     check_size(len(data))
     warnings = check_file(data, name)

@@ -29,8 +29,8 @@ from apps.evals import benchmarks as bench_service
 from apps.evals.compare import comparison
 from apps.evals.launch import EvalLaunchError, launch_crossplay, launch_eval
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
+from apps.jobs.lifecycle import QueueUnavailable
 from apps.runs.models import Run
-from apps.runs.services.launch import QueueUnavailable
 from trainer.evaluate import SCORING, BenchmarkError
 
 BENCHMARK_EXAMPLE = {"id": 4, "name": "my-qa", "title": "my-qa", "kind": "upload", "scoring": "exact", "size": 120,

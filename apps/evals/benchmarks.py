@@ -16,6 +16,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from apps.corpora.models import Document
 from apps.evals.models import Benchmark
 from trainer.evaluate import BUILTIN, SCORING, BenchmarkError, cloze_items, default_scoring, read_jsonl, write_jsonl
 
@@ -86,8 +87,6 @@ def upload(name, file, scoring=None, user=None, title: str = "", description: st
 
 def heldout(name, corpus, n: int = 200, seed: int = 0, user=None, scoring: str = "exact") -> Benchmark:
     """Cloze QA from ``n`` documents of ``corpus`` (drawn with ``seed``), frozen with their sources."""
-    from apps.corpora.models import Document
-
     name, scoring = check_name(name), check_scoring(scoring) or "exact"
     if scoring not in ("exact", "f1", "judge"):
         raise BenchmarkError("a held-out cloze set is scored by exact, f1 or judge")

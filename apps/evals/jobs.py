@@ -6,9 +6,9 @@ batch as they come, then the result with its 95% bootstrap interval. ``execute_c
 writes each chosen checkpoint's SPICE tasks from the run's corpus documents, then fills the
 matrix cell by cell (solver j on challenger i's tasks), saving after every cell.
 
-Both are ``jobkit.run_job`` (apps/runs/jobkit.py, shared with the run jobs): the atomic claim, a
-heartbeat thread while the job computes, failures recorded on the row (``error``; a job never
-crashes its worker). A worker that dies leaves the row running without a heartbeat; the periodic
+Both are ``run_job`` of the shared job layer (apps/jobs/lifecycle.py, as the run jobs): the atomic
+claim, a heartbeat thread while the job computes, failures recorded on the row (``error``; a job
+never crashes its worker). A worker that dies leaves the row running without a heartbeat; the periodic
 reaper (and every read of the evals pages or API) fails it with an error naming the worker.
 """
 from __future__ import annotations
@@ -20,18 +20,19 @@ import random
 from django.conf import settings
 from django.db import transaction
 
+from apps.corpora.retriever import PgDocumentSource, PgvectorRetriever
 from apps.evals.models import CrossPlay, EvalJob, EvalResult, EvalSample
-from apps.runs import jobkit
+from apps.jobs.lifecycle import JobKind, run_job
 
 log = logging.getLogger("selfplay.evals")
 
 
-def _kind(noun: str, model: type) -> jobkit.JobKind:
+def _kind(noun: str, model: type) -> JobKind:
     def succeed(job, _result) -> str:
         job.finish()
         return f"{noun} {job.pk} finished"
 
-    return jobkit.JobKind(noun, model, claim=model.claim, fail=model.fail, succeed=succeed)
+    return JobKind(noun, model, claim=model.claim, fail=model.fail, succeed=succeed)
 
 
 EVAL_JOB = _kind("eval", EvalJob)
@@ -54,7 +55,7 @@ def _finite(x):
 
 
 def execute_eval(job_id: int) -> str:
-    return jobkit.run_job(EVAL_JOB, job_id, _evaluate)
+    return run_job(EVAL_JOB, job_id, _evaluate)
 
 
 def _evaluate(job: EvalJob) -> None:
@@ -98,7 +99,6 @@ def _items(bench, limit):
 
 
 def _search_tool(job: EvalJob, tokenizer):
-    from apps.corpora.retriever import PgvectorRetriever
     from trainer.tools.search import SearchTool
 
     if job.corpus_id is None:
@@ -137,7 +137,7 @@ def _json_clean(value):
 # ---- cross-play ---------------------------------------------------------------------------------
 
 def execute_crossplay(crossplay_id: int) -> str:
-    return jobkit.run_job(CROSSPLAY_JOB, crossplay_id, _crossplay)
+    return run_job(CROSSPLAY_JOB, crossplay_id, _crossplay)
 
 
 def _crossplay(job: CrossPlay) -> None:
@@ -178,8 +178,6 @@ def _crossplay(job: CrossPlay) -> None:
 
 
 def _documents(run, n: int, seed: int):
-    from apps.corpora.retriever import PgDocumentSource
-
     source = PgDocumentSource(run.corpus)
     docs = source.sample(max(n, 1), random.Random(seed))
     if not docs:

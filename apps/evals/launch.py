@@ -4,9 +4,9 @@
   prunes old ones) or ``base:<model name>`` on one or more benchmarks, optionally with the search
   tool over a corpus;
 - ``launch_crossplay(run, checkpoints, ...)``: the cross-play matrix of chosen checkpoints;
-- ``on_checkpoint(run_id, step, path)``: the DjangoSink's hook; when the run's config has
-  ``eval.every_checkpoints: N`` (and ``eval.benchmarks``), every N-th checkpoint of the run gets
-  an automatic evaluation. It never raises: a problem becomes a run event.
+- ``on_checkpoint(run_id, step, path)``: a run hook (apps/runs/hooks.py, registered in apps.py);
+  when the run's config has ``eval.every_checkpoints: N`` (and ``eval.benchmarks``), every N-th
+  checkpoint of the run gets an automatic evaluation. It never raises: a problem becomes a run event.
 
 Every problem is an ``EvalLaunchError`` whose ``field`` names the input to fix.
 """
@@ -17,9 +17,10 @@ from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
+from apps.corpora.models import Corpus
 from apps.evals.benchmarks import find
 from apps.evals.models import CrossPlay, EvalJob
-from apps.runs import jobkit
+from apps.jobs.lifecycle import enqueue as enqueue_job
 from apps.runs.models import Checkpoint, Run
 from apps.runs.services.launch import QUEUES, check_model
 from trainer.evaluate import BenchmarkError, ModelSpecError, describe_target
@@ -131,8 +132,6 @@ def launch_eval(*, benchmarks, model=None, checkpoint=None, run: Run | None = No
 
 
 def _search_corpus(corpus, run: Run | None):
-    from apps.corpora.models import Corpus
-
     if corpus in (None, ""):
         if run is not None and run.corpus_id:
             return run.corpus
@@ -182,7 +181,7 @@ def launch_crossplay(run: Run, checkpoints, *, n_tasks=8, answers_per_task=4, te
 
 def enqueue(job, func: str) -> str:
     """Put ``func(job.pk)`` on the job's queue; the job fails with the reason when Redis refuses."""
-    return jobkit.enqueue(job, func, type(job).__name__.lower(), type(job).fail, "launch again", JOB_TIMEOUT)
+    return enqueue_job(job, func, type(job).__name__.lower(), type(job).fail, "launch again", JOB_TIMEOUT)
 
 
 # ---- automatic evaluations ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from apps.jobs.reaper import reap
 from trainer.evaluate import SCORING
 
 
@@ -72,9 +73,11 @@ class JobMixin(models.Model):
     @classmethod
     def reap_stale(cls, now=None) -> list[int]:
         """Fail running jobs whose worker stopped beating (killed, machine gone): nobody else would."""
-        from apps.runs.jobkit import reap
-
         return reap(cls, cls._fail_silent, "launch it again", now)
+
+    @classmethod
+    def any_active(cls) -> bool:
+        return cls.objects.filter(status__in=(Status.QUEUED, Status.RUNNING)).exists()
 
     def _fail_silent(self, error: str) -> bool:
         """Failed by the reaper, unless it beat or ended since the reaper read it."""

@@ -16,11 +16,14 @@ from django.views.decorators.http import require_POST
 from apps.accounts.roles import can, role_required
 from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
+from apps.evals.api import compare_inputs
 from apps.evals.compare import comparison
 from apps.evals.launch import EvalLaunchError, launch_crossplay, launch_eval
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
+from apps.jobs.lifecycle import QueueUnavailable
 from apps.runs.models import Run
-from apps.runs.services.launch import QueueUnavailable, available_models
+from apps.runs.services.launch import available_models
+from apps.runs.workers import workers_overview
 from trainer.evaluate import SCORING, BenchmarkError
 
 SAMPLES_PER_PAGE = 50
@@ -46,8 +49,6 @@ def index(request):
 
 def _default_queue() -> str:
     """gpu when a live worker serves it, else cpu (the CPU-only `make demo` has no gpu worker)."""
-    from apps.runs.workers import workers_overview
-
     try:
         workers = workers_overview()["workers"]
     except Exception:  # Redis down: keep the form usable, the launch itself reports the problem
@@ -150,8 +151,6 @@ def job_detail(request, job_id: int):
 
 
 def compare(request):
-    from apps.evals.api import compare_inputs
-
     error, data = "", None
     if request.GET.getlist("run"):
         try:

@@ -11,6 +11,7 @@ All of it is model-generated text: templates show it escaped, never marked safe.
 """
 from __future__ import annotations
 
+from apps.corpora.models import Document
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.review.models import Kind, ReviewItem
 
@@ -91,8 +92,6 @@ def _document(item: ReviewItem, task: Task | None, snap: dict) -> dict | None:
     doc_id = task.document_id if task is not None else (snap.get("document_id") or "")
     if not str(doc_id).isdigit() or item.run is None or not item.run.corpus_id:
         return None
-    from apps.corpora.models import Document
-
     doc = Document.objects.filter(pk=int(doc_id), corpus_id=item.run.corpus_id).only("id", "title", "text").first()
     if doc is None:
         return None

@@ -1,8 +1,8 @@
 """Review verdicts and harness edits going back into training, at the next step boundary.
 
-The DjangoSink (apps/runs/sink.py) calls three hooks of this module: after each flush of
-samples ``enqueue_for_review(run, records)`` (sampling.py: what enters the queue), and in
-``control()``:
+The run hooks (apps/runs/hooks.py, registered in apps/review/apps.py) bring two functions of this
+module to the DjangoSink's ``control()`` at each step boundary (after each flush of samples the sink
+also calls sampling.py's ``enqueue_for_review``: what enters the queue):
 
 - ``pending_verdicts(run)`` -> [trainer.sink.Verdict]: reviewed items the recipe has not
   received yet, oldest verdict first, each claimed atomically (``applied_at`` set) and recorded
@@ -23,7 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.review.models import HarnessEdit, ReviewItem, ReviewStatus
-from apps.review.sampling import enqueue_for_review  # noqa: F401  (the sink's hook after each flush)
+from apps.runs.live import publish
 from apps.runs.models import Run, RunEvent
 
 VERB = {"approve": "approved", "flag": "flagged"}
@@ -80,8 +80,6 @@ def _event(run_id: int, step: int, item: ReviewItem) -> RunEvent:
 
 
 def _publish(run_id: int, step: int, items: list[ReviewItem]) -> None:
-    from apps.runs.consumers import publish
-
     publish(run_id, {"type": "review", "event": "applied", "step": step,
                      "verdicts": [{"kind": i.kind, "key": i.key, "verdict": i.verdict, "edited": bool(i.edit)}
                                   for i in items[:50]], "count": len(items)})

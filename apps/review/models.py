@@ -16,6 +16,8 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from apps.runs.live import publish
+
 EDIT_MAX_CHARS = 4000
 REASON_MAX_CHARS = 2000
 
@@ -92,8 +94,6 @@ class ReviewItem(models.Model):
                 reviewer_name=getattr(user, "username", "") or "", reviewed_at=now, applied_at=None)
         self.refresh_from_db()
         if self.run_id:
-            from apps.runs.consumers import publish
-
             publish(self.run_id, {"type": "review", "event": "reviewed", "kind": self.kind, "key": self.key,
                                   "verdict": verdict, "edited": bool(edit), "reviewer": self.reviewer_name})
 

@@ -10,8 +10,9 @@ number in [0, 1) is below the share. The same run config therefore picks the sam
 re-run or a resume, and raising a share only adds items.
 
 ``enqueue_for_review(run, records)`` is called by the DjangoSink after it stored a flush of
-sample records. It creates one ``ReviewItem`` per picked or suspicious task / rubric / grade
-with a snapshot of the content (the row itself may be deleted later; the verdict stays).
+sample records (a run hook, apps/runs/hooks.py, registered in apps/review/apps.py). It creates
+one ``ReviewItem`` per picked or suspicious task / rubric / grade with a snapshot of the content
+(the row itself may be deleted later; the verdict stays).
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from pydantic import ValidationError
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.review import suspicious
 from apps.review.models import Kind, ReviewItem
+from apps.runs.live import publish
+from apps.runs.models import Run
 from trainer.config import ReviewConfig
 
 log = logging.getLogger("selfplay.review")
@@ -70,8 +73,6 @@ def picked(policy: Policy, kind: str, key: str) -> bool:
 def enqueue_for_review(run, records: list[dict]) -> int:
     """Queue the picked and suspicious tasks / rubrics / grades of ``records`` (already written to
     the episode tables); returns how many new items entered the queue."""
-    from apps.runs.models import Run
-
     run_id = run.pk if isinstance(run, Run) else int(run)
     config = run.config if isinstance(run, Run) else Run.objects.filter(pk=run_id).values_list("config", flat=True).first()
     policy = Policy.of(config)
@@ -86,8 +87,6 @@ def enqueue_for_review(run, records: list[dict]) -> int:
     ReviewItem.objects.bulk_create(items, ignore_conflicts=True, batch_size=500)
     added = ReviewItem.objects.filter(run_number=run_id).count() - before
     if added:
-        from apps.runs.consumers import publish
-
         publish(run_id, {"type": "review", "event": "queued", "count": added})
     return added
 

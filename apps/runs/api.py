@@ -20,11 +20,12 @@ from rest_framework.response import Response
 
 from apps.accounts.roles import HasRole, can, can_control_run
 from apps.api.errors import error_response
+from apps.jobs.lifecycle import QueueUnavailable
 from apps.runs import metrics as run_metrics
 from apps.runs.models import IllegalTransition, Run
 from apps.runs.sealed import redact, redact_overrides
 from apps.runs.services import lifecycle
-from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
+from apps.runs.services.launch import LaunchError, launch
 from apps.runs.views import with_last_reward
 
 

@@ -2,16 +2,17 @@
 
 On connect the consumer sends the run's current status and message counter (`seq`), so a page that
 (re)connects knows where it stands. After that it relays the group's messages, already encoded as
-JSON by ``publish()``, to its socket with no database work and no re-encoding; a viewer that falls
-too far behind is closed and catches up from the metrics API.
+JSON by ``publish()`` (apps/runs/live.py), to its socket with no database work and no re-encoding;
+a viewer that falls too far behind is closed and catches up from the metrics API.
 """
 import json
 import logging
 
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from channels.layers import get_channel_layer
+
+from apps.runs.live import current_seq, group_name
+from apps.runs.models import Run
 
 log = logging.getLogger("selfplay.runs")
 
@@ -20,65 +21,10 @@ log = logging.getLogger("selfplay.runs")
 # reconnects and catches up from Postgres.
 BACKLOG_LIMIT = 2000
 SLOW_VIEWER_CLOSE = 4408
-SEQ_TTL_SECONDS = 7 * 24 * 3600  # a run's counter outlives pauses; it restarts (and pages catch up) after a week idle
-_redis_clients: dict = {}
-
-
-def group_name(run_id: int) -> str:
-    return f"run-{run_id}"
-
-
-def seq_key(run_id: int) -> str:
-    return f"selfplay:run-seq:{run_id}"
-
-
-def _redis():
-    """A (cached) Redis client on the channel layer's Redis, whatever settings currently say."""
-    import redis
-    from django.conf import settings
-
-    host = settings.CHANNEL_LAYERS["default"].get("CONFIG", {}).get("hosts", [settings.REDIS_URL])[0]
-    url = host if isinstance(host, str) else host.get("address", settings.REDIS_URL)
-    if url not in _redis_clients:
-        _redis_clients[url] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-    return _redis_clients[url]
-
-
-def next_seq(run_id: int) -> int:
-    client = _redis()
-    pipe = client.pipeline(transaction=True)
-    pipe.incr(seq_key(run_id))
-    pipe.expire(seq_key(run_id), SEQ_TTL_SECONDS)
-    return int(pipe.execute()[0])
-
-
-def current_seq(run_id: int) -> int | None:
-    """The run's message counter now (0 before the first message); None when Redis does not answer."""
-    try:
-        return int(_redis().get(seq_key(run_id)) or 0)
-    except Exception as exc:
-        log.info("could not read the message counter of run-%s: %s", run_id, exc)
-        return None
-
-
-def publish(run_id: int, data: dict) -> bool:
-    """Send ``data`` (plus `seq`) to everyone watching run ``run_id``; False (logged, never raised) when Redis is away."""
-    try:
-        layer = get_channel_layer()
-        if layer is None:
-            return False
-        text = json.dumps({**data, "seq": next_seq(run_id)})
-        async_to_sync(layer.group_send)(group_name(run_id), {"type": "run.message", "text": text})
-        return True
-    except Exception as exc:  # a Redis outage must never stop a run or a request
-        log.warning("could not publish to run-%s: %s", run_id, exc)
-        return False
 
 
 @database_sync_to_async
 def _snapshot(run_id: int) -> dict | None:
-    from apps.runs.models import Run
-
     run = Run.objects.filter(pk=run_id).values("status", "current_step", "requested", "error").first()
     if run is None:
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import yaml
 from django import forms
 
+from apps.corpora.models import Corpus
 from apps.runs.sealed import SECRET_PATHS
 from apps.runs.services.launch import available_models
 from trainer.config import method_fields
@@ -39,8 +40,6 @@ class LaunchForm(forms.Form):
 
     def __init__(self, method: str, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from apps.corpora.models import Corpus
-
         self.method = method
         self.rows = [r for r in method_fields(method) if r["path"] not in HIDDEN_PATHS]
         self.fields["model"].initial = "smollm2-135m-instruct"

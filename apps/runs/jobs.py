@@ -1,7 +1,7 @@
-"""RQ jobs of runs: ``execute_run`` (queues gpu / cpu) and the periodic reaper (queue default).
+"""The RQ job of runs: ``execute_run`` (queues gpu / cpu).
 
-``execute_run(run_id)`` is ``jobkit.run_job`` (apps/runs/jobkit.py: the claim, the heartbeat
-thread, the failure recording shared with the eval jobs) over ``_execute``:
+``execute_run(run_id)`` is ``run_job`` of the shared job layer (apps/jobs/lifecycle.py: the claim,
+the heartbeat thread, the failure recording shared with the eval jobs) over ``_execute``:
 1. claims the run atomically (queued -> running; any other status: nothing to do);
 2. builds the trainer config (run folder ``settings.RUNS_DIR/<id>``), a ``DjangoSink``, and
    the corpus's pgvector retriever and document source (``train.gpus`` > 1: one process per GPU
@@ -21,16 +21,18 @@ from pathlib import Path
 
 from django.conf import settings
 
-from apps.runs import jobkit
+from apps.corpora.retriever import PgDocumentSource, PgvectorRetriever
+from apps.jobs.lifecycle import JobKind, run_job
 from apps.runs.models import IllegalTransition, Run, Status
-from apps.runs.services import lifecycle
+from apps.runs.ranks import train_ranks
+from apps.runs.sealed import open_for_worker
 from apps.runs.sink import DjangoSink, with_db_retry
 
 log = logging.getLogger("selfplay.runs")
 
 
 def execute_run(run_id: int) -> str:
-    return jobkit.run_job(RUN_JOB, run_id, _execute)
+    return run_job(RUN_JOB, run_id, _execute)
 
 
 def _execute(run: Run):
@@ -59,13 +61,11 @@ def _train(run: Run, run_dir: Path, sink: DjangoSink, stream):
     from trainer.sink import ConsoleSink, MultiSink
 
     cfg = load_config(_config_for_worker(run))
-    retriever, documents = _corpus_tools(run)
+    retriever, documents = corpus_tools(run)
     resume = latest_checkpoint(run_dir) is not None
     if resume:
         run.notable(f"resuming from {latest_checkpoint(run_dir).name}")
     if cfg.train.gpus > 1:  # one process per GPU; rank 0 reports through its own DjangoSink
-        from apps.runs.ranks import train_ranks
-
         return train_ranks(run, run_dir, cfg, stream, resume)
     both = MultiSink(sink, ConsoleSink(cfg.train.steps, stream=stream))
     return train(cfg, sink=both, retriever=retriever, documents=documents, run_dir=run_dir, resume=resume)
@@ -74,8 +74,6 @@ def _train(run: Run, run_dir: Path, sink: DjangoSink, stream):
 def _config_for_worker(run: Run) -> dict:
     """The stored config; a model named by folder resolves against this server's models dir; a
     sealed API key is opened into this process's environment (the trainer gets env:NAME)."""
-    from apps.runs.sealed import open_for_worker
-
     cfg = open_for_worker(dict(run.config), run.pk)
     name = (cfg.get("model") or {}).get("name_or_path", "")
     local = Path(settings.MODELS_DIR) / name
@@ -84,14 +82,12 @@ def _config_for_worker(run: Run) -> dict:
     return cfg
 
 
-def _corpus_tools(run: Run):
+def corpus_tools(run: Run):
     """(retriever, document source) over the run's corpus, or (None, None) without one."""
     if run.corpus_id is None:
         if run.corpus_name:
             raise RuntimeError(f"the run's corpus {run.corpus_name!r} was deleted; launch a new run on another corpus")
         return None, None
-    from apps.corpora.retriever import PgDocumentSource, PgvectorRetriever
-
     return PgvectorRetriever(run.corpus), PgDocumentSource(run.corpus)
 
 
@@ -127,7 +123,7 @@ def _close_quietly(sink: DjangoSink) -> None:
         log.warning("could not flush the last reports of run %s: %s", sink.run_id, exc)
 
 
-RUN_JOB = jobkit.JobKind("run", Run, claim=Run.mark_running, fail=_failed, succeed=_ended)
+RUN_JOB = JobKind("run", Run, claim=Run.mark_running, fail=_failed, succeed=_ended)
 
 
 class _RunLog:
@@ -151,15 +147,3 @@ class _RunLog:
             logging.getLogger(name).removeHandler(self.handler)
         self.stream.close()
 
-
-def reap_runs_job() -> list[int]:
-    """Periodic: reap silent runs, evaluations and cross-play matrices (jobkit.reap_all), then
-    schedule the next pass while any of them is active. Returns the runs reaped."""
-    import django_rq
-
-    reaped = jobkit.reap_all()
-    conn = django_rq.get_connection("default")
-    conn.delete(lifecycle.REAPER_KEY)
-    if jobkit.any_active():
-        lifecycle.ensure_reaper_scheduled()
-    return reaped["runs"]

@@ -20,6 +20,8 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from apps.runs import live
+
 log = logging.getLogger("selfplay.runs")
 
 
@@ -192,9 +194,7 @@ class Run(models.Model):
     # ---- live page -----------------------------------------------------------------------
     def publish(self, data: dict) -> bool:
         """Send a small message to the run's websocket group; False (and logged) when Redis is away."""
-        from apps.runs.consumers import publish
-
-        return publish(self.pk, data)
+        return live.publish(self.pk, data)
 
 
 def _who(user) -> str:

@@ -5,7 +5,8 @@ that many processes on the worker's machine, one per GPU, started through torchr
 heartbeat keeps beating meanwhile):
 1. refuses a machine with fewer GPUs than asked (a clear message, the run fails resumable);
 2. writes ``<run_dir>/launch.json`` (the resolved config, the run id, whether to resume) and starts
-   ``python -m torch.distributed.run --nproc_per_node N manage.py run_rank launch.json`` with the
+   ``python -m torch.distributed.run --nproc_per_node N manage.py run_rank launch.json`` (each rank's
+   body is in apps/runs/management/commands/run_rank.py) with the
    job's own database (``DATABASE_URL`` of the connection in use) and data directory;
 3. waits, copying the ranks' output into ``run.log``; rank 0 reports through a ``DjangoSink``
    (so pause / cancel reach every rank at the next step boundary) and writes ``result.json``;
@@ -80,25 +81,3 @@ def train_ranks(run, run_dir: Path, cfg, stream, resume: bool):
         raise RuntimeError(f"multi-GPU run failed: {why}")
     return SimpleNamespace(**json.loads(result.read_text()))
 
-
-def run_this_rank(spec: dict) -> None:
-    """The body of one rank (manage.py run_rank)."""
-    from apps.runs.jobs import _corpus_tools
-    from apps.runs.models import Run
-    from apps.runs.sink import DjangoSink
-    from trainer import distributed as dist
-    from trainer import run as train
-    from trainer.config import load_config
-
-    run = Run.objects.get(pk=spec["run_id"])
-    cfg = load_config(spec["config"])
-    retriever, documents = _corpus_tools(run)
-    sink = DjangoSink(run) if dist.rank() == 0 else None
-    result = train(cfg, sink=sink, retriever=retriever, documents=documents, run_dir=spec["run_dir"],
-                   resume=spec["resume"])
-    if sink is not None:
-        sink.close()
-    if dist.is_main():
-        Path(spec["run_dir"], "result.json").write_text(json.dumps(
-            {"steps": result.steps, "stopped": result.stopped, "final_checkpoint": result.final_checkpoint,
-             "step_seconds": result.step_seconds}))

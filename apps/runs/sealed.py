@@ -102,9 +102,8 @@ def _refused(path: str, value, web: bool) -> str | None:
 
 @sensitive_variables("config", "overrides", "value")
 def seal_inputs(config, overrides, web: bool = True):
-    """(config, overrides) as given to a launch, with every typed-in key sealed; a refused
-    reference is a LaunchError naming its key."""
-    from apps.runs.services.launch import LaunchError
+    """(config, overrides, problems): the config and overrides as given to a launch, with every
+    typed-in key sealed, and [(key path, why)] for each refused reference (the launch reports them)."""
     from trainer.config import parse_override
 
     problems = []
@@ -126,9 +125,7 @@ def seal_inputs(config, overrides, web: bool = True):
         path = ".".join(parts)
         if path in SECRET_PATHS:
             out[i] = f"{path}={change(path, value)}"
-    if problems:
-        raise LaunchError(problems)
-    return config, out
+    return config, out, problems
 
 
 def redact(config):

@@ -15,14 +15,14 @@ and the exception ends the run (failed, with the database error as its message).
 
 ``control()`` answers from the run's row: ``requested == "pause"`` -> pause,
 ``"cancel"`` (or a run that is no longer ``running``, e.g. marked failed by the reaper) ->
-stop, plus human review verdicts from ``apps.review.feedback.pending_verdicts(run)`` when
-that module exists (a failing hook is logged and counted in ``review_failures``; training goes on).
+stop, plus what the control hooks answer (apps/runs/hooks.py: apps.review fills in the human
+review verdicts and harness edits; a failing hook is logged and counted in ``review_failures``;
+training goes on). After a flush and after a checkpoint the flush and checkpoint hooks run
+(review sampling, automatic evaluations); a failing one is logged and never stops the run.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import logging
 import math
 import time
@@ -32,8 +32,10 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from apps.episodes.models import Attempt, Grade, Rubric, Task
-from apps.runs.consumers import publish
+from apps.runs import hooks
+from apps.runs.live import publish
 from apps.runs.models import Checkpoint, Metric, Run, RunEvent, Status
+from apps.runs.watchdog import check_run
 from trainer.sink import Control
 
 log = logging.getLogger("selfplay.runs")
@@ -115,13 +117,12 @@ class DjangoSink:
         run = with_db_retry("reading the run's controls",
                             lambda: Run.objects.only("id", "status", "requested").get(pk=self.run_id))
         stop = run.requested == "cancel" or run.status != Status.RUNNING
-        return Control(pause=run.requested == "pause", stop=stop, verdicts=self._review(_pending_verdicts, run) or [],
-                       harness=self._review(_pending_harness, run))
+        answers = {field: self._review(hook, run) for field, hook in hooks.CONTROL.items()}
+        return Control(pause=run.requested == "pause", stop=stop, verdicts=list(answers.pop("verdicts", None) or []),
+                       **answers)
 
     def _watchdog(self) -> None:
         """Health rules at the step boundary; a rule that pauses sets the request read just below."""
-        from apps.runs.watchdog import check_run
-
         try:
             check_run(Run.objects.get(pk=self.run_id))
         except Exception as exc:  # the watchdog must never be what stops training
@@ -367,39 +368,22 @@ def _json(value):
 
 
 def _enqueue_for_review(run_id: int, by_kind: dict[str, dict[str, dict]]) -> None:
-    """Hand the stored tasks / rubrics / grades to the review sampling policy (apps.review); never stops a run."""
-    hook = _review_hook("enqueue_for_review")
+    """Hand the stored tasks / rubrics / grades to the flush hooks (apps.review's sampling); never stops a run."""
     records = [r for kind in ("task", "rubric", "grade") for r in by_kind[kind].values()]
-    if hook is None or not records:
+    if not records:
         return
-    try:
-        hook(run_id, records)
-    except Exception:
-        log.exception("review sampling failed for run %s; the samples are stored but not queued", run_id)
+    for hook in hooks.FLUSH:
+        try:
+            hook(run_id, records)
+        except Exception:
+            log.exception("flush hook %s failed for run %s; the samples are stored but not queued",
+                          hook.__name__, run_id)
 
 
 def _after_checkpoint(run_id: int, step: int, path: str) -> None:
-    """Automatic evaluations (apps.evals, when the run's config has eval.every_checkpoints); never stops a run."""
-    if importlib.util.find_spec("apps.evals.launch") is None:
-        return
-    try:
-        importlib.import_module("apps.evals.launch").on_checkpoint(run_id, step, path)
-    except Exception:
-        log.exception("automatic evaluation hook failed for run %s step %s", run_id, step)
-
-
-def _pending_verdicts(run: Run) -> list:
-    """Review verdicts waiting for the recipe (apps.review builds them; none when it is absent)."""
-    hook = _review_hook("pending_verdicts")
-    return list(hook(run) or []) if hook else []
-
-
-def _pending_harness(run: Run) -> dict | None:
-    hook = _review_hook("pending_harness")
-    return hook(run) if hook else None
-
-
-def _review_hook(name: str):
-    if importlib.util.find_spec("apps.review.feedback") is None:
-        return None
-    return getattr(importlib.import_module("apps.review.feedback"), name, None)
+    """The checkpoint hooks (apps.evals' automatic evaluations); never stops a run."""
+    for hook in hooks.CHECKPOINT:
+        try:
+            hook(run_id, step, path)
+        except Exception:
+            log.exception("checkpoint hook %s failed for run %s step %s", hook.__name__, run_id, step)

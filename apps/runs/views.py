@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.roles import can, can_control_run, role_required
 from apps.episodes.models import Attempt, Task
+from apps.jobs.lifecycle import QueueUnavailable
 from apps.runs import compare as run_compare
 from apps.runs import ledger as run_ledger
 from apps.runs import method_panel
@@ -20,7 +21,8 @@ from apps.runs import trajectory as run_trajectory
 from apps.runs.forms import SECRET_FIELDS, LaunchForm
 from apps.runs.models import IllegalTransition, Metric, Run
 from apps.runs.services import lifecycle
-from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
+from apps.runs.services.launch import LaunchError, launch
+from apps.runs.workers import workers_overview
 from trainer.config import METHOD_NAMES
 
 LATEST_SAMPLES = 12
@@ -129,8 +131,6 @@ def samples(request, run_id: int):
 
 def workers(request):
     """RQ workers alive, their queues and GPUs, the job each runs, and what is queued."""
-    from apps.runs.workers import workers_overview
-
     return render(request, "runs/workers.html", workers_overview())
 
 

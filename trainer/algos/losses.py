@@ -178,7 +178,7 @@ def aggregate(
     return fn(per_token, mask, max_len=max_len, denom=denom)
 
 
-def _per_token_advantage(adv: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def per_token_advantage(adv: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """[B] (one advantage per sequence) or [B, L] -> [B, L]-broadcastable."""
     adv = adv.to(like.dtype)
     if adv.dim() == 1:
@@ -209,7 +209,7 @@ def policy_loss(
             f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask "
             f"{tuple(mask.shape)} must have the same [B, L] shape"
         )
-    a = _per_token_advantage(adv, logp)  # [B, 1] or [B, L]
+    a = per_token_advantage(adv, logp)  # [B, 1] or [B, L]
     old = old_logp.detach().to(logp.dtype)  # [B, L]
     log_ratio = (logp - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # [B, L]
     ratio = torch.exp(log_ratio)  # [B, L]

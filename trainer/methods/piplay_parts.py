@@ -20,8 +20,7 @@ import torch
 
 from trainer.algos.distill import topk_tail_divergence
 from trainer.methods.parts import assistant_texts, tag_content
-from trainer.rewards import _think_fraction as think_fraction
-from trainer.rewards import _valid_searches as valid_searches
+from trainer.rewards import think_fraction, valid_searches
 
 EXAMINER_TEMPLATE = """You write one question that needs exactly {hops}-hop reasoning to answer, built from the \
 passage below and from what you find with a search engine.

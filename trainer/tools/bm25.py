@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.tools.corpus import Document, _draw_indices, chunk_text, corpus_path, read_jsonl_corpus
+from trainer.tools.corpus import Document, chunk_text, corpus_path, draw_indices, read_jsonl_corpus
 from trainer.tools.retriever import Passage
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -50,7 +50,7 @@ class InMemoryRetriever:
     def sample(self, n: int, rng=None) -> list[Document]:
         """``DocumentSource``: n documents drawn uniformly (the standalone runner hands the
         retriever to recipes as their document source)."""
-        return [self._docs[i] for i in _draw_indices(n, len(self._docs), rng)] if self._docs else []
+        return [self._docs[i] for i in draw_indices(n, len(self._docs), rng)] if self._docs else []
 
     def _build(self) -> None:
         vocab: dict[str, int] = {}

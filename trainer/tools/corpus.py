@@ -122,7 +122,7 @@ def document_text(doc: Document, tokenizer, max_tokens: int, chunk_words: int = 
     return join_chunks(chunk_text(doc.text, chunk_words), tokenizer, max_tokens, sep=" ")
 
 
-def _draw_indices(n: int, size: int, rng) -> list[int]:
+def draw_indices(n: int, size: int, rng) -> list[int]:
     """``n`` indices in [0, size) drawn uniformly; distinct while n <= size."""
     rng = rng if rng is not None else random.Random()
     out: list[int] = []
@@ -152,7 +152,7 @@ class JsonlDocumentSource:
         return len(self.documents)
 
     def sample(self, n: int, rng=None) -> list[Document]:
-        return [self.documents[i] for i in _draw_indices(n, len(self.documents), rng)]
+        return [self.documents[i] for i in draw_indices(n, len(self.documents), rng)]
 
 
 def _package_file(package: str, relative: str) -> Path:

@@ -30,7 +30,10 @@ from django.db import transaction
 from django.views.decorators.debug import sensitive_variables
 
 from apps.accounts.roles import can
+from apps.corpora.models import Corpus
 from apps.runs.models import Run, RunEvent
+from apps.runs.sealed import endpoint_problems, seal_inputs
+from apps.runs.services.lifecycle import enqueue
 from trainer.config import METHOD_NAMES, ConfigError, load_config
 
 QUEUES = ("gpu", "cpu")
@@ -50,10 +53,6 @@ class LaunchError(ValueError):
             key = path or "config"
             out[key] = f"{out[key]}; {msg}" if key in out else msg
         return out
-
-
-class QueueUnavailable(RuntimeError):
-    """Redis could not take the job; the run is marked failed with this message."""
 
 
 def expand_dotted(config: dict | None) -> dict:
@@ -115,8 +114,6 @@ def validate(method: str, model: str | None, corpus, config: dict | None = None,
     values = cfg.to_dict() if cfg is not None else _given(data, overrides)
     problems += [p for p in _guard(values, user, web) if p[0] not in {q[0] for q in problems}]
     if cfg is not None:  # a worker's own API key goes only to the operator's endpoints (apps/runs/sealed.py)
-        from apps.runs.sealed import endpoint_problems
-
         problems += endpoint_problems(values)
     if queue not in (None, "", *QUEUES):
         problems.append(("queue", f"unknown queue {queue!r}; use gpu or cpu"))
@@ -126,8 +123,6 @@ def validate(method: str, model: str | None, corpus, config: dict | None = None,
 
 
 def _corpus(method: str, corpus, problems: list):
-    from apps.corpora.models import Corpus
-
     if corpus in (None, ""):
         if method not in METHODS_WITHOUT_CORPUS:
             problems.append(("corpus", f"method {method} trains on a corpus; choose one (see /corpora/)"))
@@ -217,10 +212,9 @@ def available_models() -> list[str]:
 def launch(method: str, model: str | None, corpus=None, config: dict | None = None,
            overrides: list[str] | None = None, user=None, web: bool = True, queue: str | None = None) -> Run:
     """Validate, create the Run (queued) and put its job on the queue. Raises LaunchError / QueueUnavailable."""
-    from apps.runs.sealed import seal_inputs
-    from apps.runs.services.lifecycle import enqueue
-
-    config, overrides = seal_inputs(config, overrides, web)  # a typed-in API key is stored encrypted, never plain
+    config, overrides, refused = seal_inputs(config, overrides, web)  # a typed-in key is stored encrypted
+    if refused:
+        raise LaunchError(refused)
     cfg, corpus_obj, queue_name = validate(method, model, corpus, config, overrides, user, web, queue)
     with transaction.atomic():
         run = Run.objects.create(

@@ -15,32 +15,27 @@ it in ``control()`` at the next step boundary and the job records the final stat
 
 Heartbeat: the job touches ``heartbeat_at`` at every flush of its sink and from a background
 thread every few seconds. ``reap_stale_runs()`` marks running runs silent for longer than
-``settings.RUN_HEARTBEAT_SECONDS`` as failed and resumable. It runs from ``manage.py
-reap_runs``, from a self-rescheduling job on the ``default`` queue (needs a worker started
-with ``--with-scheduler``, as ``make demo`` does), and whenever the runs list or the runs API
-is read.
+``settings.RUN_HEARTBEAT_SECONDS`` as failed and resumable. It is the runs' job kind in the
+shared reaper (apps/jobs/reaper.py, registered in apps/runs/apps.py): it runs from ``manage.py
+reap_runs``, from the periodic reaper job, and whenever the runs list or the runs API is read.
 """
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
-from django.conf import settings
-
-from apps.runs import jobkit
+from apps.jobs.lifecycle import enqueue as enqueue_job
+from apps.jobs.reaper import reap
+from apps.runs.jobs import execute_run
 from apps.runs.models import ACTIVE, IllegalTransition, Run, Status
 
 log = logging.getLogger("selfplay.runs")
 
-REAPER_KEY = "selfplay:reaper-scheduled"
 JOB_TIMEOUT = 30 * 24 * 3600
 
 
 def enqueue(run: Run) -> str:
     """Put the run's job on its queue; marks the run failed (resumable) when Redis refuses."""
-    from apps.runs.jobs import execute_run
-
-    return jobkit.enqueue(run, execute_run, "run", _fail_queued, "resume the run", JOB_TIMEOUT)
+    return enqueue_job(run, execute_run, "run", _fail_queued, "resume the run", JOB_TIMEOUT)
 
 
 def _fail_queued(run: Run, error: str) -> None:
@@ -97,7 +92,7 @@ def _cancel_job(job_id: str) -> None:
 # ---- the reaper ----------------------------------------------------------------------------
 def reap_stale_runs(now=None) -> list[int]:
     """Mark running runs without a heartbeat for RUN_HEARTBEAT_SECONDS as failed and resumable."""
-    return jobkit.reap(Run, _fail_silent, "resume to continue from the last checkpoint", now)
+    return reap(Run, _fail_silent, "resume to continue from the last checkpoint", now)
 
 
 def _fail_silent(run: Run, error: str) -> bool:
@@ -106,25 +101,6 @@ def _fail_silent(run: Run, error: str) -> bool:
     except IllegalTransition:
         return False  # it changed state meanwhile
     return True
-
-
-def reaper_interval() -> int:
-    return max(2, settings.RUN_HEARTBEAT_SECONDS // 2)
-
-
-def ensure_reaper_scheduled() -> bool:
-    """Schedule the periodic reaper job unless one is pending (needs an RQ worker --with-scheduler)."""
-    import django_rq
-
-    try:
-        conn = django_rq.get_connection("default")
-        if not conn.set(REAPER_KEY, "1", nx=True, ex=reaper_interval() * 3):
-            return False
-        django_rq.get_queue("default").enqueue_in(timedelta(seconds=reaper_interval()), "apps.runs.jobs.reap_runs_job")
-        return True
-    except Exception as exc:
-        log.warning("could not schedule the run reaper: %s", exc)
-        return False
 
 
 def active_runs_exist() -> bool:

@@ -1,4 +1,4 @@
-"""A dead worker leaves its evaluation failed with a clear error (apps/runs/jobkit.py).
+"""A dead worker leaves its evaluation failed with a clear error (apps/jobs/).
 
 A real ``manage.py rqworker`` (in its own process group, on the test database) runs an eval of a
 tiny checkpoint; while its heartbeat thread beats, the periodic reaper job leaves it running;
@@ -22,13 +22,12 @@ import pytest
 from apps.evals import benchmarks as bench_service
 from apps.evals.launch import launch_eval
 from apps.evals.models import EvalJob
-from apps.runs.jobs import reap_runs_job
-from apps.runs.services.lifecycle import REAPER_KEY
+from apps.jobs.reaper import REAPER_KEY, reap_job
 from tests.web.evals.test_jobs import run_with_checkpoints, trained  # noqa: F401  (fixtures)
 from tests.web.runs.test_live_page_browser import _database_url, _wait_for_other_sessions_to_close
 
 pytestmark = pytest.mark.django_db(transaction=True)
-HEARTBEAT = 6  # seconds: the worker beats every 1.5 s (jobkit.Heartbeat: a quarter of it), slack for a loaded CI box
+HEARTBEAT = 6  # seconds: the worker beats every 1.5 s (Heartbeat: a quarter of it), slack for a loaded CI box
 # Long enough that the worker is still answering when it is killed: 300 questions, 256 new tokens each.
 LONG = "".join(json.dumps({"question": f"What is {a} + 1? Explain step by step.", "answer": a + 1}) + "\n"
                for a in range(300))
@@ -83,11 +82,11 @@ def test_an_eval_whose_worker_is_killed_is_failed_by_the_periodic_reaper(
         started = job.started_at
         _wait("a heartbeat older than the limit would allow without the thread",
               lambda: time.time() - started.timestamp() > HEARTBEAT + 1, 30, log)
-        assert reap_runs_job() == [] and EvalJob.objects.get(pk=job.pk).status == "running"  # alive: beating
+        assert reap_job()["evals"] == [] and EvalJob.objects.get(pk=job.pk).status == "running"  # alive: beating
 
         _kill_tree(worker)  # the worker and its work horse (RQ gives the horse a session of its own)
         time.sleep(HEARTBEAT + 1.5)
-        reap_runs_job()
+        reap_job()
     finally:
         _kill_tree(worker)
         _wait_for_other_sessions_to_close()

@@ -103,12 +103,11 @@ def test_reap_runs_command(researcher, capsys):
 def test_the_periodic_reaper_job_reaps_and_reschedules(researcher):
     import django_rq
 
-    from apps.runs.jobs import reap_runs_job
-    from apps.runs.services.lifecycle import REAPER_KEY
+    from apps.jobs.reaper import REAPER_KEY, reap_job
 
     stale = _running(researcher)
     Run.objects.filter(pk=stale.pk).update(heartbeat_at=timezone.now() - timedelta(days=1))
     _running(researcher)  # still active: the job schedules its next pass
-    assert reap_runs_job() == [stale.pk]
+    assert reap_job()["runs"] == [stale.pk]
     assert django_rq.get_connection("default").get(REAPER_KEY) is not None
     assert django_rq.get_queue("default").scheduled_job_registry.count == 1

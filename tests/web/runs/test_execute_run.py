@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from apps.episodes.models import Attempt, Task
-from apps.runs.jobkit import Heartbeat
+from apps.jobs.lifecycle import Heartbeat
 from apps.runs.jobs import execute_run
 from apps.runs.models import Checkpoint, Metric, Run
 from apps.runs.services import lifecycle

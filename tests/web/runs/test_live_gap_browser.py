@@ -11,7 +11,7 @@ import threading
 import pytest
 from django.db import connection
 
-from apps.runs.consumers import next_seq
+from apps.runs.live import next_seq
 from apps.runs.models import Metric
 from apps.runs.sink import DjangoSink
 from tests.web.runs.test_live_page_browser import CHART_X, CHROMIUM, open_run_page, running_run, server  # noqa: F401

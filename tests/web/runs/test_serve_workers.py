@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 
 from apps.accounts.management.commands.serve import default_workers
-from apps.runs.consumers import publish
+from apps.runs.live import publish
 from apps.runs.models import Run
 from tests.fault.conftest import free_port, test_database_url, wait_for_other_sessions_to_close
 from tests.web.test_websocket_and_browser import _session_cookie

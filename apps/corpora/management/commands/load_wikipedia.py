@@ -10,9 +10,10 @@ from django.core.management.base import CommandError
 
 from apps.accounts.schema import SchemaCommand
 from apps.corpora.embedder import EmbedderError
+from apps.corpora.jobs import load_wikipedia_job, run_ingest
 from apps.corpora.models import Corpus
 from apps.corpora.uploads import create_corpus
-from apps.corpora.wikipedia import SOURCE
+from apps.corpora.wikipedia import SOURCE, wikipedia_documents
 
 
 class Command(SchemaCommand):
@@ -38,8 +39,6 @@ class Command(SchemaCommand):
         if enqueue:
             import django_rq
 
-            from apps.corpora.jobs import load_wikipedia_job
-
             job_id = uuid.uuid4().hex
             row.queue_ingest(job_id)  # before enqueueing, so the worker's progress is never overwritten
             django_rq.get_queue(queue).enqueue(load_wikipedia_job, row.pk, offset, limit, job_id=job_id,
@@ -47,8 +46,6 @@ class Command(SchemaCommand):
             self.stdout.write(f"enqueued job {job_id} on the {queue} queue: Wikipedia articles from #{offset} "
                               f"into corpus {row.name!r}")
             return
-        from apps.corpora.jobs import run_ingest
-        from apps.corpora.wikipedia import wikipedia_documents
 
         started = time.perf_counter()
         row.queue_ingest()

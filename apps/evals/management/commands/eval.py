@@ -16,8 +16,8 @@ from apps.accounts.schema import SchemaCommand
 from apps.evals.jobs import execute_eval
 from apps.evals.launch import EvalLaunchError, launch_eval
 from apps.evals.models import Status
+from apps.jobs.lifecycle import QueueUnavailable
 from apps.runs.models import Checkpoint
-from apps.runs.services.launch import QueueUnavailable
 
 
 class Command(SchemaCommand):

@@ -15,8 +15,10 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from apps.accounts.schema import SchemaCommand
+from apps.jobs.lifecycle import QueueUnavailable
 from apps.runs.models import ACTIVE, ENDED, Run, Status
-from apps.runs.services.launch import LaunchError, QueueUnavailable, launch
+from apps.runs.services.launch import LaunchError, launch
+from apps.runs.services.lifecycle import reap_stale_runs
 from trainer.config import METHOD_NAMES
 
 
@@ -63,8 +65,6 @@ class Command(SchemaCommand):
             self._wait(run, poll)
 
     def _wait(self, run: Run, poll: float) -> None:
-        from apps.runs.services.lifecycle import reap_stale_runs
-
         step = -1
         while True:
             run.refresh_from_db()

@@ -1,9 +1,9 @@
 """manage.py reap_runs: fail running jobs whose worker stopped sending heartbeats: runs (resumably),
-evaluations and cross-play matrices (apps/runs/jobkit.py: reap_all)."""
+evaluations and cross-play matrices, every job kind of the shared reaper (apps/jobs/reaper.py)."""
 from django.conf import settings
 
 from apps.accounts.schema import SchemaCommand
-from apps.runs.jobkit import reap_all
+from apps.jobs.reaper import KINDS, reap_all
 
 
 class Command(SchemaCommand):
@@ -12,8 +12,8 @@ class Command(SchemaCommand):
 
     def handle(self, *args, **options):
         reaped = reap_all()
-        runs = reaped["runs"]
+        runs = reaped.pop("runs", [])
         self.stdout.write(f"reaped {len(runs)} run(s)" + (f": {', '.join(map(str, runs))}" if runs else ""))
-        for kind, noun in (("evals", "evaluation"), ("crossplays", "cross-play matrix")):
-            if reaped[kind]:
-                self.stdout.write(f"reaped {len(reaped[kind])} {noun}(s): {', '.join(map(str, reaped[kind]))}")
+        for name, pks in reaped.items():
+            if pks:
+                self.stdout.write(f"reaped {len(pks)} {KINDS[name].noun}: {', '.join(map(str, pks))}")

@@ -1,4 +1,4 @@
-"""apps/runs/jobkit.py: one job lifecycle for runs, evaluations and cross-play matrices.
+"""apps/jobs/: one job lifecycle for runs, evaluations and cross-play matrices, and one reaper.
 
 An eval job beats like a run while its body computes, and records a failing body's message; a
 Redis that refuses the job fails the row with what to do (a run stays resumable).
@@ -12,10 +12,11 @@ import pytest
 from apps.evals.jobs import EVAL_JOB
 from apps.evals.launch import enqueue as enqueue_eval
 from apps.evals.models import EvalJob
-from apps.runs import jobkit
+from apps.jobs.lifecycle import QueueUnavailable
+from apps.jobs import lifecycle as jobkit
+from apps.jobs import reaper
 from apps.runs.models import Run
 from apps.runs.services import lifecycle
-from apps.runs.services.launch import QueueUnavailable
 
 # The heartbeat thread has a database connection of its own, and django-rq enqueues on commit.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -69,3 +70,26 @@ def test_reap_runs_also_fails_silent_evaluations(roles, settings, capsys):
     assert f"reaped 1 evaluation(s): {job.pk}" in capsys.readouterr().out
     job.refresh_from_db()
     assert job.status == "failed" and "no heartbeat from gpu-box:7" in job.error and "launch it again" in job.error
+
+
+def test_every_app_registers_its_job_kinds_and_run_hooks():
+    """The shared layers know no app: runs and evals fill them in from their AppConfig.ready()."""
+    from apps.evals.launch import on_checkpoint
+    from apps.review.feedback import pending_harness, pending_verdicts
+    from apps.review.sampling import enqueue_for_review
+    from apps.runs import hooks
+
+    assert list(reaper.KINDS) == ["runs", "evals", "crossplays"]
+    assert (hooks.FLUSH, hooks.CHECKPOINT) == ([enqueue_for_review], [on_checkpoint])
+    assert hooks.CONTROL == {"verdicts": pending_verdicts, "harness": pending_harness}
+
+
+def test_any_active_walks_every_registered_kind(roles):
+    assert not reaper.any_active()
+    job = EvalJob.objects.create(model_spec="base:tiny", queue="cpu")
+    assert reaper.any_active()
+    EvalJob.objects.filter(pk=job.pk).update(status="finished")
+    run = Run.objects.create(method="grpo", model_name="tiny", config={}, queue="cpu", status="paused")
+    assert reaper.any_active()  # a paused run is active: it may be resumed
+    Run.objects.filter(pk=run.pk).update(status="finished")
+    assert not reaper.any_active()

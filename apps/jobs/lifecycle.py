@@ -1,10 +1,8 @@
-"""The life of one background job row, shared by runs (apps/runs/jobs.py) and evaluations and
-cross-play matrices (apps/evals/jobs.py).
+"""The life of one background job row: ``enqueue`` it, then ``run_job`` it in the worker.
 
-A job row has ``status`` (queued / running / ...), ``queue``, ``job_id``, ``worker_name``,
-``started_at``, ``heartbeat_at`` and ``error``. ``enqueue(row, func, ...)`` puts ``func(row.pk)`` on
-the row's queue (a Redis that refuses fails the row with a message saying what to do) and keeps
-the periodic reaper scheduled. ``run_job(kind, pk, body)`` is the whole life of that RQ job:
+``enqueue(row, func, ...)`` puts ``func(row.pk)`` on the row's queue (a Redis that refuses fails the
+row with a message saying what to do) and keeps the periodic reaper scheduled. ``run_job(kind, pk,
+body)`` is the whole life of that RQ job:
 
 1. the row is gone -> nothing to do; the atomic claim (a conditional UPDATE queued -> running,
    ``kind.claim``) fails -> another worker has it, or it was cancelled: nothing to do;
@@ -13,10 +11,7 @@ the periodic reaper scheduled. ``run_job(kind, pk, body)`` is the whole life of 
    can act on; the traceback goes to the worker's log), and the worker never crashes;
    otherwise ``kind.succeed`` records the end.
 
-A worker that dies (killed, out of memory, machine gone) stops beating: ``reap(model, ...)`` fails
-running rows silent for longer than ``settings.RUN_HEARTBEAT_SECONDS`` with an error naming the
-worker and how long it was silent. ``reap_all()`` does it for every kind: the periodic reaper job
-(``apps.runs.jobs.reap_runs_job``, rescheduled while any job is active) and the pages call it.
+A worker that dies stops beating; the reaper (reaper.py) fails its row.
 """
 from __future__ import annotations
 
@@ -27,16 +22,19 @@ import threading
 import traceback
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Callable
 
 from django.conf import settings
 from django.db import close_old_connections, connection
-from django.db.models import Q
 from django.utils import timezone
 
+from apps.jobs.reaper import RUNNING, ensure_reaper_scheduled
+
 log = logging.getLogger("selfplay.jobs")
-RUNNING = "running"
+
+
+class QueueUnavailable(RuntimeError):
+    """Redis could not take the job; the row is marked failed with this message."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +53,6 @@ def enqueue(row, func, prefix: str, fail: Callable[[Any, str], None], advice: st
     the row. When Redis refuses: ``fail(row, message)``, then QueueUnavailable with the message
     (``advice`` finishes it: what to do once Redis is back)."""
     import django_rq
-
-    from apps.runs.services.launch import QueueUnavailable
-    from apps.runs.services.lifecycle import ensure_reaper_scheduled
 
     job_id = f"{prefix}-{row.pk}-{uuid.uuid4().hex[:8]}"
     try:
@@ -140,47 +135,3 @@ class Heartbeat(threading.Thread):
     def __exit__(self, *exc):
         self._stop_event.set()
         self.join(timeout=10)
-
-
-# ---- reaping --------------------------------------------------------------------------------
-
-def stale(model: type, now=None) -> list[tuple[Any, int]]:
-    """(row, seconds silent) for running rows of ``model`` without a heartbeat for RUN_HEARTBEAT_SECONDS."""
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.RUN_HEARTBEAT_SECONDS)
-    rows = model.objects.filter(status=RUNNING).filter(
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff))
-    return [(row, int((now - (row.heartbeat_at or row.started_at)).total_seconds())) for row in rows]
-
-
-def silence_error(row, seconds: int, advice: str) -> str:
-    """What a reaped row's ``error`` says: who went silent, for how long, and what to do."""
-    return (f"worker stopped responding (no heartbeat from {row.worker_name or 'the worker'} for {seconds}s, "
-            f"the limit is {settings.RUN_HEARTBEAT_SECONDS}s); {advice}")
-
-
-def reap(model: type, fail: Callable[[Any, str], bool], advice: str, now=None) -> list[int]:
-    """Fail every silent running row of ``model``: ``fail(row, error)`` returns False when the row
-    changed meanwhile (it beat again, or ended). Returns the pks failed."""
-    reaped = [row.pk for row, silent in stale(model, now) if fail(row, silence_error(row, silent, advice))]
-    if reaped:
-        log.warning("reaped %s rows without heartbeat: %s", model.__name__, reaped)
-    return reaped
-
-
-def reap_all(now=None) -> dict[str, list[int]]:
-    """Reap silent runs, evaluations and cross-play matrices."""
-    from apps.evals.models import CrossPlay, EvalJob
-    from apps.runs.services.lifecycle import reap_stale_runs
-
-    return {"runs": reap_stale_runs(now), "evals": EvalJob.reap_stale(now), "crossplays": CrossPlay.reap_stale(now)}
-
-
-def any_active() -> bool:
-    """Is any run, evaluation or cross-play queued or running (so the periodic reaper must go on)?"""
-    from apps.evals.models import CrossPlay, EvalJob
-    from apps.runs.services.lifecycle import active_runs_exist
-
-    live = ("queued", RUNNING)
-    return (active_runs_exist() or EvalJob.objects.filter(status__in=live).exists()
-            or CrossPlay.objects.filter(status__in=live).exists())

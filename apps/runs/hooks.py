@@ -1,0 +1,39 @@
+"""Run hooks: what other apps do at a run's moments, without apps/runs importing them.
+
+Apps above runs (review, evals) register here from their ``AppConfig.ready()``; the run's
+DjangoSink (apps/runs/sink.py) calls what is registered:
+
+- ``on_flush(fn)``: ``fn(run_id, records)`` after each flush, with the task / rubric / grade
+  records just stored (apps.review: the review sampling policy);
+- ``on_control(field, fn)``: ``fn(run)`` at each step boundary; its answer fills ``field`` of the
+  trainer's ``Control`` (apps.review: ``verdicts``, ``harness``);
+- ``on_checkpoint(fn)``: ``fn(run_id, step, path)`` after a checkpoint is recorded (apps.evals:
+  automatic evaluations).
+
+A hook that raises never stops a run: the sink logs it and goes on (see the sink for each case).
+Registering the same function twice keeps one.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+FLUSH: list[Callable] = []
+CONTROL: dict[str, Callable] = {}
+CHECKPOINT: list[Callable] = []
+
+
+def on_flush(fn: Callable) -> Callable:
+    if fn not in FLUSH:
+        FLUSH.append(fn)
+    return fn
+
+
+def on_control(field: str, fn: Callable) -> Callable:
+    CONTROL[field] = fn
+    return fn
+
+
+def on_checkpoint(fn: Callable) -> Callable:
+    if fn not in CHECKPOINT:
+        CHECKPOINT.append(fn)
+    return fn
