@@ -12,9 +12,8 @@ import pytest
 from apps.evals.jobs import EVAL_JOB
 from apps.evals.launch import enqueue as enqueue_eval
 from apps.evals.models import EvalJob
-from apps.jobs.lifecycle import QueueUnavailable
-from apps.jobs import lifecycle as jobkit
 from apps.jobs import reaper
+from apps.jobs.lifecycle import QueueUnavailable, run_job
 from apps.runs.models import Run
 from apps.runs.services import lifecycle
 
@@ -35,12 +34,12 @@ def test_an_eval_job_beats_while_its_body_runs_and_records_a_failure(roles, sett
         seen.append(EvalJob.objects.get(pk=row.pk).heartbeat_at > claimed_at)
         raise ValueError("benchmark 'x' has no items")
 
-    assert jobkit.run_job(EVAL_JOB, job.pk, body) == f"eval {job.pk} failed: benchmark 'x' has no items"
+    assert run_job(EVAL_JOB, job.pk, body) == f"eval {job.pk} failed: benchmark 'x' has no items"
     job.refresh_from_db()
     assert seen == [True]  # the heartbeat thread touched the row while the body ran
     assert (job.status, job.error) == ("failed", "benchmark 'x' has no items") and job.finished_at
-    assert jobkit.run_job(EVAL_JOB, job.pk, body) == f"eval {job.pk} is failed; nothing to do"
-    assert jobkit.run_job(EVAL_JOB, 999_999, body) == "eval 999999 no longer exists"
+    assert run_job(EVAL_JOB, job.pk, body) == f"eval {job.pk} is failed; nothing to do"
+    assert run_job(EVAL_JOB, 999_999, body) == "eval 999999 no longer exists"
 
 
 def test_a_refused_queue_fails_the_row_with_what_to_do(roles, settings):
