@@ -66,6 +66,7 @@ class RecipeContext:
         started = time.perf_counter()
         for step in range(self.start_step + 1, total + 1):
             t0 = time.perf_counter()
+            self._progress(step, "rollout")
             yield step
             seconds = time.perf_counter() - t0
             self.step_seconds.append(seconds)
@@ -107,6 +108,11 @@ class RecipeContext:
             return self.sink.control()
         return dist.broadcast_object(self.sink.control() if dist.is_main() else None)
 
+    def _progress(self, step: int, phase: str) -> None:
+        """Tell the sink where the step is (rank 0 only: one report per step and phase)."""
+        if dist.is_main():
+            self.sink.progress(step, phase)
+
     def shard(self, items) -> list:
         """This rank's share of a step's inputs (all of them in one process); see distributed.shard."""
         return dist.shard(items) if dist.active() else list(items)
@@ -138,6 +144,7 @@ class RecipeContext:
 
     # -- training ---------------------------------------------------------------------------
     def update(self, samples, extra_loss=None) -> dict[str, dict[str, float]]:
+        self._progress(self._last_step + 1, "update")
         t0 = time.perf_counter()
         out = policy_update(self.policy, self.engine, samples, self.config, extra_loss=extra_loss)
         self._update_costs["update_seconds"] += time.perf_counter() - t0

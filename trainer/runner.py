@@ -26,7 +26,7 @@ from trainer.context import RecipeContext
 from trainer.engine import make_engine
 from trainer.methods import get_recipe
 from trainer.models import data_dir, load_policy
-from trainer.sink import JsonlSink, MultiSink
+from trainer.sink import JsonlSink, MultiSink, NullSink
 
 
 @dataclass
@@ -39,7 +39,7 @@ class RunResult:
     metrics: list[dict] = field(default_factory=list)  # every metrics row of this call
 
 
-class _Recorder:
+class _Recorder(NullSink):
     """Keeps the metric rows of this call for the RunResult."""
 
     def __init__(self):
@@ -47,17 +47,6 @@ class _Recorder:
 
     def metrics(self, step, role, values):
         self.rows.append({"step": step, "role": role, **values})
-
-    def samples(self, step, records):
-        pass
-
-    def checkpoint(self, step, path):
-        pass
-
-    def control(self):
-        from trainer.sink import Control
-
-        return Control()
 
 
 def apply_thread_setting() -> None:

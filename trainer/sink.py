@@ -2,7 +2,9 @@
 
 A recipe talks to the outside world only through a ``Sink``: it reports metrics, generated
 samples and checkpoints, and at every step boundary it polls ``control()`` for pause / stop
-requests and human review verdicts. The web side implements it on Django (``DjangoSink``);
+requests and human review verdicts. ``progress(step, phase)`` says where a step is while it runs
+("rollout" from its start, "update" when the policy update begins; ``RecipeContext`` sends both),
+so a live page can show more than "waiting" during a step of several minutes. The web side implements it on Django (``DjangoSink``);
 the library ships a console sink and a JSONL sink for standalone runs.
 
 Sample records are plain dicts with a ``kind`` and a ``key`` unique within the run
@@ -58,6 +60,11 @@ class Sink(Protocol):
 
     def control(self) -> Control: ...
 
+    def progress(self, step: int, phase: str) -> None: ...
+
+
+PHASES = ("rollout", "update")  # what progress() reports, in the order a step goes through them
+
 
 class NullSink:
     def metrics(self, step, role, values):
@@ -71,6 +78,9 @@ class NullSink:
 
     def control(self) -> Control:
         return Control()
+
+    def progress(self, step, phase):
+        pass
 
 
 class ConsoleSink(NullSink):
@@ -129,6 +139,10 @@ class MultiSink(NullSink):
     def checkpoint(self, step, path):
         for s in self.sinks:
             s.checkpoint(step, path)
+
+    def progress(self, step, phase):
+        for s in self.sinks:
+            s.progress(step, phase)
 
     def control(self) -> Control:
         merged = Control()

@@ -6,8 +6,9 @@ masks), ``grades``, ``pairs`` (preference pairs: two attempts of one task and ro
 rewards, chosen = the higher reward), ``verdicts`` (human review) and ``config`` (one row).
 Columns and their types are fixed per kind (``columns(kind)``, the same in both formats):
 integers stay integers, floats are always written as floats, strings are never null ("" when
-empty), lists are always lists, and the method-specific ``data`` (and ``snapshot`` /
-``suspicious``) is a JSON *string*, so every row of a file has the same type in every column.
+empty), lists are always lists. The method-specific ``data`` (and ``snapshot`` / ``suspicious``)
+is a JSON object in JSONL (``datasets`` reads its keys as columns of a struct) and its JSON text in
+Parquet (whose columns need one fixed type, and the keys differ by method and role).
 
 Filters (query parameters; one that does not apply to the kind, or a bad value, is a 400):
 ``role``, ``step_min`` / ``step_max``, ``iteration_min`` / ``iteration_max`` (``data.iteration``
@@ -170,28 +171,28 @@ COLUMNS = {
     "tasks": [("id", "int", "id"), ("run_id", "int", "run_id"), ("key", "str", "key"), ("step", "int", "step"),
               ("iteration", "iteration", "x_iteration"), ("role", "str", "role"), ("question", "str", "question"),
               ("answer", "str", "answer"), ("valid", "bool", "valid"), ("pass_rate", "float", "pass_rate"),
-              ("document_id", "str", "document_id"), ("format", "str", "format"), ("data", "str", "x_data"),
+              ("document_id", "str", "document_id"), ("format", "str", "format"), ("data", "json", "x_data"),
               ("review_status", "str", "x_review")],
     "rubrics": [("id", "int", "id"), ("run_id", "int", "run_id"), ("key", "str", "key"),
                 ("task_key", "str", "task_key"), ("step", "int", "step"), ("iteration", "iteration", "x_iteration"),
-                ("text", "str", "text"), ("priority", "str", "priority"), ("data", "str", "x_data"),
+                ("text", "str", "text"), ("priority", "str", "priority"), ("data", "json", "x_data"),
                 ("review_status", "str", "x_review"), ("review_edit", "str", "x_edit")],
     "attempts": [("id", "int", "id"), ("run_id", "int", "run_id"), ("key", "str", "key"),
                  ("task_key", "str", "task_key"), ("task_id", "int", "task_id"), ("role", "str", "role"),
                  ("step", "int", "step"), ("iteration", "iteration", "x_iteration"), ("text", "str", "text"),
                  ("reward", "float", "reward"), ("turns", "turns", "turns"), ("passages", "passages", "passages"),
                  ("token_ids", "ints", "token_ids"), ("loss_mask", "ints", "loss_mask"),
-                 ("data", "str", "x_data"), ("task_valid", "bool", "task__valid")],
+                 ("data", "json", "x_data"), ("task_valid", "bool", "task__valid")],
     "grades": [("id", "int", "id"), ("run_id", "int", "run_id"), ("key", "str", "key"),
                ("attempt_key", "str", "attempt_key"), ("rubric_key", "str", "rubric_key"), ("step", "int", "step"),
                ("iteration", "iteration", "x_iteration"), ("score", "float", "score"),
-               ("judge_text", "str", "judge_text"), ("data", "str", "x_data"), ("review_status", "str", "x_review")],
+               ("judge_text", "str", "judge_text"), ("data", "json", "x_data"), ("review_status", "str", "x_review")],
     "verdicts": [("id", "int", "id"), ("run_id", "int", "run_number"), ("kind", "str", "kind"), ("key", "str", "key"),
                  ("step", "int", "step"), ("task_key", "str", "task_key"), ("status", "str", "status"),
                  ("edit", "str", "edit"), ("reason", "str", "reason"), ("reviewer", "str", "reviewer_name"),
                  ("reviewed_at", "str", "x_reviewed_at"), ("applied_at", "str", "x_applied_at"),
                  ("priority", "str", "priority"), ("judge_score", "float", "judge_score"), ("sampled", "bool", "sampled"),
-                 ("suspicious", "str", "x_suspicious"), ("snapshot", "str", "x_snapshot")],
+                 ("suspicious", "json", "x_suspicious"), ("snapshot", "json", "x_snapshot")],
     "pairs": [("task_id", "int", None), ("task_key", "str", None), ("role", "str", None), ("step", "int", None),
               ("prompt", "str", None), ("answer", "str", None), ("chosen", "str", None), ("rejected", "str", None),
               ("chosen_reward", "float", None), ("rejected_reward", "float", None), ("chosen_key", "str", None),

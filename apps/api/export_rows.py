@@ -38,7 +38,7 @@ class Odd(Exception):
 
 RAW = {  # type code -> SQL of the plain value sent for column x
     "int": "{x}", "bool": "{x}", "float": "({x})::float8", "str": "({x})::text", "iteration": "({x})::text",
-    "ints": "({x})::text", "turns": "({x})::text", "passages": "({x})::text",
+    "ints": "({x})::text", "turns": "({x})::text", "passages": "({x})::text", "json": "({x})::text",
 }
 
 
@@ -169,8 +169,13 @@ def passages_json(v) -> str:
         str_json(d), str_json(c), str_json(t), str_json(x), float_json(s)) for d, c, t, x, s in passages_of(v)]) + "]"
 
 
+def json_json(v) -> str:
+    """A stored JSON value (jsonb's text) as it is: JSONL holds the object, not a string of it."""
+    return "{}" if v is None else v
+
+
 ENCODERS = {"int": int_json, "float": float_json, "str": str_json, "bool": bool_json, "iteration": iteration_json,
-            "ints": ints_json, "turns": turns_json, "passages": passages_json}
+            "ints": ints_json, "turns": turns_json, "passages": passages_json, "json": json_json}
 
 
 def jsonl(columns: list[tuple[str, str]], rows: list[tuple], fallback) -> bytes:
@@ -198,7 +203,8 @@ TURN = pa.struct([("role", pa.string()), ("text", pa.string())])
 PASSAGE = pa.struct([("document_id", pa.string()), ("chunk_id", pa.string()), ("title", pa.string()),
                      ("text", pa.string()), ("score", pa.float64())])
 TYPES = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_(), "iteration": pa.int64(),
-         "turns": pa.list_(TURN), "passages": pa.list_(PASSAGE), "ints": pa.list_(pa.int64())}
+         "turns": pa.list_(TURN), "passages": pa.list_(PASSAGE), "ints": pa.list_(pa.int64()),
+         "json": pa.string()}  # JSON values: their text (Parquet's column types are fixed; the keys are not)
 NESTED = {"turns": (turns_of, TURN), "passages": (passages_of, PASSAGE)}
 # Arrow memory from the C heap (trimmed after every row group: export.release_memory) rather than
 # Arrow's default mimalloc pool, which keeps tens of MB of freed pages resident in a long-lived server
@@ -335,7 +341,8 @@ def _binary_array_py(data) -> list:
     return out
 
 
-BUILDERS = {"int": _ints64, "float": _floats, "str": _strs, "bool": _bools, "iteration": _iterations, "ints": _ints}
+BUILDERS = {"int": _ints64, "float": _floats, "str": _strs, "bool": _bools, "iteration": _iterations, "ints": _ints,
+            "json": lambda values: _strs(["{}" if v is None else v for v in values])}
 
 
 def _nested(code: str, values, ids, odd: set) -> list:

@@ -10,7 +10,9 @@ formatter giving the same JSON as the Parquet path's values, with the types fixe
 - ``iteration``: the integer text of ``data.iteration`` or ``null`` (a JSON number: no leading zeros);
 - ``turns`` / ``passages``: lists of objects with exactly the documented keys (strings, and a float
   ``score``), whatever shape the stored JSON has;
-- ``ints``: ``array_to_json`` of an integer array (``[]`` for NULL).
+- ``ints``: ``array_to_json`` of an integer array (``[]`` for NULL);
+- ``json``: a stored JSON value as it is (jsonb's own text), ``{}`` for NULL: an object, not a
+  string holding one, so ``datasets`` reads its keys as columns.
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ FORMATTERS = {
     "str": _str,
     "iteration": lambda x: f"(CASE WHEN {x} ~ '^-?(0|[1-9][0-9]{{0,17}})$' THEN {x} ELSE 'null' END)",
     "ints": lambda x: f"coalesce(array_to_json({x})::text, '[]')",
+    "json": lambda x: f"coalesce(({x})::text, '{{}}')",
     "turns": lambda x: _objects(x, [("role", _field("role")), ("text", _field("text"))]),
     "passages": lambda x: _objects(x, [("document_id", _field("document_id")), ("chunk_id", _field("chunk_id")),
                                        ("title", _field("title")), ("text", _field("text")), ("score", _score())]),

@@ -91,7 +91,7 @@ _END = object()
 EXAMPLE_ATTEMPT = ('{"id": 41, "run_id": 7, "key": "3:12:0:r1", "task_key": "3:12:0", "task_id": 17, '
                    '"role": "reasoner", "step": 3, "iteration": null, "text": "... \\\\boxed{4}", "reward": 1.0, '
                    '"turns": [{"role": "assistant", "text": "... \\\\boxed{4}"}], "passages": [], '
-                   '"token_ids": [1, 2, 3], "loss_mask": [1, 1, 1], "data": "{\\"boxed\\": \\"4\\"}", '
+                   '"token_ids": [1, 2, 3], "loss_mask": [1, 1, 1], "data": {"boxed": "4"}, '
                    '"task_valid": true}')
 EXAMPLE_PAIR = ('{"task_id": 17, "task_key": "3:12:0", "role": "reasoner", "step": 3, "prompt": "What is 2+2?", '
                 '"answer": "4", "chosen": "\\\\boxed{4}", "rejected": "\\\\boxed{5}", "chosen_reward": 1.0, '

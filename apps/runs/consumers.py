@@ -11,7 +11,7 @@ import logging
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from apps.runs.live import current_seq, group_name
+from apps.runs.live import current_progress, current_seq, group_name
 from apps.runs.models import Run
 
 log = logging.getLogger("selfplay.runs")
@@ -25,11 +25,13 @@ SLOW_VIEWER_CLOSE = 4408
 
 @database_sync_to_async
 def _snapshot(run_id: int) -> dict | None:
-    run = Run.objects.filter(pk=run_id).values("status", "current_step", "requested", "error").first()
+    run = Run.objects.filter(pk=run_id).values("status", "current_step", "requested", "error", "checkpoint_path").first()
     if run is None:
         return None
     return {"type": "status", "status": run["status"], "step": run["current_step"],
-            "requested": run["requested"], "error": run["error"], "snapshot": True, "seq": current_seq(run_id)}
+            "requested": run["requested"], "error": run["error"], "checkpoint": run["checkpoint_path"],
+            "progress": current_progress(run_id) if run["status"] == "running" else None,
+            "snapshot": True, "seq": current_seq(run_id)}
 
 
 class RunConsumer(AsyncWebsocketConsumer):

@@ -7,8 +7,9 @@ Redis INCR): a page that stays connected but sees a number skipped (the channel 
 that waited too long) refetches what it missed from the metrics API. A Redis outage is logged and
 returned as False, never raised: it must not stop a run or a request.
 
-Publishers: the run's status changes (apps/runs/models.py), the DjangoSink's flushes
-(apps/runs/sink.py) and review events (apps/review).
+Publishers: the run's status changes (apps/runs/models.py), the DjangoSink's flushes, checkpoints
+and step phases (apps/runs/sink.py) and review events (apps/review). A step's newest phase
+(``progress``: rollout / update) is also kept in Redis, for a page that connects mid-step.
 """
 from __future__ import annotations
 
@@ -59,6 +60,28 @@ def current_seq(run_id: int) -> int | None:
     except Exception as exc:
         log.info("could not read the message counter of run-%s: %s", run_id, exc)
         return None
+
+
+def progress_key(run_id: int) -> str:
+    return f"selfplay:run-progress:{run_id}"
+
+
+def remember_progress(run_id: int, data: dict) -> None:
+    """Keep a run's newest ``progress`` message (rollout / update of a step) for pages that connect later."""
+    try:
+        _redis().set(progress_key(run_id), json.dumps(data), ex=SEQ_TTL_SECONDS)
+    except Exception as exc:  # never stops a run
+        log.info("could not keep the progress of run-%s: %s", run_id, exc)
+
+
+def current_progress(run_id: int) -> dict | None:
+    """The newest ``progress`` message of a run, or None (none yet, or Redis does not answer)."""
+    try:
+        raw = _redis().get(progress_key(run_id))
+    except Exception as exc:
+        log.info("could not read the progress of run-%s: %s", run_id, exc)
+        return None
+    return json.loads(raw) if raw else None
 
 
 def publish(run_id: int, data: dict) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from django.db import connection
+from django.db.models import Exists, OuterRef
 
 from apps.runs.models import Metric, Run
 
@@ -17,6 +18,10 @@ DEFAULT_POINTS = 2000
 MAX_POINTS = 20000
 # What the charts call "reward": the first of these names a run reports.
 REWARD_NAMES = ("reward_mean", "reward/mean", "reward")
+# What the run page's reward chart plots for each role: its reward, else its score (SPICE's
+# Reasoner logs `accuracy`, pi-Play's Student `exact_match`, SCORE's Evaluator `consistency`).
+CURVE_NAMES = (*REWARD_NAMES, "accuracy", "exact_match", "consistency")
+NOT_A_PLAYER = "system"  # the run's own costs (trainer/context.py SYSTEM)
 
 
 def minmax_downsample(steps: list[int], values: list[float], points: int) -> tuple[list[int], list[float]]:
@@ -142,9 +147,93 @@ def _sql_minmax(run_id: int, name: str, role: str, lo: int, hi: int, points: int
     return order, [kept[st] for st in order]
 
 
-def reward_name(run: Run) -> str | None:
-    names = set(Metric.objects.filter(run=run, name__in=REWARD_NAMES).values_list("name", flat=True).distinct())
-    return next((n for n in REWARD_NAMES if n in names), None)
+def role_curves(run: Run) -> list[dict]:
+    """One {"role", "name"} per player: the first of ``CURVE_NAMES`` that role reports.
+
+    Every role gets its own curve, so a run with two players shows both (SPICE: the Challenger's
+    reward_mean and the Reasoner's accuracy).
+    """
+    pairs = set(Metric.objects.filter(run=run, name__in=CURVE_NAMES).exclude(role=NOT_A_PLAYER)
+                .values_list("role", "name").distinct())
+    out = []
+    for role in sorted({r for r, _ in pairs}):
+        out.append({"role": role, "name": next(n for n in CURVE_NAMES if (role, n) in pairs)})
+    return out
+
+
+def curve_series(run: Run, points: int = DEFAULT_POINTS) -> list[dict]:
+    """The reward chart's series: each role's curve (``role_curves``), downsampled."""
+    wanted = {(c["role"], c["name"]) for c in role_curves(run)}
+    if not wanted:
+        return []
+    return [s for s in series(run, sorted({n for _, n in wanted}), points=points) if (s["role"], s["name"]) in wanted]
+
+
+def by_role(rows: list[dict], curves: list[dict]) -> list[dict]:
+    """``latest_values`` grouped for the run page's collapsed table: one group per role, with the
+    role's curve value (``role_curves``) as its headline.
+
+    >>> groups = by_role([{"role": "a", "name": "x", "step": 2, "value": 1.0},
+    ...                   {"role": "a", "name": "reward_mean", "step": 2, "value": 0.5},
+    ...                   {"role": "b", "name": "y", "step": 1, "value": 3.0}], [{"role": "a", "name": "reward_mean"}])
+    >>> [(g["role"], len(g["rows"]), g["headline"] and g["headline"]["name"]) for g in groups]
+    [('a', 2, 'reward_mean'), ('b', 1, None)]
+    """
+    curve = {c["role"]: c["name"] for c in curves}
+    groups: dict[str, dict] = {}
+    for row in rows:
+        group = groups.setdefault(row["role"], {"role": row["role"], "rows": [], "headline": None, "step": None})
+        group["rows"].append(row)
+        group["step"] = max(group["step"] or row["step"], row["step"])
+        if curve.get(row["role"]) == row["name"]:
+            group["headline"] = row
+    return list(groups.values())
+
+
+def step_estimate(run: Run) -> dict | None:
+    """How long a step of this kind of run takes on its queue: {"seconds", "run_id"} from the
+    newest other run of the same method and model there that reported ``step_seconds`` (else
+    this run's own steps), or None.
+
+    The median of that run's last 20 steps, so one slow first step (model load, compile) does
+    not set it.
+    """
+    timed = Exists(Metric.objects.filter(run=OuterRef("pk"), name="step_seconds"))
+    other = (Run.objects.filter(timed, method=run.method, model_name=run.model_name, queue=run.queue)
+             .exclude(pk=run.pk).order_by("-created_at", "-id").values_list("pk", flat=True).first())
+    source = other or run.pk
+    values = [v for v in Metric.objects.filter(run_id=source, name="step_seconds").order_by("-step")
+              .values_list("value", flat=True)[:20] if _finite(v)]
+    if not values:
+        return None
+    return {"seconds": sorted(values)[len(values) // 2], "run_id": source}
+
+
+def duration(seconds: float) -> str:
+    """A person's rough duration.
+
+    >>> [duration(s) for s in (4.2, 75, 270, 7300)]
+    ['4 s', '75 s', 'about 4 min', 'about 2.0 h']
+    """
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"about {seconds / 60:.0f} min"
+    return f"about {seconds / 3600:.1f} h"
+
+
+def waiting_note(run: Run) -> str:
+    """What an empty chart says instead of drawing empty axes."""
+    nxt = run.current_step + 1
+    if run.status == "queued":
+        return f"waiting for step {nxt}: the run is queued on {run.queue}"
+    if run.status != "running":
+        return f"no step reported (the run is {run.status})"
+    estimate = step_estimate(run)
+    if estimate is None:
+        return f"waiting for step {nxt} (no earlier {run.method} run of this model on {run.queue} to time a step by)"
+    source = "this run" if estimate["run_id"] == run.pk else f"run {estimate['run_id']}"
+    return f"waiting for step {nxt} (a step takes {duration(estimate['seconds'])} here, from {source})"
 
 
 def latest_values(run: Run) -> list[dict]:

@@ -5,7 +5,8 @@ recipe calls ``control()`` there), when the buffer grows large, on a checkpoint,
 ``close()``. Writes are upserts on the natural keys (metric (run, step, role, name), sample
 (run, key)), so a resumed run that re-reports a step replaces rows instead of duplicating
 them. After each flush a few small messages go to the Channels group ``run-<id>``
-(``type`` metric / sample); a Redis outage is counted in ``publish_failures`` and never
+(``type`` metric / sample), one per checkpoint (``checkpoint``) and one per phase of a step
+(``progress``: rollout, update; see trainer/sink.py); a Redis outage is counted in ``publish_failures`` and never
 stops the run.
 
 A write whose database connection was lost (Postgres restarted, the session terminated) is
@@ -33,7 +34,7 @@ from django.utils import timezone
 
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.runs import hooks
-from apps.runs.live import publish
+from apps.runs.live import publish, remember_progress
 from apps.runs.models import Checkpoint, Metric, Run, RunEvent, Status
 from apps.runs.watchdog import check_run
 from trainer.sink import Control
@@ -100,7 +101,16 @@ class DjangoSink:
         self._saw_step(step)
         self.flush()
         with_db_retry("recording a checkpoint", lambda: self._write_checkpoint(int(step), str(path)))
+        self._send({"type": "checkpoint", "step": int(step), "path": str(path)})  # the page's checkpoint field
         _after_checkpoint(self.run_id, int(step), str(path))
+
+    def progress(self, step: int, phase: str) -> None:
+        """Where the running step is: a websocket message, and the newest one kept in Redis for a
+        page that connects mid-step. No database write (twice a step would be cheap, but a step's
+        phase is not history)."""
+        message = {"type": "progress", "step": int(step), "phase": str(phase)[:32], "at": time.time()}
+        remember_progress(self.run_id, message)
+        self._send(message)
 
     def _write_checkpoint(self, step: int, path: str) -> None:
         with transaction.atomic():

@@ -18,6 +18,7 @@ from apps.runs import ledger as run_ledger
 from apps.runs import method_panel
 from apps.runs import metrics as run_metrics
 from apps.runs import trajectory as run_trajectory
+from apps.runs.live import current_progress
 from apps.runs.forms import SECRET_FIELDS, LaunchForm
 from apps.runs.models import IllegalTransition, Metric, Run
 from apps.runs.services import lifecycle
@@ -75,17 +76,19 @@ def new(request):
 def detail(request, run_id: int):
     lifecycle.reap_stale_runs()
     run = get_object_or_404(Run.objects.select_related("owner", "corpus"), pk=run_id)
-    reward = run_metrics.reward_name(run) or run_metrics.REWARD_NAMES[0]
+    curves = run_metrics.role_curves(run)
     return render(request, "runs/detail.html", {
         "run": run,
         "can_control": can_control_run(request.user, run),
         "events": run.events.all()[:50],
         "tasks": Task.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
         "attempts": _latest_attempts(run),
-        "latest": run_metrics.latest_values(run),
-        "reward_name": reward,
-        # the reward chart's first points come with the page (no round trip before it can draw)
-        "reward_series": run_metrics.series(run, [reward], points=INITIAL_POINTS),
+        "latest_groups": run_metrics.by_role(run_metrics.latest_values(run), curves),
+        # the reward chart: one curve per role; its first points come with the page (no round trip before it can draw)
+        "curve_names": run_metrics.CURVE_NAMES,
+        "reward_series": run_metrics.curve_series(run, points=INITIAL_POINTS),
+        "waiting": "" if curves else run_metrics.waiting_note(run),
+        "progress": current_progress(run.pk) if run.status == "running" else None,
         "tabs": run_metrics.tabs(run_metrics.metric_names(run.pk)),
         "ledger": run_ledger.ledger(run),
         "method_panel": method_panel.panel(run),  # SCOPE / SCORE / pi-Play: gates, harness, QCPs

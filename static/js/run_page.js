@@ -7,6 +7,11 @@
   const LAYOUT = {margin: {t: 10, r: 10, b: 40, l: 50}, legend: {orientation: "h"}};
   const CONFIG = {responsive: true, displaylogo: false};
   const json = (id) => JSON.parse(document.getElementById(id).textContent);
+  // Steps are whole numbers: integer ticks, one per step while there are few. An empty chart hides
+  // its axes (plotly's default -1..6) and says what it waits for.
+  const stepAxis = (xs) => ({title: {text: "step"}, tickformat: "d",
+                             dtick: xs.length && Math.max(...xs) - Math.min(...xs) <= 10 ? 1 : null, visible: xs.length > 0});
+  const waitingNote = () => (document.getElementById("reward-waiting")?.textContent || "").trim();
 
   // ---- metric tabs -----------------------------------------------------------------------
   function metricTabs(runId) {
@@ -15,12 +20,13 @@
     const buttons = [...document.querySelectorAll("#metric-tabs button")];
     let tab = null, name = null, traces = {}, last = {}, ready = false, seq = 0;
 
-    function title(tab, name) {
+    function title(tab, name, xs) {
+      const empty = `${tab.label}: ${name ? "" : "not reported yet"}${!name && waitingNote() ? "; " : ""}${waitingNote()}`;
       return {...LAYOUT, margin: {...LAYOUT.margin, t: 30}, legend: {orientation: "h", y: 1.02, yanchor: "bottom"}, showlegend: true,
-              xaxis: {title: {text: "step"}}, yaxis: {title: {text: name || tab.label}},
-              annotations: name ? [] : [{text: `${tab.label}: not reported yet`, showarrow: false,
-                                        xref: "paper", yref: "paper", x: 0.5, y: 0.5}]};
+              xaxis: stepAxis(xs), yaxis: {title: {text: name || tab.label}, visible: xs.length > 0},
+              annotations: xs.length ? [] : [{text: empty, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}]};
     }
+    const drawnSteps = () => (el.data || []).flatMap(t => t.x);
 
     async function show(i) {
       const mine = ++seq;
@@ -36,7 +42,7 @@
       const shown = data.series.filter(s => s.name === name);
       shown.forEach((s, j) => { traces[s.role] = j; last[s.role] = s.steps[s.steps.length - 1]; });
       await Plotly.react(el, shown.map(s => ({x: s.steps, y: s.values, mode: s.steps.length > 300 ? "lines" : "lines+markers", name: s.role || "all"})),
-                         title(tab, name), CONFIG);
+                         title(tab, name, shown.flatMap(s => s.steps)), CONFIG);
       el.dataset.metric = name || "";
       ready = true;
     }
@@ -49,12 +55,13 @@
       const from = msg.role in last ? last[msg.role] : -Infinity;
       const fresh = n ? points.filter(p => p.step > from && p.values[n] !== undefined && p.values[n] !== null) : [];
       if (!fresh.length) return;
-      if (!name) { name = n; el.dataset.metric = n; Plotly.relayout(el, title(tab, n)); }
+      if (!name) { name = n; el.dataset.metric = n; }
       if (!(msg.role in traces)) {
         traces[msg.role] = Object.keys(traces).length;
         Plotly.addTraces(el, {x: [], y: [], mode: "lines+markers", name: msg.role || "all"});
       }
       Plotly.extendTraces(el, {x: [fresh.map(p => p.step)], y: [fresh.map(p => p.values[n])]}, [traces[msg.role]]);
+      Plotly.relayout(el, title(tab, name, drawnSteps()));
       last[msg.role] = fresh[fresh.length - 1].step;
     });
     buttons.forEach((b, i) => b.addEventListener("click", () => show(i)));
@@ -91,7 +98,9 @@
       {x: d.steps, y: d.pass_rate_by_step, mode: "lines+markers", name: "mean pass rate"},
       {x: d.duplicates.steps, y: d.duplicates.rate_by_step, mode: "lines+markers", name: "near-duplicate rate (recent)"},
     ], {...LAYOUT, margin: {...LAYOUT.margin, t: 30}, legend: {orientation: "h", y: 1.02, yanchor: "bottom"},  // legend above: below, it ran into the axis title
-        xaxis: {title: {text: "step"}}, yaxis: {range: [0, 1.02], tickformat: ".0%"}}, CONFIG);
+        xaxis: stepAxis(d.steps), yaxis: {range: [0, 1.02], tickformat: ".0%", visible: d.steps.length > 0},
+        annotations: d.steps.length ? [] : [{text: `no tasks yet${waitingNote() ? "; " + waitingNote() : ""}`, showarrow: false,
+                                             xref: "paper", yref: "paper", x: 0.5, y: 0.5}]}, CONFIG);
     hist.dataset.ready = "1";
   }
 

@@ -92,3 +92,24 @@ def test_a_time_limit_stops_after_the_step_with_a_checkpoint_and_resumes(tiny_co
     second = trainer.run({**cfg, "train": {**cfg["train"], "time_limit_minutes": 0}}, run_dir=tmp_path / "run",
                          resume=True)
     assert second.steps == 4 and not second.stopped
+
+
+def test_each_step_reports_its_phases_before_its_metrics(tiny_config, tmp_path):
+    """progress(step, "rollout") at a step's start, "update" when the policy update begins, then
+    the step's metrics: what the live page shows during a step of several minutes."""
+    from trainer.sink import NullSink
+
+    class Heard(NullSink):
+        def __init__(self):
+            self.events = []
+
+        def progress(self, step, phase):
+            self.events.append((step, phase))
+
+        def metrics(self, step, role, values):
+            if role == "solver":
+                self.events.append((step, "metrics"))
+
+    heard = Heard()
+    trainer.run(tiny_config(train={"steps": 2}), sink=heard, run_dir=tmp_path / "run")
+    assert heard.events == [(1, "rollout"), (1, "update"), (1, "metrics"), (2, "rollout"), (2, "update"), (2, "metrics")]

@@ -7,6 +7,7 @@ beside the run tests.
 """
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("SELFPLAY_RUNS_TEST_REDIS_DB", "13")
@@ -61,6 +62,15 @@ def records(step: int, n_tasks: int = 2, answers: int = 3) -> list[dict]:
 
 
 NO_REVIEW = {"method": "spice", "review": {"tasks": 0, "rubrics": 0, "grades": 0, "suspicious": []}}
+
+
+def jsonl_view(rows: list[dict], kind: str) -> list[dict]:
+    """Parquet rows as the JSONL of the same export has them: its JSON columns (``data``, a verdict's
+    ``snapshot`` ...) are JSON text in Parquet and objects in JSONL."""
+    from apps.api.export import columns
+
+    json_columns = {name for name, code in columns(kind) if code == "json"}
+    return [{k: json.loads(v) if k in json_columns else v for k, v in row.items()} for row in rows]
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 from apps.api.export import KINDS, arrow_schema, columns
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.review.models import ReviewItem
+from tests.web.evals.conftest import jsonl_view
 
 @pytest.fixture
 def run(filled_run):
@@ -57,7 +58,7 @@ def test_every_kind_round_trips_through_datasets_and_pyarrow(run, reader, tmp_pa
     assert response.status_code == 200 and response["Content-Type"] == "application/vnd.apache.parquet"
     table = pq.read_table(io.BytesIO(body))
     assert table.num_rows == EXPECTED[kind] and table.schema.equals(arrow_schema(kind))
-    assert table.to_pylist() == [json.loads(line) for line in get(client, run, kind)[1].splitlines()]
+    assert jsonl_view(table.to_pylist(), kind) == [json.loads(line) for line in get(client, run, kind)[1].splitlines()]
 
 
 def test_attempt_rows_carry_turns_passages_and_token_masks(run, reader, tmp_path):
@@ -69,9 +70,17 @@ def test_attempt_rows_carry_turns_passages_and_token_masks(run, reader, tmp_path
                             {"role": "tool", "text": "<information>x</information>"}]
     assert row["passages"] == [{"document_id": "d1", "chunk_id": "c1", "title": "T", "text": "p", "score": 1.0}]
     assert row["token_ids"] == [0, 1] and row["loss_mask"] == [1, 1]
-    assert row["reward"] == 0.0 and json.loads(row["data"]) == {"boxed": "1"}
+    assert row["reward"] == 0.0 and row["data"] == {"boxed": "1"}  # an object: datasets reads its keys as columns
     assert row["task_id"] == Task.objects.get(run=run, key="2:0").pk and row["task_valid"] is True
     assert row["iteration"] is None
+
+
+def test_jsonl_data_is_an_object_that_datasets_reads_as_columns(run, reader, tmp_path):
+    _, body = get(client_for(reader), run, "tasks")
+    assert b'"data":{"' in body and b'"data":"' not in body  # not a string holding JSON
+    ds = load_jsonl(body, tmp_path)
+    assert set(ds.features["data"]) == {"answer_type", "iteration"}
+    assert {r["data"]["answer_type"] for r in ds} == {"integer"}
 
 
 def test_pairs_prefer_the_higher_reward(run, reader):
@@ -241,7 +250,7 @@ def test_odd_stored_values_keep_one_type_per_column_in_both_formats(run, reader,
     _, body = get(client, run, "attempts")
     from_jsonl = [json.loads(line) for line in body.splitlines()]
     _, parquet = get(client, run, "attempts", "parquet")
-    assert pq.read_table(io.BytesIO(parquet)).to_pylist() == from_jsonl
+    assert jsonl_view(pq.read_table(io.BytesIO(parquet)).to_pylist(), "attempts") == from_jsonl
     assert [r["reward"] for r in from_jsonl] == [None, None, 2.0, None]
     assert b'"reward":2.0' in body  # a float stays a float literal
     assert from_jsonl[0]["turns"] == [{"role": "assistant", "text": "a"}, {"role": "", "text": "5"}]

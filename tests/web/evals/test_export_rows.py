@@ -15,6 +15,7 @@ from apps.api import export, export_rows
 from apps.api.export_fetch import fetch, read_ahead
 from apps.api.export_sql import lines_sql
 from apps.episodes.models import Attempt, Grade, Task
+from tests.web.evals.conftest import jsonl_view
 
 DB_KINDS = ("tasks", "rubrics", "attempts", "grades", "verdicts")
 NASTY = 'tab\there\nnew "q" \\ back é ü 😀 \u2028 \x01 \x1f </script>'
@@ -82,7 +83,7 @@ def test_odd_rows_come_from_the_reference_and_parquet_holds_the_same_values(fill
     assert odd["odd1"]["token_ids"] == [-2**31, 0, 2**31 - 1] and odd["odd2"]["loss_mask"] == [0, 1, None]
     assert [odd[f"odd{i}"]["iteration"] for i in range(6)] == [1, 2, None, -4, None, None]  # "007": no number
     table = pq.read_table(io.BytesIO(exported(filled_run, "attempts", "parquet")))
-    assert table.to_pylist() == rows
+    assert jsonl_view(table.to_pylist(), "attempts") == rows
     assert table.schema.equals(export.arrow_schema("attempts"))
 
 
@@ -144,7 +145,7 @@ def test_the_read_ahead_thread_gives_the_pages_of_the_inline_read(filled_run, mo
     pages.close()  # the client went away
     assert not _readers()
     table = pq.read_table(io.BytesIO(b"".join(export.stream(p, "parquet"))))
-    assert table.to_pylist() == [json.loads(line) for line in inline.splitlines()]
+    assert jsonl_view(table.to_pylist(), "attempts") == [json.loads(line) for line in inline.splitlines()]
     connections.close_all()
 
 
