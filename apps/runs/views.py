@@ -18,8 +18,8 @@ from apps.runs import ledger as run_ledger
 from apps.runs import method_panel
 from apps.runs import metrics as run_metrics
 from apps.runs import trajectory as run_trajectory
-from apps.runs.live import current_progress
 from apps.runs.forms import SECRET_FIELDS, LaunchForm
+from apps.runs.live import current_progress
 from apps.runs.models import IllegalTransition, Metric, Run
 from apps.runs.services import lifecycle
 from apps.runs.services.launch import LaunchError, launch
