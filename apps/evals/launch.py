@@ -4,6 +4,8 @@
   prunes old ones) or ``base:<model name>`` on one or more benchmarks, optionally with the search
   tool over a corpus;
 - ``launch_crossplay(run, checkpoints, ...)``: the cross-play matrix of chosen checkpoints;
+- ``cancel_eval(job, user)``: a queued evaluation is cancelled (its owner, the owner of its run
+  for an automatic one, or an admin);
 - ``on_checkpoint(run_id, step, path)``: a run hook (apps/runs/hooks.py, registered in apps.py);
   when the run's config has ``eval.every_checkpoints: N`` (and ``eval.benchmarks``), every N-th
   checkpoint of the run gets an automatic evaluation. It never raises: a problem becomes a run event.
@@ -176,6 +178,38 @@ def launch_crossplay(run: Run, checkpoints, *, n_tasks=8, answers_per_task=4, te
         owner=user if getattr(user, "is_authenticated", False) else None)
     if enqueue_job:
         enqueue(job, "apps.evals.jobs.execute_crossplay")
+    return job
+
+
+class EvalCancelError(ValueError):
+    """Why an evaluation cannot be cancelled; ``status`` is the HTTP status an API answers with."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def can_cancel(user, job: EvalJob) -> bool:
+    """The launcher, the run's owner for an automatic evaluation, or an admin (control_any_run)."""
+    from apps.accounts.roles import can
+
+    if not can(user, "launch_run"):
+        return False
+    owner = job.owner_id if job.owner_id is not None else (job.run.owner_id if job.run_id else None)
+    return owner == user.id or can(user, "control_any_run")
+
+
+def cancel_eval(job: EvalJob, user) -> EvalJob:
+    """queued -> cancelled, or EvalCancelError saying why not."""
+    from apps.accounts.roles import denied_message
+
+    if not can_cancel(user, job):
+        raise EvalCancelError(f"{denied_message('launch_run')} Only its launcher or an admin can cancel "
+                              f"evaluation {job.pk}.", 403)
+    if not job.cancel(user):
+        what = "it is running and finishes on its own" if job.status == "running" else f"it is {job.status}"
+        raise EvalCancelError(f"Cannot cancel evaluation {job.pk}: {what}; only a queued evaluation can be "
+                              "cancelled.", 409)
     return job
 
 

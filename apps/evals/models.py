@@ -28,6 +28,7 @@ class Status(models.TextChoices):
     RUNNING = "running"
     FINISHED = "finished"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 class JobMixin(models.Model):
@@ -59,6 +60,20 @@ class JobMixin(models.Model):
             status=Status.RUNNING, started_at=now, heartbeat_at=now, worker_name=worker[:200], error="")
         if won:
             self.refresh_from_db()
+        return won == 1
+
+    def cancel(self, user=None) -> bool:
+        """queued -> cancelled (its RQ job, if a worker still picks it, finds nothing to claim); False
+        when it is no longer queued. A running job is not stopped midway."""
+        who = getattr(user, "username", "") or "the system"
+        now = timezone.now()
+        won = type(self).objects.filter(pk=self.pk, status=Status.QUEUED).update(
+            status=Status.CANCELLED, finished_at=now, error=f"cancelled by {who} before it started")
+        self.refresh_from_db()
+        if won and self.job_id:
+            from apps.runs.services.lifecycle import _cancel_job
+
+            _cancel_job(self.job_id)
         return won == 1
 
     def beat(self, **fields) -> None:

@@ -9,6 +9,7 @@ urlpatterns = [
     path("launch/", views.launch, name="launch"),
     path("benchmarks/", views.create_benchmark, name="create-benchmark"),
     path("jobs/<int:job_id>/", views.job_detail, name="job"),
+    path("jobs/<int:job_id>/cancel/", views.cancel, name="cancel"),
     path("compare/", views.compare, name="compare"),
     path("crossplay/<int:crossplay_id>/", views.crossplay_detail, name="crossplay"),
     path("runs/<int:run_id>/panel/", views.run_panel, name="run-panel"),

@@ -18,7 +18,7 @@ from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
 from apps.evals.api import compare_inputs
 from apps.evals.compare import comparison
-from apps.evals.launch import EvalLaunchError, launch_crossplay, launch_eval
+from apps.evals.launch import EvalCancelError, EvalLaunchError, can_cancel, cancel_eval, launch_crossplay, launch_eval
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.runs.models import Run
@@ -147,7 +147,21 @@ def job_detail(request, job_id: int):
     page = Paginator(samples, SAMPLES_PER_PAGE).get_page(request.GET.get("page"))
     template = "evals/_job_status.html" if request.headers.get("HX-Request") else "evals/job.html"
     return render(request, template, {"job": job, "results": results, "chosen": chosen, "page": page,
-                                      "correct": request.GET.get("correct", "")})
+                                      "correct": request.GET.get("correct", ""),
+                                      "can_cancel": job.status == "queued" and can_cancel(request.user, job)})
+
+
+@require_POST
+@role_required("launch_run")
+def cancel(request, job_id: int):
+    job = get_object_or_404(EvalJob.objects.select_related("run"), pk=job_id)
+    try:
+        cancel_eval(job, request.user)
+    except EvalCancelError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Evaluation {job.pk} cancelled.")
+    return redirect("evals:job", job_id=job.pk)
 
 
 def compare(request):
