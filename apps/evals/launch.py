@@ -19,6 +19,7 @@ from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
+from apps.accounts.roles import can, denied_message
 from apps.corpora.models import Corpus
 from apps.evals.benchmarks import find
 from apps.evals.models import CrossPlay, EvalJob
@@ -191,8 +192,6 @@ class EvalCancelError(ValueError):
 
 def can_cancel(user, job: EvalJob) -> bool:
     """The launcher, the run's owner for an automatic evaluation, or an admin (control_any_run)."""
-    from apps.accounts.roles import can
-
     if not can(user, "launch_run"):
         return False
     owner = job.owner_id if job.owner_id is not None else (job.run.owner_id if job.run_id else None)
@@ -201,8 +200,6 @@ def can_cancel(user, job: EvalJob) -> bool:
 
 def cancel_eval(job: EvalJob, user) -> EvalJob:
     """queued -> cancelled, or EvalCancelError saying why not."""
-    from apps.accounts.roles import denied_message
-
     if not can_cancel(user, job):
         raise EvalCancelError(f"{denied_message('launch_run')} Only its launcher or an admin can cancel "
                               f"evaluation {job.pk}.", 403)

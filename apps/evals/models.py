@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from apps.jobs.lifecycle import cancel_job
 from apps.jobs.reaper import reap
 from trainer.evaluate import SCORING
 
@@ -71,9 +72,7 @@ class JobMixin(models.Model):
             status=Status.CANCELLED, finished_at=now, error=f"cancelled by {who} before it started")
         self.refresh_from_db()
         if won and self.job_id:
-            from apps.runs.services.lifecycle import _cancel_job
-
-            _cancel_job(self.job_id)
+            cancel_job(self.job_id)
         return won == 1
 
     def beat(self, **fields) -> None:

@@ -69,6 +69,18 @@ def enqueue(row, func, prefix: str, fail: Callable[[Any, str], None], advice: st
     return job_id
 
 
+def cancel_job(job_id: str) -> None:
+    """Best effort: take RQ job ``job_id`` off its queue (the row's claim fails anyway once the row
+    is no longer queued)."""
+    import django_rq
+    from rq.job import Job
+
+    try:
+        Job.fetch(job_id, connection=django_rq.get_connection("default")).cancel()
+    except Exception as exc:  # gone already, or Redis away
+        log.info("could not cancel job %s: %s", job_id, exc)
+
+
 def worker_name() -> str:
     """The RQ worker's name, or host:pid outside a worker."""
     try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 
+from apps.jobs.lifecycle import cancel_job
 from apps.jobs.lifecycle import enqueue as enqueue_job
 from apps.jobs.reaper import reap
 from apps.runs.jobs import execute_run
@@ -51,7 +52,7 @@ def cancel(run: Run, user=None) -> Run:
     was_queued = run.status == Status.QUEUED
     run.request_cancel(user)
     if was_queued and run.job_id:
-        _cancel_job(run.job_id)  # best effort: the job's claim fails anyway once the run is cancelled
+        cancel_job(run.job_id)  # best effort: the job's claim fails anyway once the run is cancelled
     return run
 
 
@@ -77,16 +78,6 @@ ACTIONS = {"pause": pause, "resume": resume, "cancel": cancel}
 def _last_checkpoint_step(run: Run) -> int | None:
     last = run.checkpoints.order_by("-step").first()
     return last.step if last else None
-
-
-def _cancel_job(job_id: str) -> None:
-    import django_rq
-    from rq.job import Job
-
-    try:
-        Job.fetch(job_id, connection=django_rq.get_connection("default")).cancel()
-    except Exception as exc:  # gone already, or Redis away
-        log.info("could not cancel job %s: %s", job_id, exc)
 
 
 # ---- the reaper ----------------------------------------------------------------------------
