@@ -56,13 +56,13 @@ def base_model(run: Path, fallback: str | None) -> str:
     return fallback
 
 
-def eval_one(run: Path, step: int, spec: str, bench: str, max_new_tokens: int) -> dict:
+def eval_one(run: Path, step: int, spec: str, bench: str, max_new_tokens: int, scoring: str | None = None) -> dict:
     import torch
 
     from trainer.evaluate import evaluate, load_benchmark, load_model
     from trainer.rollout import SamplingParams
 
-    items, scoring = load_benchmark(bench)
+    items, scoring = load_benchmark(bench, scoring)
     loaded = load_model(spec)
     result = evaluate(loaded.generator, loaded.tokenizer, items, scoring, batch_size=330,
                       sampling=SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, logprobs=False),
@@ -99,14 +99,14 @@ def evaluator(run: Path, args, stop: threading.Event) -> None:
     base = base_model(run, args.base)
     for bench in args.bench:
         if base and (0, Path(bench).stem) not in evaluated(run):
-            eval_one(run, 0, f"base:{base}" if not Path(base).is_dir() else base, bench, args.max_new_tokens)
+            eval_one(run, 0, f"base:{base}" if not Path(base).is_dir() else base, bench, args.max_new_tokens, args.scoring)
     while True:
         todo = [(s, c, b) for b in args.bench for s, c in pending_checkpoints(run, b)]
         if not todo and stop.is_set():
             return
         for step, ckpt, bench in todo[-1:] if not stop.is_set() else todo:  # while training: newest first
             try:
-                eval_one(run, step, str(ckpt), bench, args.max_new_tokens)
+                eval_one(run, step, str(ckpt), bench, args.max_new_tokens, args.scoring)
             except Exception as exc:  # noqa: BLE001 - a pruned checkpoint: report, go on
                 emit("eval_error", {"step": step, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
         if not todo:
@@ -200,6 +200,7 @@ def main() -> None:
         q.add_argument("--bench", action="append", default=[])
         q.add_argument("--base", help="the base model when the run folder has no config.yaml yet")
         q.add_argument("--max-new-tokens", type=int, default=512)
+        q.add_argument("--scoring", help="default: the benchmark's own (a JSONL: exact); gsm8k: math")
     e.add_argument("--run", required=True)
     p = sub.add_parser("pack")
     p.add_argument("--run", required=True)
