@@ -63,6 +63,17 @@ else
   echo "  the demo run was not launched: $(tail -n 3 "$LOG/launch.log")"
 fi
 
+# Example runs: every run folder under examples/runs/ (GPU runs' metrics, samples and checkpoint
+# evaluations, no weights) is imported (manage.py import_run); again on a later `make demo`, in place.
+for dir in examples/runs/*/; do
+  [ -f "$dir/config.yaml" ] || continue
+  if line=$($PY manage.py import_run "$dir" --user admin 2>> "$LOG/import.log"); then
+    echo "  example run $(basename "$dir"): $URL$(echo "${line##*(}" | tr -d ')')"
+  else
+    echo "  example run $dir not imported: $(tail -n 1 "$LOG/import.log")"
+  fi
+done
+
 # The other ~9,000 summaries, after the run is queued, on the loader worker (progress on /corpora/).
 if [ -x scripts/demo_data.sh ]; then bash scripts/demo_data.sh background; fi
 echo

@@ -26,6 +26,11 @@ Command line::
 
     python -m trainer.evaluate base:smollm2-135m-instruct --benchmark gsm8k --limit 20
     python -m trainer.evaluate var/runs/7/checkpoints/step-000050 --benchmark my.jsonl --scoring f1
+    python -m trainer.evaluate RUN/checkpoints/step-000050 --benchmark gsm8k --record RUN
+
+``--record RUN_DIR`` appends the result to the run folder's ``evals.jsonl`` (``append_eval``; the
+format, and ``write_crossplay``'s crossplay.json, are in trainer/runfolder.py), which
+``manage.py import_run`` shows on the run's page.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from trainer.runfolder import BENCHMARK_NAME, append_eval, write_crossplay  # noqa: F401  (evaluation scripts' writers)
 from trainer.verify import exact_match, extract_boxed, extract_tag, f1, math_equal, mcq_letter, mcq_match
 
 SCORING = ("math", "mcq", "exact", "f1", "judge")
@@ -621,10 +627,17 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, help="questions generated together (default: 256 on a GPU, "
                         "where decoding replays CUDA graphs and a large batch keeps the card busy; 16 on the CPU)")
     parser.add_argument("--samples", metavar="OUT.jsonl", help="write the sample-level outputs here")
+    parser.add_argument("--record", metavar="RUN_DIR", help="append the result to RUN_DIR/evals.jsonl "
+                        "(trainer/runfolder.py), for manage.py import_run")
+    parser.add_argument("--step", type=int, help="the step recorded with --record (default: the checkpoint's "
+                        "own step; 0 for base:<model>)")
+    parser.add_argument("--name", help="the benchmark's name recorded with --record (default: --benchmark, or "
+                        "the JSONL file's name)")
     args = parser.parse_args(argv)
     from trainer.rollout import SamplingParams
 
     try:
+        record = _record_fields(args) if args.record else None
         items, scoring = load_benchmark(args.benchmark, args.scoring)
         loaded = load_model(args.checkpoint)
     except (BenchmarkError, ModelSpecError) as exc:
@@ -643,8 +656,26 @@ def main(argv=None) -> int:
                       batch_size=args.batch_size or default_batch_size(loaded), name=args.benchmark)
     if args.samples:
         Path(args.samples).write_text("".join(json.dumps(s, default=str) + "\n" for s in result.samples))
+    if record is not None:
+        append_eval(args.record, {**record, "scoring": scoring, "n": result.n, "score": result.score,
+                                  "ci_low": result.ci_low, "ci_high": result.ci_high, "seconds": result.seconds,
+                                  "correct": result.correct})
     print(json.dumps({**result.summary(), "model": loaded.label}))
     return 0
+
+
+def _record_fields(args) -> dict:
+    """step, checkpoint and benchmark of the --record line, checked before any model is loaded."""
+    step = args.step
+    if step is None:
+        step = 0 if args.checkpoint.startswith("base:") else describe_target(args.checkpoint).get("step")
+    if not isinstance(step, int) or step < 0:
+        raise BenchmarkError(f"--record needs the checkpoint's step: give --step N ({args.checkpoint} has no meta.json)")
+    name = args.name or (args.benchmark if BENCHMARK_NAME.match(args.benchmark) else Path(args.benchmark).stem.lower())
+    if not BENCHMARK_NAME.match(name):
+        raise BenchmarkError(f"--record needs a benchmark name of lowercase letters, digits, - and _: give --name "
+                             f"(not {name!r})")
+    return {"step": step, "checkpoint": args.checkpoint, "benchmark": name}
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+SAMPLE_KINDS = ("task", "rubric", "attempt", "grade", "event")  # the record kinds above
+
 
 @dataclass
 class Verdict:

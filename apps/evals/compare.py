@@ -1,8 +1,9 @@
 """The compare view's data: base model vs checkpoints vs other runs on the same benchmarks.
 
 ``comparison(runs, benchmarks)`` reads complete results only. For each run it takes the base model
-(``base:<the run's model>``, evaluated from any page) as step 0 and every evaluated checkpoint by
-step; when a point was evaluated several times, the newest result wins. It returns the table rows
+(``base:<the run's model>``) as step 0: the run's own evaluation of it when it has one (launched from
+its page, or imported with its folder), else the newest from any page; and every evaluated
+checkpoint by step; when a point was evaluated several times, the newest result wins. It returns the table rows
 (one per model, one cell per benchmark) and the chart series (one per run and benchmark: steps,
 scores and the 95% interval as error bars).
 """
@@ -44,8 +45,10 @@ def comparison(runs, benchmarks) -> dict:
         for step in steps:
             rows.append({"label": f"run {run.pk} @ step {step}", "run": run.pk, "step": step,
                          "cells": [_cell(by_step[step].get(n)) for n in names]})
+        spec = f"base:{run.model_name}"
+        own = _latest(complete.filter(job__run=run, job__model_spec=spec))
         for n in names:
-            points = [(0, base.get((f"base:{run.model_name}", n)))] + [(s, by_step[s].get(n)) for s in steps]
+            points = [(0, own.get((spec, n)) or base.get((spec, n)))] + [(s, by_step[s].get(n)) for s in steps]
             points = [(s, r) for s, r in points if r is not None and r.score is not None]
             if points:
                 series.append({"name": f"run {run.pk} · {n}", "run": run.pk, "benchmark": n,

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from apps.accounts.roles import can, denied_message
 from apps.corpora.models import Corpus
 from apps.evals.benchmarks import find
-from apps.evals.models import CrossPlay, EvalJob
+from apps.evals.models import Benchmark, CrossPlay, EvalJob
 from apps.jobs.lifecycle import enqueue as enqueue_job
 from apps.runs.models import Checkpoint, Run
 from apps.runs.services.launch import QUEUES, check_model
@@ -118,6 +118,11 @@ def launch_eval(*, benchmarks, model=None, checkpoint=None, run: Run | None = No
         found = find(benchmarks)
     except BenchmarkError as exc:
         raise EvalLaunchError(str(exc), "benchmarks") from None
+    scores_only = [b.name for b in found if b.kind == Benchmark.Kind.IMPORTED]
+    if scores_only:
+        raise EvalLaunchError(f"{', '.join(scores_only)}: scores imported with a run folder (manage.py import_run); "
+                              "the items are not here, so it cannot be evaluated (upload them under another name)",
+                              "benchmarks")
     limit = _int(limit, "limit", 1, MAX_LIMIT)
     max_new_tokens = _int(max_new_tokens, "max_new_tokens", 1, 32768, 512)
     search = search in (True, "true", "1", "on", 1)

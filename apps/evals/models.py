@@ -9,6 +9,8 @@ cross-play matrices.
   its 95% bootstrap interval) and its ``EvalSample`` rows (question, gold, prediction, correct).
 - ``CrossPlay``: for chosen checkpoints of a run, the pass rate of checkpoint j (Reasoner) on
   tasks written by checkpoint i (SPICE Challenger), stored as ``matrix[i][j]`` cell by cell.
+  An imported one (``manage.py import_run``, queue ``imported``) may have other columns than rows
+  (``reasoners``) and the answers behind each cell (``counts``).
 
 Jobs claim their row with a conditional UPDATE (queued -> running), so two workers never run
 the same job; ``finish`` / ``fail`` are conditional on running too.
@@ -110,6 +112,7 @@ class Benchmark(models.Model):
         BUILTIN = "builtin"
         HELDOUT = "heldout"
         UPLOAD = "upload"
+        IMPORTED = "imported"  # scores loaded with a run folder (manage.py import_run); no items here
 
     name = models.SlugField(max_length=100, unique=True, help_text="What commands and the API call it.")
     title = models.CharField(max_length=200)
@@ -132,8 +135,11 @@ class Benchmark(models.Model):
 
     def items(self):
         """The benchmark's ``trainer.evaluate.Item`` list (raises BenchmarkError when unreadable)."""
-        from trainer.evaluate import load_builtin, read_jsonl
+        from trainer.evaluate import BenchmarkError, load_builtin, read_jsonl
 
+        if self.kind == self.Kind.IMPORTED:
+            raise BenchmarkError(f"benchmark {self.name} holds scores imported with a run folder; its items are "
+                                 "not here, so it cannot be evaluated again (upload its JSONL under another name)")
         if self.kind == self.Kind.BUILTIN:
             return load_builtin(self.name)[0]
         return read_jsonl(self.path, self.name)
@@ -241,6 +247,10 @@ class CrossPlay(JobMixin):
     matrix = models.JSONField(default=list, help_text="matrix[i][j]: pass rate of solver j on challenger i's tasks "
                                                       "(None: not computed yet, or challenger i wrote no valid task).")
     cells_done = models.IntegerField(default=0)
+    reasoners = models.JSONField(default=list, blank=True,
+                                 help_text='Columns [{"step", "label"}] when they differ from the rows (imported).')
+    counts = models.JSONField(default=list, blank=True, help_text="counts[i][j]: answers behind matrix[i][j] "
+                                                                  "(imported; empty when not recorded).")
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -253,17 +263,39 @@ class CrossPlay(JobMixin):
         return [c["step"] for c in self.checkpoints]
 
     @property
+    def columns(self) -> list[dict]:
+        """The solver (Reasoner) checkpoints: the rows' own, unless imported with others."""
+        return self.reasoners or self.checkpoints
+
+    @property
+    def column_steps(self) -> list[int]:
+        return [c["step"] for c in self.columns]
+
+    @property
+    def labels(self) -> tuple[list[str], list[str]]:
+        """(row labels, column labels): an imported label, else "step N"."""
+        def name(c):
+            return c.get("label") or f"step {c['step']}"
+        return [name(c) for c in self.checkpoints], [name(c) for c in self.columns]
+
+    @property
     def matrix_rows(self) -> list[tuple[dict, list]]:
         """(challenger checkpoint, its row of pass rates) pairs, for the table."""
         return list(zip(self.checkpoints, self.matrix))
 
     @property
     def cells_total(self) -> int:
-        return len(self.checkpoints) ** 2
+        return len(self.checkpoints) * len(self.columns)
+
+    @property
+    def imported(self) -> bool:
+        return self.queue == "imported"
 
     def as_dict(self) -> dict:
         return {"id": self.pk, "url": f"/evals/crossplay/{self.pk}/", "run": self.run_id, "status": self.status,
-                "steps": self.steps, "checkpoints": self.checkpoints, "n_tasks": self.n_tasks,
+                "steps": self.steps, "checkpoints": self.checkpoints, "column_steps": self.column_steps,
+                "labels": self.labels[0], "column_labels": self.labels[1], "counts": self.counts,
+                "imported": self.imported, "n_tasks": self.n_tasks,
                 "answers_per_task": self.answers_per_task, "temperature": self.temperature,
                 "matrix": self.matrix, "cells_done": self.cells_done, "cells_total": self.cells_total,
                 "tasks": self.tasks, "error": self.error or None, "queue": self.queue,

@@ -64,11 +64,29 @@ def panel_context(request, run: Run, error: str = "", notice: str = "") -> dict:
     jobs = list(run.evals.prefetch_related("results__benchmark")[:10])
     crossplays = list(run.crossplays.all()[:5])
     return {
-        "run": run, "checkpoints": checkpoints, "benchmarks": Benchmark.objects.all(), "jobs": jobs,
+        "run": run, "checkpoints": checkpoints, "benchmarks": Benchmark.objects.exclude(kind=Benchmark.Kind.IMPORTED),
+        "jobs": jobs,
         "crossplays": crossplays, "active": any(j.is_active for j in jobs + crossplays),
         "can_launch": can(request.user, "launch_run"), "eval_error": error, "eval_notice": notice,
         "auto": (run.config or {}).get("eval") or {},
     }
+
+
+def evals_chart_context(run: Run) -> dict:
+    """The run page's evaluation chart and heatmap: every benchmark with a complete result of the run,
+    its series by step (``comparison``: step 0 = the base model; 95% intervals), and the newest
+    cross-play of the run with a computed cell (imported or computed here)."""
+    names = sorted(set(EvalResult.objects.filter(job__run=run, complete=True)
+                       .values_list("benchmark__name", flat=True)))
+    series = comparison([run], list(Benchmark.objects.filter(name__in=names).order_by("name")))["series"] \
+        if names else []
+    cross = run.crossplays.filter(cells_done__gt=0).order_by("-created", "-id").first()
+    heatmap = None
+    if cross is not None:
+        rows, cols = cross.labels
+        heatmap = {"id": cross.pk, "url": f"/evals/crossplay/{cross.pk}/", "status": cross.status, "rows": rows,
+                   "columns": cols, "matrix": cross.matrix, "counts": cross.counts, "imported": cross.imported}
+    return {"run": run, "data": {"series": series, "crossplay": heatmap} if series or heatmap else None}
 
 
 def run_panel(request, run_id: int):

@@ -42,6 +42,7 @@ def run_dict(run: Run, full: bool = True) -> dict:
     }
     if full:
         out.update({"worker": run.worker_name or None, "job_id": run.job_id or None, "run_dir": run.run_dir,
+                    "imported_from": run.imported_from or None,
                     "checkpoint_path": run.checkpoint_path or None, "config": redact(run.config),
                     "overrides": redact_overrides(run.overrides),
                     "checkpoints": [{"step": c.step, "path": c.path, "created": c.created}

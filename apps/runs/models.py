@@ -77,9 +77,14 @@ class Run(models.Model):
     queue = models.CharField(max_length=32, default="gpu")
     job_id = models.CharField(max_length=64, blank=True)
     run_dir = models.CharField(max_length=1000, blank=True)
+    imported_from = models.CharField(max_length=1000, blank=True,
+                                     help_text="The run folder it was loaded from (manage.py import_run); "
+                                               "empty for a run of this site.")
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["imported_from"], condition=~models.Q(imported_from=""),
+                                               name="run_one_import_per_folder")]
 
     def __str__(self):
         return f"run {self.pk} ({self.method}, {self.status})"
@@ -88,6 +93,10 @@ class Run(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE
+
+    @property
+    def imported(self) -> bool:
+        return bool(self.imported_from)
 
     @property
     def can_pause(self) -> bool:

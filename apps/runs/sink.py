@@ -37,7 +37,7 @@ from apps.runs import hooks
 from apps.runs.live import publish, remember_progress
 from apps.runs.models import Checkpoint, Metric, Run, RunEvent, Status
 from apps.runs.watchdog import check_run
-from trainer.sink import Control
+from trainer.sink import SAMPLE_KINDS, Control
 
 log = logging.getLogger("selfplay.runs")
 
@@ -70,8 +70,11 @@ def with_db_retry(what: str, work):
 class DjangoSink:
     """Implements trainer.sink.Sink for one Run."""
 
-    def __init__(self, run: Run | int, flush_seconds: float = 2.0, max_buffer: int = 400):
+    def __init__(self, run: Run | int, flush_seconds: float = 2.0, max_buffer: int = 400, *, live: bool = True):
+        """``live=False`` (``manage.py import_run`` loading a finished run's files): no websocket
+        messages and no review sampling, only the rows."""
         self.run_id = run.pk if isinstance(run, Run) else int(run)
+        self.live = live
         self.flush_seconds = flush_seconds
         self.max_buffer = max_buffer
         self.publish_failures = 0
@@ -182,6 +185,8 @@ class DjangoSink:
             self._records = records + self._records
             raise
         self.flushes += 1
+        if not self.live:
+            return
         _enqueue_for_review(self.run_id, by_kind)
         self._publish_metrics(metrics)
         self._publish_samples(written)
@@ -267,7 +272,7 @@ def metric_messages(metrics: dict[tuple[int, str, str], float]) -> list[dict]:
 
 
 # ---- record -> row helpers (records come from another process's code: be forgiving) -------
-KINDS = ("task", "rubric", "attempt", "grade", "event")
+KINDS = SAMPLE_KINDS
 
 
 def _split(records: list[dict]) -> dict[str, dict[str, dict]]:

@@ -1,7 +1,9 @@
-"""``{% evals_panel run %}``: the evals panel of the run page (apps/evals/views.panel_context)."""
+"""``{% evals_panel run %}``: the evals panel of the run page (apps/evals/views.panel_context);
+``{% evals_chart run %}``: its checkpoints' scores against step next to the cross-play heatmap
+(apps/evals/views.evals_chart_context)."""
 from django import template
 
-from apps.evals.views import panel_context
+from apps.evals.views import panel_context, evals_chart_context
 
 register = template.Library()
 
@@ -9,6 +11,11 @@ register = template.Library()
 @register.inclusion_tag("evals/_run_panel_body.html", takes_context=True)
 def evals_panel(context, run):
     return {**panel_context(context["request"], run), "csrf_token": context.get("csrf_token")}
+
+
+@register.inclusion_tag("evals/_run_evals_chart.html")
+def evals_chart(run):
+    return evals_chart_context(run)
 
 
 @register.filter

@@ -1,0 +1,223 @@
+"""Loading a standalone run folder into the web (``manage.py import_run DIR``).
+
+A folder written by ``python -m trainer run CONFIG --out DIR`` (its files and the evaluation
+files scripts add: trainer/runfolder.py) becomes a finished ``Run`` marked imported
+(``imported_from`` = the folder's absolute path) with the method, model and full config of its
+config.yaml. Its rows are those a live run of this site has:
+
+- metrics.jsonl and samples.jsonl go through the ``DjangoSink`` that stores a live run's reports
+  (the same upserts into Metric and Task / Attempt / Rubric / Grade / RunEvent), with ``live=False``:
+  no websocket messages, no review sampling;
+- checkpoints.jsonl and the checkpoints/step-* folders become ``Checkpoint`` rows (the weights need
+  not be here: a GPU run's stay on the GPU machine; only checkpoints on disk can be evaluated again);
+- evals.jsonl becomes one finished ``EvalJob`` per step (step 0: ``base:<model>``) with an
+  ``EvalResult`` per benchmark, and crossplay.json a finished ``CrossPlay``, both on queue
+  ``imported``, so the run page, /evals/ and the compare view show them. A benchmark name this site
+  does not know becomes a ``Benchmark`` of kind ``imported`` (scores only, no items).
+
+Importing the same folder again updates that run in place: every write is an upsert on a natural
+key (metric (run, step, role, name), sample (run, key), checkpoint (run, step), evaluation (run,
+step, benchmark)), so nothing is duplicated, and a folder that grew since (a resumed run, new
+evaluations) adds what is new. The whole import is one transaction: a bad line leaves the database
+as it was. Every problem is a ``RunImportError`` that names the file, the line and the fix.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.runs.models import Checkpoint, Run, RunEvent, Status
+from apps.runs.sink import DjangoSink
+from trainer.runfolder import (
+    RunFolderError,
+    check_run_folder,
+    read_checkpoints,
+    read_crossplay,
+    read_evals,
+    read_metrics,
+    read_samples,
+)
+
+IMPORTED_QUEUE = "imported"
+BINARY_SCORING = ("math", "mcq", "exact")  # a sample scores 0 or 1: correct = score * n
+
+
+class RunImportError(ValueError):
+    """The folder cannot be imported; the message says what is wrong and how to fix it."""
+
+
+@dataclass
+class ImportSummary:
+    run: Run
+    created: bool
+    metrics: int = 0  # metric lines read
+    samples: int = 0
+    checkpoints: int = 0
+    evals: int = 0  # (step, benchmark) results
+    crossplay: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"run": self.run.pk, "url": f"/runs/{self.run.pk}/", "created": self.created,
+                "imported_from": self.run.imported_from, "method": self.run.method, "model": self.run.model_name,
+                "steps": self.run.current_step, "metrics": self.metrics, "samples": self.samples,
+                "checkpoints": self.checkpoints, "evals": self.evals, "crossplay": self.crossplay}
+
+
+def import_folder(path: str | Path, user=None) -> ImportSummary:
+    """Create (or update, for a folder imported before) the Run of the run folder ``path``."""
+    try:
+        folder = check_run_folder(path).resolve()
+        cfg = _config(folder)
+        with transaction.atomic():
+            return _import(folder, cfg, user)
+    except RunFolderError as exc:
+        raise RunImportError(str(exc)) from None
+
+
+def _config(folder: Path):
+    from trainer.config import ConfigError, load_config
+
+    try:
+        return load_config(folder / "config.yaml")
+    except ConfigError as exc:
+        raise RunFolderError(f"config.yaml is not a valid run config: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunFolderError(f"config.yaml cannot be read ({exc})") from None
+
+
+def _mtime(path: Path) -> dt.datetime:
+    return dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.timezone.utc)
+
+
+def _import(folder: Path, cfg, user) -> ImportSummary:
+    own = Run.objects.filter(run_dir=str(folder), imported_from="").first()
+    if own is not None:
+        raise RunImportError(f"{folder} is the folder of run {own.pk} of this site, which has its rows already "
+                             f"(see /runs/{own.pk}/); copy the folder elsewhere to import it as another run")
+    files = [folder / n for n in ("config.yaml", "metrics.jsonl", "samples.jsonl", "checkpoints.jsonl",
+                                  "evals.jsonl", "crossplay.json") if (folder / n).is_file()]
+    started, finished = _mtime(folder / "config.yaml"), max(_mtime(f) for f in files)
+    fields = {"method": cfg.method, "model_name": cfg.model.name_or_path[:500], "config": cfg.to_dict(),
+              "overrides": {"imported_from": str(folder)}, "status": Status.FINISHED, "requested": "",
+              "resumable": False, "total_steps": cfg.train.steps, "queue": IMPORTED_QUEUE, "worker_name": "",
+              "run_dir": str(folder), "error": "", "started_at": started, "finished_at": finished,
+              "heartbeat_at": finished,
+              "corpus_name": Path(cfg.corpus.path).name[:200] if cfg.corpus.path else ""}
+    run = Run.objects.select_for_update().filter(imported_from=str(folder)).first()
+    created = run is None
+    if created:
+        run = Run.objects.create(imported_from=str(folder), created_at=started,
+                                 owner=user if getattr(user, "is_authenticated", False) else None, **fields)
+    else:
+        Run.objects.filter(pk=run.pk).update(**fields)
+    summary = ImportSummary(run=run, created=created)
+
+    sink = DjangoSink(run, flush_seconds=math.inf, max_buffer=2000, live=False)
+    for step, role, values in read_metrics(folder):
+        sink.metrics(step, role, values)
+        summary.metrics += 1
+    for record in read_samples(folder):
+        sink.samples(record.get("step", 0), [record])
+        summary.samples += 1
+    sink.close()
+
+    checkpoints = read_checkpoints(folder)
+    for step, ckpt_path in checkpoints.items():
+        Checkpoint.objects.update_or_create(run=run, step=step, defaults={"path": ckpt_path[:1000]})
+    summary.checkpoints = len(checkpoints)
+    last = max(checkpoints) if checkpoints else None
+    run.refresh_from_db()
+    if last is not None:
+        run.checkpoint_path = checkpoints[last][:1000]
+    run.current_step = max(run.current_step, last or 0)
+    run.save(update_fields=["checkpoint_path", "current_step"])
+
+    summary.evals = _import_evals(run, read_evals(folder), finished)
+    crossplay = read_crossplay(folder)
+    if crossplay is not None:
+        _import_crossplay(run, crossplay, finished)
+        summary.crossplay = True
+
+    what = (f"{summary.metrics} metric lines, {summary.samples} samples, {summary.checkpoints} checkpoints, "
+            f"{summary.evals} evaluations{', a cross-play matrix' if summary.crossplay else ''}")
+    message = f"imported from {folder}: {what}" if created else f"imported again from {folder} (updated in place): {what}"
+    RunEvent.objects.create(run=run, kind=RunEvent.Kind.STATUS, step=run.current_step, message=message,
+                            data={"to": Status.FINISHED, "imported_from": str(folder)})
+    return summary
+
+
+def _benchmark(record: dict, run: Run):
+    from apps.evals.models import Benchmark
+
+    bench = Benchmark.objects.filter(name=record["benchmark"]).first()
+    if bench is None:
+        bench = Benchmark.objects.create(
+            name=record["benchmark"], title=record["benchmark"], kind=Benchmark.Kind.IMPORTED,
+            scoring=record["scoring"], size=record["n"], meta={"imported_from": run.imported_from},
+            description=f"Scores imported with run {run.pk} ({run.imported_from}); its items are not stored here.")
+    elif bench.kind == Benchmark.Kind.IMPORTED and record["n"] > bench.size:
+        Benchmark.objects.filter(pk=bench.pk).update(size=record["n"])
+    return bench
+
+
+def _import_evals(run: Run, records: list[dict], when) -> int:
+    """One finished EvalJob per step of evals.jsonl (step 0: the base model), a result per benchmark."""
+    if not records:
+        return 0
+    from apps.evals.benchmarks import ensure_builtins
+    from apps.evals.models import EvalJob, EvalResult
+    from apps.evals.models import Status as JobStatus
+
+    ensure_builtins()
+    by_step: dict[int, list[dict]] = {}
+    for record in records:
+        by_step.setdefault(record["step"], []).append(record)
+    checkpoints = {c.step: c for c in run.checkpoints.all()}
+    for step, rows in sorted(by_step.items()):
+        base = step == 0
+        spec = f"base:{run.model_name}" if base else rows[0]["checkpoint"]
+        total = sum(r["n"] for r in rows)
+        job, _ = EvalJob.objects.update_or_create(
+            run=run, queue=IMPORTED_QUEUE, step=None if base else step,
+            defaults={"model_spec": spec[:1000], "checkpoint": None if base else checkpoints.get(step),
+                      "label": (spec if base else f"run {run.pk} @ step {step}")[:300] + " (imported)",
+                      "status": JobStatus.FINISHED, "worker_name": "import_run", "error": "", "done": total,
+                      "total": total, "started_at": when, "finished_at": when, "heartbeat_at": when,
+                      "max_new_tokens": run.config.get("rollout", {}).get("max_new_tokens", 512)
+                      if isinstance(run.config, dict) else 512})
+        for r in rows:
+            bench = _benchmark(r, run)
+            correct = r.get("correct")
+            if isinstance(correct, bool) or not isinstance(correct, int):
+                correct = round(r["score"] * r["n"]) if r["scoring"] in BINARY_SCORING else 0
+            EvalResult.objects.update_or_create(job=job, benchmark=bench, defaults={
+                "scoring": r["scoring"], "n": r["n"], "correct": correct, "score": r["score"], "ci_low": r["ci_low"],
+                "ci_high": r["ci_high"], "seconds": r["seconds"], "complete": True})
+            job.benchmarks.add(bench)
+    return len(records)
+
+
+def _import_crossplay(run: Run, data: dict, when) -> None:
+    from apps.evals.models import CrossPlay
+    from apps.evals.models import Status as JobStatus
+
+    checkpoints = {c.step: c for c in run.checkpoints.all()}
+
+    def side(labels, steps):
+        return [{"id": checkpoints[s].pk if s in checkpoints else None, "step": s,
+                 "path": checkpoints[s].path if s in checkpoints else "", "label": label}
+                for label, s in zip(labels, steps)]
+
+    matrix = data["pass_rate"]
+    CrossPlay.objects.update_or_create(run=run, queue=IMPORTED_QUEUE, defaults={
+        "status": JobStatus.FINISHED, "checkpoints": side(data["challengers"], data["steps_challenger"]),
+        "reasoners": side(data["reasoners"], data["steps_reasoner"]), "matrix": matrix, "counts": data["n"],
+        "cells_done": sum(v is not None for row in matrix for v in row), "n_tasks": 0, "answers_per_task": 0,
+        "tasks": [], "worker_name": "import_run", "error": "", "started_at": when, "finished_at": when,
+        "heartbeat_at": when})
