@@ -48,9 +48,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from trainer.runfolder import BENCHMARK_NAME, append_eval, write_crossplay  # noqa: F401  (evaluation scripts' writers)
-from trainer.verify import exact_match, extract_boxed, extract_tag, f1, math_equal, mcq_letter, mcq_match
+from trainer.verify import SCORING, exact_match, extract_boxed, extract_tag, f1, math_equal, mcq_letter, mcq_match
 
-SCORING = ("math", "mcq", "exact", "f1", "judge")
 LETTERS = "ABCDEFGHIJ"
 
 

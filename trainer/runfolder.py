@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from trainer.sink import SAMPLE_KINDS
+from trainer.verify import SCORING
 
 REQUIRED = ("config.yaml", "metrics.jsonl")
 OPTIONAL = ("samples.jsonl", "checkpoints.jsonl", "evals.jsonl", "crossplay.json")
@@ -169,8 +170,6 @@ def _is_number(value) -> bool:
 
 def check_eval(record: Any, where: str = "evals.jsonl") -> dict:
     """One evals.jsonl record, checked and with numbers as floats; RunFolderError says which field is wrong."""
-    from trainer.evaluate import SCORING
-
     if not isinstance(record, dict):
         raise RunFolderError(f"{where}: expected a JSON object, got {type(record).__name__}")
     missing = [k for k in EVAL_FIELDS if k not in record]

@@ -20,7 +20,8 @@ None (or 0 for counts).
   most ``timeout`` seconds; a hung helper is killed and restarted on the next call.
   Any failure returns False, never an exception.
 
-``VERIFIERS`` maps a config ``reward`` name to ``fn(pred, gold) -> bool``.
+``VERIFIERS`` maps a config ``reward`` name to ``fn(pred, gold) -> bool``; ``SCORING`` names the
+evaluation's scoring modes (trainer/evaluate.py) built on these checks.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 __all__ = [
+    "SCORING",
     "VERIFIERS",
     "count_tags",
     "exact_match",
@@ -363,6 +365,8 @@ VERIFIERS: dict[str, Verifier] = {
     "math": math_equal,
     "mcq": mcq_match,
 }
+
+SCORING = ("math", "mcq", "exact", "f1", "judge")  # evaluation scoring modes (trainer/evaluate.py)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve-math"]:

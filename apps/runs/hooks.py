@@ -8,9 +8,13 @@ DjangoSink (apps/runs/sink.py) calls what is registered:
 - ``on_control(field, fn)``: ``fn(run)`` at each step boundary; its answer fills ``field`` of the
   trainer's ``Control`` (apps.review: ``verdicts``, ``harness``);
 - ``on_checkpoint(fn)``: ``fn(run_id, step, path)`` after a checkpoint is recorded (apps.evals:
-  automatic evaluations).
+  automatic evaluations);
+- ``on_import(fn)``: ``fn(run, folder) -> dict`` of counts, when ``manage.py import_run`` has stored
+  a run folder's run, metrics, samples and checkpoints (apps/runs/importer.py), inside its
+  transaction (apps.evals: evals.jsonl and crossplay.json).
 
 A hook that raises never stops a run: the sink logs it and goes on (see the sink for each case).
+An import hook that raises (a bad line) fails the import, which then leaves nothing behind.
 Registering the same function twice keeps one.
 """
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Callable
 FLUSH: list[Callable] = []
 CONTROL: dict[str, Callable] = {}
 CHECKPOINT: list[Callable] = []
+IMPORT: list[Callable] = []
 
 
 def on_flush(fn: Callable) -> Callable:
@@ -36,4 +41,10 @@ def on_control(field: str, fn: Callable) -> Callable:
 def on_checkpoint(fn: Callable) -> Callable:
     if fn not in CHECKPOINT:
         CHECKPOINT.append(fn)
+    return fn
+
+
+def on_import(fn: Callable) -> Callable:
+    if fn not in IMPORT:
+        IMPORT.append(fn)
     return fn

@@ -10,10 +10,8 @@ config.yaml. Its rows are those a live run of this site has:
   no websocket messages, no review sampling;
 - checkpoints.jsonl and the checkpoints/step-* folders become ``Checkpoint`` rows (the weights need
   not be here: a GPU run's stay on the GPU machine; only checkpoints on disk can be evaluated again);
-- evals.jsonl becomes one finished ``EvalJob`` per step (step 0: ``base:<model>``) with an
-  ``EvalResult`` per benchmark, and crossplay.json a finished ``CrossPlay``, both on queue
-  ``imported``, so the run page, /evals/ and the compare view show them. A benchmark name this site
-  does not know becomes a ``Benchmark`` of kind ``imported`` (scores only, no items).
+- evals.jsonl and crossplay.json are the import hooks' (apps/runs/hooks.py): apps.evals makes
+  them finished evaluations and a cross-play matrix (apps/evals/imported.py).
 
 Importing the same folder again updates that run in place: every write is an upsert on a natural
 key (metric (run, step, role, name), sample (run, key), checkpoint (run, step), evaluation (run,
@@ -25,26 +23,17 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import transaction
-from django.utils import timezone
 
+from apps.runs import hooks
 from apps.runs.models import Checkpoint, Run, RunEvent, Status
 from apps.runs.sink import DjangoSink
-from trainer.runfolder import (
-    RunFolderError,
-    check_run_folder,
-    read_checkpoints,
-    read_crossplay,
-    read_evals,
-    read_metrics,
-    read_samples,
-)
+from trainer.runfolder import RunFolderError, check_run_folder, read_checkpoints, read_metrics, read_samples
 
-IMPORTED_QUEUE = "imported"
-BINARY_SCORING = ("math", "mcq", "exact")  # a sample scores 0 or 1: correct = score * n
+IMPORTED_QUEUE = "imported"  # the queue name of imported runs and of their evaluations
 
 
 class RunImportError(ValueError):
@@ -60,7 +49,6 @@ class ImportSummary:
     checkpoints: int = 0
     evals: int = 0  # (step, benchmark) results
     crossplay: bool = False
-    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"run": self.run.pk, "url": f"/runs/{self.run.pk}/", "created": self.created,
@@ -138,11 +126,10 @@ def _import(folder: Path, cfg, user) -> ImportSummary:
     run.current_step = max(run.current_step, last or 0)
     run.save(update_fields=["checkpoint_path", "current_step"])
 
-    summary.evals = _import_evals(run, read_evals(folder), finished)
-    crossplay = read_crossplay(folder)
-    if crossplay is not None:
-        _import_crossplay(run, crossplay, finished)
-        summary.crossplay = True
+    for hook in hooks.IMPORT:  # apps.evals: evals.jsonl, crossplay.json
+        counts = hook(run, folder) or {}
+        summary.evals += int(counts.get("evals", 0))
+        summary.crossplay |= bool(counts.get("crossplay"))
 
     what = (f"{summary.metrics} metric lines, {summary.samples} samples, {summary.checkpoints} checkpoints, "
             f"{summary.evals} evaluations{', a cross-play matrix' if summary.crossplay else ''}")
@@ -150,74 +137,3 @@ def _import(folder: Path, cfg, user) -> ImportSummary:
     RunEvent.objects.create(run=run, kind=RunEvent.Kind.STATUS, step=run.current_step, message=message,
                             data={"to": Status.FINISHED, "imported_from": str(folder)})
     return summary
-
-
-def _benchmark(record: dict, run: Run):
-    from apps.evals.models import Benchmark
-
-    bench = Benchmark.objects.filter(name=record["benchmark"]).first()
-    if bench is None:
-        bench = Benchmark.objects.create(
-            name=record["benchmark"], title=record["benchmark"], kind=Benchmark.Kind.IMPORTED,
-            scoring=record["scoring"], size=record["n"], meta={"imported_from": run.imported_from},
-            description=f"Scores imported with run {run.pk} ({run.imported_from}); its items are not stored here.")
-    elif bench.kind == Benchmark.Kind.IMPORTED and record["n"] > bench.size:
-        Benchmark.objects.filter(pk=bench.pk).update(size=record["n"])
-    return bench
-
-
-def _import_evals(run: Run, records: list[dict], when) -> int:
-    """One finished EvalJob per step of evals.jsonl (step 0: the base model), a result per benchmark."""
-    if not records:
-        return 0
-    from apps.evals.benchmarks import ensure_builtins
-    from apps.evals.models import EvalJob, EvalResult
-    from apps.evals.models import Status as JobStatus
-
-    ensure_builtins()
-    by_step: dict[int, list[dict]] = {}
-    for record in records:
-        by_step.setdefault(record["step"], []).append(record)
-    checkpoints = {c.step: c for c in run.checkpoints.all()}
-    for step, rows in sorted(by_step.items()):
-        base = step == 0
-        spec = f"base:{run.model_name}" if base else rows[0]["checkpoint"]
-        total = sum(r["n"] for r in rows)
-        job, _ = EvalJob.objects.update_or_create(
-            run=run, queue=IMPORTED_QUEUE, step=None if base else step,
-            defaults={"model_spec": spec[:1000], "checkpoint": None if base else checkpoints.get(step),
-                      "label": (spec if base else f"run {run.pk} @ step {step}")[:300] + " (imported)",
-                      "status": JobStatus.FINISHED, "worker_name": "import_run", "error": "", "done": total,
-                      "total": total, "started_at": when, "finished_at": when, "heartbeat_at": when,
-                      "max_new_tokens": run.config.get("rollout", {}).get("max_new_tokens", 512)
-                      if isinstance(run.config, dict) else 512})
-        for r in rows:
-            bench = _benchmark(r, run)
-            correct = r.get("correct")
-            if isinstance(correct, bool) or not isinstance(correct, int):
-                correct = round(r["score"] * r["n"]) if r["scoring"] in BINARY_SCORING else 0
-            EvalResult.objects.update_or_create(job=job, benchmark=bench, defaults={
-                "scoring": r["scoring"], "n": r["n"], "correct": correct, "score": r["score"], "ci_low": r["ci_low"],
-                "ci_high": r["ci_high"], "seconds": r["seconds"], "complete": True})
-            job.benchmarks.add(bench)
-    return len(records)
-
-
-def _import_crossplay(run: Run, data: dict, when) -> None:
-    from apps.evals.models import CrossPlay
-    from apps.evals.models import Status as JobStatus
-
-    checkpoints = {c.step: c for c in run.checkpoints.all()}
-
-    def side(labels, steps):
-        return [{"id": checkpoints[s].pk if s in checkpoints else None, "step": s,
-                 "path": checkpoints[s].path if s in checkpoints else "", "label": label}
-                for label, s in zip(labels, steps)]
-
-    matrix = data["pass_rate"]
-    CrossPlay.objects.update_or_create(run=run, queue=IMPORTED_QUEUE, defaults={
-        "status": JobStatus.FINISHED, "checkpoints": side(data["challengers"], data["steps_challenger"]),
-        "reasoners": side(data["reasoners"], data["steps_reasoner"]), "matrix": matrix, "counts": data["n"],
-        "cells_done": sum(v is not None for row in matrix for v in row), "n_tasks": 0, "answers_per_task": 0,
-        "tasks": [], "worker_name": "import_run", "error": "", "started_at": when, "finished_at": when,
-        "heartbeat_at": when})
