@@ -3,7 +3,7 @@
 (apps/evals/views.evals_chart_context)."""
 from django import template
 
-from apps.evals.views import panel_context, evals_chart_context
+from apps.evals.views import evals_chart_context, panel_context
 
 register = template.Library()
 
