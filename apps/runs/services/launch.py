@@ -180,12 +180,16 @@ def data_dirs() -> list[Path]:
 
 def check_model(name: str, web: bool = True) -> str | None:
     """None when ``name`` resolves to a model (inside the allowed directories for the web), else why not."""
-    from trainer.models import BUNDLED, ModelNotFound, resolve_model
+    from trainer.models import BUNDLED, ModelNotFound, part_files, resolve_model
 
     name = (name or "").strip()
-    if name in BUNDLED:
-        return None  # imported from its package on first use, by the worker
     if "/" not in name and (Path(settings.MODELS_DIR) / name / "config.json").is_file():
+        return None
+    if name in BUNDLED:  # imported from its packages on first use, by the worker: are they all there?
+        try:
+            part_files(BUNDLED[name])
+        except ModelNotFound as exc:
+            return str(exc)
         return None
     try:
         resolve_model(name, allowed_dirs=models_dirs() if web else None)
@@ -199,13 +203,12 @@ def _inside(path: str, dirs: list[Path]) -> bool:
     return any(real == d.resolve() or d.resolve() in real.parents for d in dirs)
 
 
-def available_models() -> list[str]:
-    """Names for the launch form: the bundled ones and the folders of the models directory."""
-    from trainer.models import BUNDLED
+def available_models() -> list[dict]:
+    """The model catalog (``trainer.models.catalog``): the bundled models, installed or not, and the folders
+    of the models directory, each with its sizes."""
+    from trainer.models import catalog
 
-    folder = Path(settings.MODELS_DIR)
-    local = sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file()) if folder.is_dir() else []
-    return list(dict.fromkeys([*BUNDLED, *local]))
+    return catalog(Path(settings.MODELS_DIR))
 
 
 @sensitive_variables("config", "overrides")  # may hold an API key until sealed (apps/runs/sealed.py)
