@@ -248,6 +248,9 @@ class Config(BaseModel):
         method = data["method"]
         if data.get(method) is None:
             data[method] = {}
+        planned = SECTIONS[method].schedule_steps(data[method])
+        if planned is not None:  # SCOPE, pi-Play: the papers' iterations of two stage blocks
+            _setdefault_path(data, "train.steps", planned)
         for path, value in SECTIONS[method].shared_defaults.items():
             _setdefault_path(data, path, value)
         return data
@@ -258,6 +261,13 @@ class Config(BaseModel):
         for other in METHOD_NAMES:
             if other != self.method and getattr(self, other) is not None:
                 problems.append((other, f"section for method {other!r} given but method is {self.method!r}; remove it"))
+        sec = self.section
+        planned = sec.schedule_steps(sec.model_dump())
+        if planned is not None and "iterations" in sec.model_fields_set and self.train.steps != planned:
+            first, second = sec.schedule_fields[1:]  # train.steps was given too (unset, it is the plan)
+            problems.append((f"{self.method}.iterations", f"{self.method}.iterations x ({first} + {second}) is "
+                             f"{planned} steps but train.steps is {self.train.steps}; leave one of them unset "
+                             "(train.steps alone may end the schedule early or repeat it)"))
         if self.method == "grpo" and not self.data.path:
             problems.append(("data.path", "method grpo needs a JSONL prompt set (prompt, answer) or bundled:gsm8k"))
         if self.rollout.min_new_tokens > self.rollout.max_new_tokens:

@@ -557,7 +557,7 @@ def frozen_judge(loaded: LoadedModel, allowed_dirs=None, local_models=None, **kw
 
 def _spice_ctx(loaded: LoadedModel, spice_section, sampling, answers: int = 1):
     """What SPICE's ``challenge`` / ``answer`` (spice_tasks) read from a RecipeContext."""
-    rollout = SimpleNamespace(group_size=answers)
+    rollout = SimpleNamespace(group_size=answers, max_new_tokens=sampling.max_new_tokens)  # the roles' budget
     return SimpleNamespace(config=SimpleNamespace(spice=spice_section, rollout=rollout),
                            policy=SimpleNamespace(tokenizer=loaded.tokenizer), generator=loaded.generator,
                            sampling_params=lambda **kw: replace(sampling, **kw))

@@ -257,7 +257,7 @@ class EndpointClient:
             raise KeyNotAllowed(refusal(api_key_env, self.url))  # trainer/endpoints.py: the operator's allow-list
         self.timeout, self.retries, self.backoff = timeout, max(0, retries), backoff
         self.concurrency = max(1, concurrency)
-        self.stats = {"requests": 0, "retries": 0, "failures": 0, "timeouts": 0}
+        self.stats = {"requests": 0, "retries": 0, "failures": 0, "timeouts": 0, "truncated": 0}
         self._lock = threading.Lock()
 
     def _count(self, key: str) -> None:
@@ -277,6 +277,8 @@ class EndpointClient:
         content = payload["choices"][0]["message"]["content"]
         if not isinstance(content, str):
             raise ValueError("the reply has no text content")
+        if payload["choices"][0].get("finish_reason") == "length":
+            self._count("truncated")  # cut at max_tokens
         return content
 
     def chat(self, messages: list[dict], temperature: float = 0.0, max_tokens: int | None = None) -> str:
@@ -330,6 +332,11 @@ class EndpointBackend:
         self.client = client
         self.tokenizer = None
 
+    @property
+    def n_truncated(self) -> int:
+        """Replies cut at their token budget so far (the endpoint's finish_reason "length")."""
+        return self.client.stats["truncated"]
+
     def complete(self, conversations: list[tuple[str | None, str]], temperature: float,
                  max_tokens: int) -> list[str | None]:
         msgs = [([{"role": "system", "content": s}] if s else []) + [{"role": "user", "content": u}]
@@ -343,6 +350,7 @@ class GeneratorBackend:
 
     def __init__(self, generator, tokenizer, use_adapter: bool = False):
         self.generator, self.tokenizer, self.use_adapter = generator, tokenizer, use_adapter
+        self.n_truncated = 0  # replies cut at their token budget so far
 
     def complete(self, conversations: list[tuple[str | None, str]], temperature: float,
                  max_tokens: int) -> list[str | None]:
@@ -351,12 +359,17 @@ class GeneratorBackend:
         prompts = [chat(self.tokenizer, s, u) for s, u in conversations]
         params = SamplingParams(temperature=temperature, max_new_tokens=max_tokens, logprobs=False)  # text only
         outs = self.generator.generate(prompts, params, use_adapter=self.use_adapter)
+        self.n_truncated += sum(o.finish_reason == "length" for o in outs)
         return [o.text for o in outs]
 
 
 # ---- the judge ----------------------------------------------------------------------------------
 
-DEFAULT_MAX_TOKENS = {"equivalent": 16, "gate": 512, "rubrics": 512, "grade": 512}
+# Budgets when the caller names none (recipes pass their own config fields): a thinking judge
+# reasons inside <think> before its verdict, so even a one-word answer needs room (a judge that
+# answers at once stops at its end of sequence, whatever the budget). SCOPE's paper: rubric lists
+# 8,192 tokens, grades 16,384.
+DEFAULT_MAX_TOKENS = {"equivalent": 1024, "gate": 8192, "rubrics": 8192, "grade": 16384}
 DEFAULT_TEMPERATURE = {"equivalent": 0.0, "gate": 0.0, "rubrics": 0.0, "grade": 0.6}
 
 
@@ -369,13 +382,13 @@ class Judge:
         self.backend = backend
         if isinstance(max_tokens, int):
             max_tokens = {k: max_tokens for k in DEFAULT_MAX_TOKENS}
-        self.max_tokens = {**DEFAULT_MAX_TOKENS, "equivalent": 16 if isinstance(backend, GeneratorBackend) else 64,
-                           **(max_tokens or {})}
+        self.max_tokens = {**DEFAULT_MAX_TOKENS, **(max_tokens or {})}
         self.temperature = {**DEFAULT_TEMPERATURE, **(temperature or {})}
         self.max_input_tokens = max_input_tokens
         self.stats: dict[str, int] = {
             "calls": 0, "backend_failures": 0, "equivalent_unparsed": 0, "gate_format_failures": 0,
-            "grade_format_failures": 0, "rubric_items_rejected": 0, "rubric_lists_failed": 0}
+            "grade_format_failures": 0, "rubric_items_rejected": 0, "rubric_lists_failed": 0, "truncated": 0}
+        self._window = (0, 0)  # (calls, truncated) at the last step_metrics()
 
     @classmethod
     def from_generator(cls, generator, tokenizer, use_adapter: bool = False, **kw) -> "Judge":
@@ -395,14 +408,23 @@ class Judge:
     def _ask(self, op: str, conversations: list[tuple[str | None, str]]) -> list[str | None]:
         if not conversations:
             return []
+        before = getattr(self.backend, "n_truncated", 0)
         outs = self.backend.complete(conversations, self.temperature[op], self.max_tokens[op])
         self.stats["calls"] += len(conversations)
         self.stats["backend_failures"] += sum(o is None for o in outs)
+        self.stats["truncated"] += getattr(self.backend, "n_truncated", 0) - before
         return outs
 
     def failure_rate(self) -> float:
-        bad = sum(v for k, v in self.stats.items() if k not in ("calls", "rubric_items_rejected"))
+        bad = sum(v for k, v in self.stats.items() if k not in ("calls", "rubric_items_rejected", "truncated"))
         return bad / self.stats["calls"] if self.stats["calls"] else 0.0
+
+    def step_metrics(self) -> dict[str, float]:
+        """Role "judge" metrics since the last call: calls made and the share of replies cut at their
+        token budget (a thinking judge cut before its verdict reads as a failure)."""
+        calls, cut = self.stats["calls"] - self._window[0], self.stats["truncated"] - self._window[1]
+        self._window = (self.stats["calls"], self.stats["truncated"])
+        return {"calls": float(calls), "truncated_rate": cut / calls if calls else 0.0}
 
     # -- operations --
     def equivalent(self, question, gold, predictions) -> list[bool | None]:

@@ -57,6 +57,22 @@ class Section(BaseModel):
     # Paper values for shared keys, as dotted path -> value; applied when the user sets none.
     shared_defaults: ClassVar[dict[str, object]] = {}
 
+    # Two-stage methods (SCOPE, pi-Play): the section fields whose iterations x (first + second)
+    # steps make the run's default length (train.steps), as (iterations, first stage, second stage).
+    schedule_fields: ClassVar[tuple[str, str, str] | None] = None
+
+    @classmethod
+    def schedule_steps(cls, given: dict) -> int | None:
+        """Steps of the whole alternating schedule from the section as given (defaults filled), or
+        None for a one-stage method or values that validation will refuse."""
+        if cls.schedule_fields is None or not isinstance(given, dict):
+            return None
+        values = [given.get(name, cls.model_fields[name].default) for name in cls.schedule_fields]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+            return None
+        iterations, first, second = values
+        return iterations * (first + second)
+
     @field_validator("*", mode="before")
     @classmethod
     def _no_booleans_for_numbers(cls, value, info):
@@ -89,6 +105,11 @@ class SpiceSection(Section):
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 0.0, "train.prompts_per_step": 128,  # G=8 Reasoner answers
         "train.steps": 640, "rollout.temperature": 1.0, "train.warmup_steps": 0,
+        # Dr.GRPO: each sequence's token sum over a constant, the generation budget (rollout.max_new_tokens)
+        "train.loss_agg": "seq_sum",
+        # The paper's text gives no response budget (its appendix table is not in it); ours 8192, SSP's and
+        # SCOPE's, so a base model's step-by-step answer is rarely cut. It is also Dr.GRPO's constant.
+        "rollout.max_new_tokens": 8192,
     }
     challenger_attempts: int = Field(
         8, ge=1, description="Challenger attempts drawn per document in each retry round (ours: the paper gives "
@@ -124,6 +145,12 @@ class SpiceSection(Section):
     max_document_tokens: int = Field(6000, ge=64, description="Documents are truncated to this many tokens (paper ~6k).")
     format_max_new_tokens: int = Field(
         256, ge=16, description="Token budget of the Challenger's first turn, the format-choice JSON (ours).")
+    task_max_new_tokens: int | None = Field(
+        None, ge=16, description="Token budget of the Challenger's second turn, the task JSON (None = "
+        "rollout.max_new_tokens; the paper's prompts ask for reasoning before the JSON).")
+    reasoner_max_new_tokens: int | None = Field(
+        None, ge=16, description="Token budget of one Reasoner answer (None = rollout.max_new_tokens, 8192 for SPICE: "
+        "the paper's text gives none).")
 
     @model_validator(mode="after")
     def _retry_cap(self) -> "SpiceSection":
@@ -159,11 +186,20 @@ class SspSection(Section):
         1, ge=1, description="Proposer trajectories per answer (paper: 1 with REINFORCE; 5 for the GRPO ablation).")
     proposer_advantage: Literal["reinforce", "grpo"] = Field(
         "reinforce", description="Proposer: REINFORCE, raw reward as advantage (paper); grpo needs proposer_samples > 1.")
+    solver_advantage: Literal["dr_grpo", "grpo", "rloo"] = Field(
+        "dr_grpo", description="Solver advantage over its n answers: dr_grpo = r - group mean, the paper's Eq. 4 "
+        "(1 correct of 5: +0.8 / -0.2); grpo also divides by the group std, as verl's 'GRPO' does by default "
+        "(the paper's appendix table names the estimator GRPO): +1.79 / -0.45.")
     invalid_reward: float = Field(
         0.0, description="Proposer reward for a question failing the filters or RAG check (paper 0; -0.1 collapsed).")
     rag_check: bool = Field(True, description="Keep a question only if the solver answers it from the proposer's passages.")
     rag_noise_passages: int = Field(4, ge=0, description="Noise passages added in the RAG check (paper 4).")
-    rag_max_new_tokens: int = Field(256, ge=8, description="Token budget of the RAG check answer (ours; it asks for <= 50 words).")
+    rag_max_new_tokens: int = Field(
+        256, ge=8, description="Token budget of the RAG check answer (reference code 70 tokens; ours 256, so the "
+        "<= 50 words of reasoning the prompt asks for and the answer after them are not cut).")
+    rag_temperature: float = Field(
+        0.1, ge=0, description="Sampling temperature of the RAG check (the paper gives none; the reference code "
+        "answers at 0.1: a near-greedy check, so a question is not dropped for an unlucky sample).")
     batch_fill: Literal["replay", "none"] = Field(
         "replay", description="Slots whose question failed: refill from the replay buffer (paper) or leave empty.")
     replay_reset_every: int = Field(10, ge=1, description="Clear the replay buffer of validated questions every N steps.")
@@ -175,6 +211,10 @@ class SspSection(Section):
     answer_tag_divisor: float = Field(4.0, gt=0, description="Divisor applied above the answer-tag limit (paper 4).")
     judge: Literal["frozen_base", "endpoint", "exact"] = Field(
         "frozen_base", description="Answer judge (ours: frozen base by default; an OpenAI-compatible endpoint; or exact match).")
+    judge_max_new_tokens: int = Field(
+        1024, ge=8, description="Token budget of one Correct/Wrong verdict (the reference code gives its one-word "
+        "judge 10; ours 1024, so a thinking judge can reason before the verdict: a one-word judge stops at its end "
+        "of sequence anyway).")
     judge_endpoint: str | None = Field(None, description="Base URL of an OpenAI-compatible judge (judge=endpoint).")
     judge_model: str | None = Field(None, description="Model name sent to the judge endpoint.")
     judge_api_key: str | None = Field(
@@ -203,12 +243,15 @@ class SspSection(Section):
 class ScopeSection(Section):
     """SCOPE: a Challenger writes open-ended tasks, the frozen base gates and writes rubrics, a Solver answers."""
 
+    schedule_fields: ClassVar[tuple[str, str, str]] = ("iterations", "challenger_steps", "solver_steps")
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 1e-3, "train.grad_clip": 1.0,
-        "train.prompts_per_step": 64, "train.steps": 120, "train.warmup_steps": 1,
+        "train.prompts_per_step": 64, "train.warmup_steps": 1,
         "rollout.max_new_tokens": 8192,
-    }
-    iterations: int = Field(3, ge=1, description="Challenger/Solver alternations (paper 3).")
+    }  # train.steps: iterations x (challenger_steps + solver_steps) = 3 x 40 = 120 (schedule_steps)
+    iterations: int = Field(
+        3, ge=1, description="Challenger/Solver alternations (paper 3): train.steps defaults to iterations x "
+        "(challenger_steps + solver_steps); a train.steps you set yourself may end the schedule early or repeat it.")
     challenger_steps: int = Field(20, ge=1, description="Challenger steps per iteration (paper 20).")
     solver_steps: int = Field(20, ge=1, description="Solver steps per iteration (paper 20).")
     challenger_prompts_per_step: int = Field(64, ge=1, description="Challenger prompts per step (paper 64).")
@@ -217,7 +260,9 @@ class ScopeSection(Section):
     filter_rollouts: int = Field(4, ge=1, description="Solver rollouts for the stage-2 difficulty filter (paper 4).")
     filter_low: float = Field(0.2, ge=0, le=1, description="Keep tasks whose mean rubric score is at least this.")
     filter_high: float = Field(0.8, ge=0, le=1, description="Keep tasks whose mean rubric score is at most this.")
-    solver_tasks: int = Field(5120, ge=1, description="Tasks kept for the Solver stage (paper 5,120).")
+    solver_tasks: int | None = Field(
+        None, ge=1, description="Tasks the Solver stage's pool is filled with at its start, from the Challenger just "
+        "trained (paper 5,120; None = solver_steps x solver_prompts_per_step, the paper's 20 x 256 = 5,120).")
     task_types: list[str] = Field(
         ["long_form_qa", "summarisation", "planning", "writing"], min_length=1, description="Task types drawn uniformly.")
     search_turn_weights: list[float] = Field(
@@ -243,9 +288,26 @@ class ScopeSection(Section):
     max_tool_tokens: int = Field(500, ge=16, description="Tool response budget in tokens (paper 500).")
     max_document_tokens: int = Field(1024, ge=32, description="Source documents are cut to this many tokens (ours).")
     candidate_rounds: int = Field(
-        2, ge=1, description="Solver stage: Challenger batches tried per step to fill the filtered task pool (ours; "
-        "the paper fills a pool of solver_tasks before training).")
-    judge_max_new_tokens: int = Field(512, ge=8, description="Judge tokens per gate, rubric list or grade (ours).")
+        2, ge=1, description="Solver stage: Challenger batches of solver_prompts_per_step documents tried per "
+        "solver_prompts_per_step tasks the pool needs (ours: a bound, the paper keeps generating until the pool is full).")
+    gate_max_new_tokens: int = Field(
+        8192, ge=8, description="Judge tokens per quality gate (the paper gives none; ours: its rubric budget, as "
+        "the gate also reasons in <think> before its score).")
+    rubric_max_new_tokens: int = Field(8192, ge=8, description="Judge tokens per rubric list (paper 8,192).")
+    grade_max_new_tokens: int = Field(16384, ge=8, description="Judge tokens per rubric grade (paper 16,384).")
+    judge_max_new_tokens: int | None = Field(
+        None, ge=8, description="A cap on the three judge budgets above (None = no cap; a CPU demo caps them).")
+
+    def pool_size(self) -> int:
+        """Tasks the Solver stage starts with (solver_tasks, else one per Solver prompt of the stage)."""
+        return self.solver_tasks or self.solver_steps * self.solver_prompts_per_step
+
+    def judge_budgets(self) -> dict[str, int]:
+        """The Judge's token budget per operation, the cap applied."""
+        cap = self.judge_max_new_tokens or max(self.gate_max_new_tokens, self.rubric_max_new_tokens,
+                                               self.grade_max_new_tokens)
+        return {"gate": min(self.gate_max_new_tokens, cap), "rubrics": min(self.rubric_max_new_tokens, cap),
+                "grade": min(self.grade_max_new_tokens, cap)}
 
 
 class ScoreSection(Section):
@@ -257,6 +319,9 @@ class ScoreSection(Section):
         "rollout.max_new_tokens": 4096,
     }
     max_tool_calls: int = Field(10, ge=1, description="Most assistant turns per report (paper 10).")
+    mini_batch_size: int = Field(
+        32, ge=1, description="PPO mini-batch in queries: the Solver's update takes batch / this optimizer steps "
+        "(paper 32 of 64).")
     top_k: int = Field(3, ge=1, description="Passages per search.")
     harness_every: int = Field(5, ge=1, description="Meta-harness refresh period in steps (paper M=5).")
     meta_harness: Literal["rules", "endpoint", "human"] = Field(
@@ -270,7 +335,8 @@ class ScoreSection(Section):
     weight_min: float = Field(0.1, ge=0, description="Smallest dimension weight (ours).")
     weight_max: float = Field(0.5, ge=0, description="Largest dimension weight (ours).")
     score_scale: float = Field(10.0, gt=0, description="Scores are 0..score_scale per dimension (ours: 0-10).")
-    min_verification_searches: int = Field(1, ge=0, description="Initial harness minimum evaluator searches.")
+    min_verification_searches: int = Field(
+        1, ge=0, description="Initial harness minimum evaluator searches (at most evaluator_max_turns - 1).")
     baseline_decay: float = Field(0.7, ge=0, le=1, description="Evaluator EMA baseline: b <- decay*b + (1-decay)*R.")
     evaluator_temperature: float = Field(0.8, ge=0, description="Evaluator sampling temperature (paper 0.8).")
     evaluator_max_new_tokens: int = Field(2048, ge=8, description="Evaluator tokens per turn (paper 2048).")
@@ -299,16 +365,31 @@ class ScoreSection(Section):
     _key_ref = field_validator("harness_api_key")(lambda cls, v: check_key_ref(v))
     _endpoint = field_validator("harness_endpoint")(lambda cls, v: check_endpoint(v))
 
+    def evaluator_searches(self) -> int:
+        """Searches the evaluator may make: its last turn writes the scores (evaluator_max_turns - 1)."""
+        return self.evaluator_max_turns - 1
+
+    @model_validator(mode="after")
+    def _searches_fit(self) -> "ScoreSection":
+        if self.min_verification_searches > self.evaluator_searches():
+            raise ValueError(f"min_verification_searches {self.min_verification_searches} exceeds the evaluator's "
+                             f"{self.evaluator_searches()} allowed searches (evaluator_max_turns - 1): the depth rule "
+                             "would zero every score; lower it or raise evaluator_max_turns")
+        return self
+
 
 class PiplaySection(Section):
     """pi-Play: an Examiner builds multi-hop questions; a Student learns with GRPO minus self-distillation."""
 
+    schedule_fields: ClassVar[tuple[str, str, str]] = ("iterations", "examiner_steps", "student_steps")
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 5, "train.kl_coef": 0.0, "train.prompts_per_step": 256,
-        "train.steps": 300, "train.weight_decay": 0.01, "train.warmup_steps": 2, "train.grad_clip": 1.0,
+        "train.weight_decay": 0.01, "train.warmup_steps": 2, "train.grad_clip": 1.0,
         "rollout.max_new_tokens": 4096,
-    }
-    iterations: int = Field(3, ge=1, description="Examiner/Student alternations (paper 3).")
+    }  # train.steps: iterations x (examiner_steps + student_steps) = 3 x 100 = 300 (schedule_steps)
+    iterations: int = Field(
+        3, ge=1, description="Examiner/Student alternations (paper 3): train.steps defaults to iterations x "
+        "(examiner_steps + student_steps); a train.steps you set yourself may end the schedule early or repeat it.")
     examiner_steps: int = Field(50, ge=1, description="Examiner steps per iteration (paper 50).")
     student_steps: int = Field(50, ge=1, description="Student steps per iteration (paper 50).")
     hop_weights: list[float] = Field([4, 3, 2, 1], min_length=1, description="Weights of 1..4-hop questions (paper 4:3:2:1).")

@@ -53,10 +53,12 @@ class Sample:
     role: str = "policy"
     temperature: float | None = None  # of old_logprobs; None = rollout.temperature
     teacher_prompt_ids: list[int] | None = None  # pi-Play: the teacher's privileged prompt
+    truncated: bool = False  # the generation ended at its token budget (finish_reason "length")
     extras: dict = field(default_factory=dict)
 
     @classmethod
     def from_trajectory(cls, traj, advantage: float, role: str = "policy", **kwargs) -> "Sample":
+        kwargs.setdefault("truncated", traj.finish_reason == "length")
         return cls(prompt_ids=list(traj.prompt_ids), completion_ids=list(traj.completion_ids),
                    loss_mask=list(traj.loss_mask), old_logprobs=list(traj.logprobs),
                    advantage=float(advantage), role=role, **kwargs)
@@ -225,7 +227,8 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     """Micro-batched forward/backward over ``samples`` and one optimizer step.
 
     Returns {role: metrics}: loss, pg_loss, kl, entropy, entropy_sampled, clip_frac (token means
-    over the role), ratio_min/ratio_max, tokens (trained tokens), samples, skipped, grad_norm, lr.
+    over the role), ratio_min/ratio_max, tokens (trained tokens), samples, skipped, truncated_rate
+    (share of the role's samples whose generation ended at its token budget), grad_norm, lr.
     """
     t = cfg.train
     device = policy.device
@@ -245,6 +248,7 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
         st.add("samples", 1)
         st.add("tokens", s.n_trained)
         st.add("skipped", 0 if id(s) in ran else 1)
+        st.add("truncated", 1 if s.truncated else 0)
         nll = -sum(lp for lp, m in zip(s.old_logprobs, s.loss_mask) if m)
         if nll == nll:  # nan: the rollout engine was not asked for log-probs (train.old_logprobs)
             st.add("neg_logprob", nll)
@@ -402,7 +406,7 @@ def rollout_is(logp: torch.Tensor, rollout_logp: torch.Tensor, adv: torch.Tensor
 def _finish(sums: dict, grad_norm: float, lr: float) -> dict[str, float]:
     """Sums -> means: losses per trained token of the role, rates per run token."""
     out = {"samples": sums["samples"], "tokens": sums["tokens"], "skipped": sums["skipped"],
-           "grad_norm": grad_norm, "lr": lr}
+           "truncated_rate": sums.get("truncated", 0.0) / max(sums["samples"], 1.0), "grad_norm": grad_norm, "lr": lr}
     tokens = max(sums["tokens"], 1.0)
     run_tokens = sums.get("run_tokens", 0.0)
     out["loss"] = sums.get("loss_sum", 0.0) / tokens

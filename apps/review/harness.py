@@ -55,7 +55,7 @@ def validate(run: Run, data) -> dict:
     """A complete harness from JSON text or a dict; raises HarnessError listing every problem."""
     if isinstance(data, str) and not data.strip():
         raise HarnessError(["the harness is empty; paste the JSON object shown on the run page and change it"])
-    return normalize_harness(data, pool(run), _section(run).max_tool_calls)
+    return normalize_harness(data, pool(run), _section(run).evaluator_searches())
 
 
 def submit(run: Run, user, data) -> HarnessEdit:

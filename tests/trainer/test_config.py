@@ -106,3 +106,44 @@ def test_method_fields_describe_the_form():
 @pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_examples_validate(path):
     load_config(path)
+
+
+def test_every_method_section_field_is_read_somewhere():
+    """No config key may do nothing: each field of a method section is read by the trainer or the web,
+    as an attribute (``sec.top_k``) or by name (``"top_k"``, as the schedule and the forms do)."""
+    import ast
+    from pathlib import Path
+
+    from trainer.method_configs import SECTIONS
+
+    root = Path(__file__).resolve().parents[2]
+    used: set[str] = set()
+    for path in [*(root / "trainer").rglob("*.py"), *(root / "apps").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute):
+                used.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                used.add(node.value)
+    unread = [f"{method}.{name}" for method, section in SECTIONS.items() for name in section.model_fields
+              if name not in used]
+    assert unread == []
+
+
+def test_two_stage_methods_run_the_papers_iterations_by_default():
+    """SCOPE 3 x (20 Challenger + 20 Solver) steps, pi-Play 3 x (50 + 50); a train.steps of your own
+    may cut the schedule short, and contradicting an iterations you also set is refused."""
+    assert load_config({"method": "scope"}).train.steps == 120
+    assert load_config({"method": "piplay"}).train.steps == 300
+    assert load_config({"method": "scope", "scope": {"iterations": 2, "solver_steps": 5}}).train.steps == 50
+    assert load_config({"method": "piplay", "train": {"steps": 1}}).train.steps == 1
+    with pytest.raises(ConfigError) as err:
+        load_config({"method": "scope", "train": {"steps": 7}, "scope": {"iterations": 2}})
+    assert err.value.problems[0][0] == "scope.iterations" and "80 steps but train.steps is 7" in err.value.problems[0][1]
+
+
+def test_schedule_places_each_step_in_its_iteration_and_stage():
+    from trainer.methods.parts import schedule, schedule_metrics
+
+    assert [schedule(s, 20, 20) for s in (1, 20, 21, 40, 41, 120)] == [
+        (0, 0, 0), (0, 0, 19), (0, 1, 0), (0, 1, 19), (1, 0, 0), (2, 1, 19)]
+    assert schedule_metrics(61, 50, 50) == {"iteration": 1.0, "stage": 2.0, "stage_step": 11.0}

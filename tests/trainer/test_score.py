@@ -201,6 +201,34 @@ def test_endpoint_driver_accepts_a_valid_reply_and_keeps_the_harness_otherwise()
     assert "endpoint failed" in EndpointDriver(down, POOL, 10).next(_harness(), HarnessStats()).reason
 
 
+def test_a_harness_asking_more_searches_than_the_evaluator_may_make_is_refused():
+    """The evaluator makes at most evaluator_max_turns - 1 = 3 searches (its last turn writes the scores);
+    a minimum of 4 would zero every score through the depth rule. Refused in the config, and a person's
+    or an endpoint's harness asking for it is rejected with the reason (the recipe writes it as an event)."""
+    from trainer.config import ConfigError, load_config
+
+    sec = load_config({"method": "score"}).score
+    assert (sec.evaluator_max_turns, sec.evaluator_searches(), sec.max_tool_calls) == (4, 3, 10)
+    with pytest.raises(ConfigError) as err:
+        load_config({"method": "score", "score": {"min_verification_searches": 4}})
+    assert "3 allowed searches" in str(err.value)
+    update = apply_human_edit(_harness(), _harness(tools=4), POOL, sec.evaluator_searches())
+    assert not update.changed and "exceeds the evaluator's tool budget of 3 searches" in update.reason
+    assert apply_human_edit(_harness(), _harness(tools=3), POOL, sec.evaluator_searches()).changed
+    proposal = EndpointDriver(lambda m: json.dumps(_harness(tools=5)), POOL, sec.evaluator_searches())
+    assert "rejected" in proposal.next(_harness(), HarnessStats()).reason
+
+
+def test_the_solver_updates_in_the_papers_mini_batches_of_32_queries():
+    from trainer.config import load_config
+    from trainer.methods.parts import mini_batches
+
+    assert load_config({"method": "score"}).score.mini_batch_size == 32  # of a batch of 64: two optimizer steps
+    groups = [[f"q{i}a", f"q{i}b"] for i in range(5)]
+    assert mini_batches(groups, 2) == [["q0a", "q0b", "q1a", "q1b"], ["q2a", "q2b", "q3a", "q3b"], ["q4a", "q4b"]]
+    assert len(mini_batches([[0] * 8] * 64, 32)) == 2
+
+
 def test_human_edits_are_validated_and_the_human_driver_waits():
     current = _harness()
     assert not HumanDriver().next(current, HarnessStats()).changed
@@ -295,7 +323,7 @@ def _rows(run_dir, name):
 
 
 def test_score_runs_three_steps_on_cpu_and_reports_harness_versions(tiny_config, corpus_path, tmp_path):
-    result = _run_score(tiny_config, corpus_path, tmp_path / "run")
+    result = _run_score(tiny_config, corpus_path, tmp_path / "run", mini_batch_size=1)
     assert result.steps == 3 and result.final_checkpoint
     samples = _rows(tmp_path / "run", "samples.jsonl")
     events = [r for r in samples if r["kind"] == "event"]
@@ -317,6 +345,9 @@ def test_score_runs_three_steps_on_cpu_and_reports_harness_versions(tiny_config,
     assert all(m["eval_format_failures"] == 1.0 for m in solver)
     assert all("entropy" in m and "entropy_ratio" in m for m in solver)
     assert all("baseline" in m and "rubric_followed" in m for m in evaluator)
+    # the paper's PPO mini-batch: 2 queries in mini-batches of 1 -> two Solver optimizer steps a step
+    assert all(m["optimizer_steps"] == 2.0 and 0.0 <= m["truncated_rate"] <= 1.0 for m in solver)
+    assert all(0.0 <= m["scoring_truncated_rate"] <= 1.0 for m in evaluator)
 
 
 def test_a_harness_edited_by_a_person_replaces_the_harness_at_the_next_refresh(tiny_config, corpus_path, tmp_path):

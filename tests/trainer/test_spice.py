@@ -3,6 +3,7 @@ import math
 import random
 
 import pytest
+import torch
 
 from trainer.algos import get_advantage
 from trainer.config import load_config
@@ -403,3 +404,33 @@ def test_a_retry_cap_below_one_round_is_a_config_error():
 
     with pytest.raises(ConfigError, match="max_challenger_attempts"):
         load_config({"method": "spice", "spice": {"challenger_attempts": 8, "max_challenger_attempts": 4}})
+
+
+def test_spice_normalises_its_loss_by_dr_grpos_constant_the_generation_budget():
+    """Dr.GRPO divides each sequence's token sum by the generation budget, not by its own length:
+    two answers of 2 and 4 trained tokens at a per-token loss of 1 give (2 + 4) / (2 x 8192), where
+    token-mean would give 6 / 6 = 1."""
+    from trainer.algos import aggregate
+    from trainer.config import load_config
+    from trainer.update import Sample, _global_denominator
+
+    cfg = load_config({"method": "spice"})
+    assert (cfg.train.loss_agg, cfg.rollout.max_new_tokens) == ("seq_sum", 8192)
+    samples = [Sample([1], [2, 3], [1, 1], [0.0, 0.0], 1.0), Sample([1], [2, 3, 4, 5], [1] * 4, [0.0] * 4, 1.0)]
+    denom = _global_denominator(samples, cfg.train.loss_agg, cfg.rollout.max_new_tokens)
+    assert denom == 2 * 8192
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    loss = aggregate(torch.ones(2, 4), mask, cfg.train.loss_agg, max_len=cfg.rollout.max_new_tokens)
+    assert float(loss) == pytest.approx(6 / (2 * 8192))
+
+
+def test_each_spice_role_has_its_own_token_budget():
+    from types import SimpleNamespace
+
+    from trainer.config import load_config
+    from trainer.methods.spice_tasks import role_budget
+
+    sec = load_config({"method": "spice"}).spice
+    assert (sec.format_max_new_tokens, sec.task_max_new_tokens, sec.reasoner_max_new_tokens) == (256, None, None)
+    ctx = SimpleNamespace(config=SimpleNamespace(rollout=SimpleNamespace(max_new_tokens=8192)))
+    assert role_budget(ctx, sec.reasoner_max_new_tokens) == 8192 and role_budget(ctx, 512) == 512

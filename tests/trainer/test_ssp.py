@@ -270,7 +270,8 @@ def taught_ssp_config(tiny_config, model_dir, tmp_path) -> dict:
     answers = tmp_path / "answers.txt"
     answers.write_text("Castle Drogo\nDevon\n")
     cfg = _ssp_config(tiny_config, model_dir, answer_source="list", answers_path=str(answers), required_searches=[2],
-                      top_k=1, rag_max_new_tokens=24, judge="frozen_base")  # asked whenever exact match fails
+                      top_k=1, rag_max_new_tokens=24, judge="frozen_base",  # asked whenever exact match fails
+                      judge_max_new_tokens=16)
     cfg["rollout"].update(temperature=0.3, max_new_tokens=320)
     return cfg
 
@@ -312,3 +313,69 @@ def test_ssp_valid_path_with_a_model_taught_to_search_and_ask(tiny_config, tiny_
     result = _run(taught_ssp_config(tiny_config, taught, tmp_path), tmp_path / "run")
     assert result.steps == 3
     check_taught_ssp_run(tmp_path / "run")
+
+
+# ---- issue 18: the Solver's advantage (Eq. 4) and the RAG check's materials ------------------------
+
+def _solved_slot(rewards):
+    from trainer.methods.ssp import Slot
+    from trainer.methods.ssp_tasks import FilterResult
+    from trainer.rollout.types import Trajectory
+
+    traj = lambda: Trajectory(prompt_ids=[1, 2], completion_ids=[3, 4], loss_mask=[1, 1], logprobs=[0.0, 0.0])  # noqa: E731
+    slot = Slot("1:0", "Paris", 2, 0, filter=FilterResult(True, "ok"), question="Q?", rag_ok=True, proposer=traj())
+    slot.solver, slot.solver_rewards = [traj() for _ in rewards], list(rewards)
+    return slot
+
+
+def test_solver_advantage_is_eq4_r_minus_the_group_mean_by_default():
+    from trainer.config import load_config
+    from trainer.methods.ssp import SOLVER, build_samples
+
+    sec = load_config({"method": "ssp"}).ssp
+    assert sec.solver_advantage == "dr_grpo"
+    _, solver = build_samples([_solved_slot([1, 0, 0, 0, 0])], sec, 5)
+    # Eq. 4: A = r - mean, mean = 1/5 -> 1 - 0.2 = +0.8, 0 - 0.2 = -0.2 (no std division)
+    assert [s.role for s in solver[0]] == [SOLVER] * 5
+    assert [round(s.advantage, 6) for s in solver[0]] == [0.8, -0.2, -0.2, -0.2, -0.2]
+    sec.solver_advantage = "grpo"  # verl's GRPO default: / sample std = sqrt(0.2) = 0.4472 -> +1.789 / -0.447
+    _, solver = build_samples([_solved_slot([1, 0, 0, 0, 0])], sec, 5)
+    assert [round(s.advantage, 2) for s in solver[0]] == [1.79, -0.45, -0.45, -0.45, -0.45]
+
+
+def test_rag_materials_drop_noise_first_and_keep_all_the_proposers_evidence(smollm2_tokenizer):
+    from trainer.config import load_config
+    from trainer.methods.ssp import rag_budget, rag_materials, rag_prompt
+
+    long = "lorem ipsum dolor sit amet " * 12  # ~70 tokens a passage
+    own = [P(f"own{i}", text=f"EVIDENCE{i} {long}") for i in range(3)]
+    others = [[P(f"noise{i}", text=f"NOISE{i} {long}") for i in range(6)]]
+    q = GOOD_Q
+    sec = load_config({"method": "ssp", "ssp": {"max_prompt_tokens": 400, "rag_noise_passages": 4}}).ssp
+    budget = rag_budget(smollm2_tokenizer, q, sec.max_prompt_tokens)
+    assert budget < 7 * 75  # all seven passages cannot fit: some must go
+    for seed in range(8):  # before: shuffled, then the text cut at the budget (own evidence lost in some orders)
+        materials, noise = rag_materials(smollm2_tokenizer, own, others, q, sec, random.Random(seed))
+        assert {p.document_id for p in own} <= {p.document_id for p in materials}
+        assert len(noise) < 4 and sorted(p.document_id for p in materials) == sorted(p.document_id for p in own + noise)
+        text = smollm2_tokenizer.decode(rag_prompt(smollm2_tokenizer, materials, q, sec.max_prompt_tokens))
+        assert all(f"EVIDENCE{i}" in text for i in range(3))
+
+
+def test_fit_materials_drops_the_last_drawn_noise_and_keeps_the_order():
+    from trainer.methods.ssp_tasks import fit_materials
+
+    own, noise = [P("a"), P("b")], [P("x"), P("y"), P("z")]
+    materials = [noise[0], own[0], noise[2], own[1], noise[1]]  # shuffled
+    count = lambda ps: 10 * len(ps)  # noqa: E731  10 tokens a passage
+    kept, left = fit_materials(materials, noise, count, 35)  # room for 3: z then y leave
+    assert [p.document_id for p in kept] == ["x", "a", "b"] and [p.document_id for p in left] == ["x"]
+    kept, left = fit_materials(own, [], count, 5)  # own passages alone overflow: kept (the prompt cuts their text)
+    assert kept == own and left == []
+
+
+def test_the_rag_check_samples_at_the_reference_codes_temperature():
+    from trainer.config import load_config
+
+    sec = load_config({"method": "ssp"}).ssp
+    assert (sec.rag_temperature, sec.rag_max_new_tokens, sec.judge_max_new_tokens) == (0.1, 256, 1024)

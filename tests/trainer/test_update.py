@@ -114,6 +114,24 @@ def test_metrics_come_per_role(tiny_config):
     assert idle["skipped"] == 4 and idle["entropy"] == idle["entropy_sampled"] == pytest.approx(7.0)
 
 
+def test_each_roles_truncation_rate_is_reported(tiny_config):
+    """Share of a role's generations that ended at their token budget (issue 18): 1 of the challenger's
+    4, 3 of the reasoner's 4; a trajectory says so by its finish_reason."""
+    from trainer.rollout.types import Trajectory
+
+    cfg = _cfg(tiny_config)
+    policy = load_policy(cfg)
+    challenger, reasoner = _group(role="challenger"), _group(seed=5, role="reasoner")
+    challenger[0].truncated = True
+    for s in reasoner[1:]:
+        s.truncated = True
+    metrics = policy_update(policy, make_engine(cfg, policy), challenger + reasoner, cfg)
+    assert metrics["challenger"]["truncated_rate"] == 0.25 and metrics["reasoner"]["truncated_rate"] == 0.75
+    cut = Trajectory(prompt_ids=[1], completion_ids=[2], loss_mask=[1], logprobs=[0.0], finish_reason="length")
+    done = Trajectory(prompt_ids=[1], completion_ids=[2], loss_mask=[1], logprobs=[0.0], finish_reason="max_turns")
+    assert Sample.from_trajectory(cut, 1.0).truncated and not Sample.from_trajectory(done, 1.0).truncated
+
+
 def test_rollout_logprobs_are_reproduced_at_the_sampling_temperature(tiny_config, smollm2_tokenizer):
     """On-policy: the update recomputes the generator's log-probs, so every ratio is 1."""
     cfg = _cfg(tiny_config)

@@ -112,7 +112,8 @@ def grpo_step(ctx, step: int, batch: list[dict]) -> dict[str, float]:
     adv = get_advantage(sec.advantage)(rewards).flatten()  # [n * G]
     samples = [Sample(prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
                       loss_mask=[1] * len(c.completion_ids), old_logprobs=c.logprobs,
-                      advantage=float(a), role=ROLE, temperature=c.temperature)
+                      advantage=float(a), role=ROLE, temperature=c.temperature,
+                      truncated=c.finish_reason == "length")
                for c, a in zip(completions, adv.tolist())]
 
     t1 = time.perf_counter()
@@ -121,7 +122,6 @@ def grpo_step(ctx, step: int, batch: list[dict]) -> dict[str, float]:
     metrics = {
         **metrics, **reward_stats(rewards),
         "response_length": gen_tokens / len(completions),
-        "truncated_frac": sum(c.finish_reason == "length" for c in completions) / len(completions),
         "gen_tokens_per_s": gen_tokens / max(gen_seconds, 1e-9),
         "gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
     }

@@ -92,7 +92,9 @@ def normalize_harness(data: Any, pool: list[str], max_tool_calls: int | None = N
     if not isinstance(tools, int) or isinstance(tools, bool) or tools < 0:
         problems.append(f"process_constraints.min_number_of_tool_call must be an integer >= 0, got {tools!r}")
     elif max_tool_calls is not None and tools > max_tool_calls:
-        problems.append(f"min_number_of_tool_call {tools} exceeds the evaluator's tool budget {max_tool_calls}")
+        problems.append(f"min_number_of_tool_call {tools} exceeds the evaluator's tool budget of {max_tool_calls} "
+                        "searches (score.evaluator_max_turns - 1: its last turn writes the scores); the depth rule "
+                        "would zero every score")
     notes = data.get("notes", "")
     if not isinstance(notes, str):
         problems.append("notes must be text")

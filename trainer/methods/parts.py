@@ -4,6 +4,12 @@
   ratio (SCOPE's 4:3:2 search turns, pi-Play's 4:3:2:1 hops) by largest remainder, then
   shuffle, so every batch holds the ratio as closely as its size allows.
 - ``tag_content``: the last non-empty ``<tag>`` body; ``assistant_texts``: a trajectory's model turns.
+- ``schedule``: where a step falls in the papers' alternating stage blocks (SCOPE, pi-Play):
+  iteration, stage and step within the stage; ``schedule_metrics`` reports them (role "schedule").
+- ``mini_batches`` / ``update_in_mini_batches``: the papers' PPO mini-batches (SSP 128, SCORE 32
+  prompts): a role's groups split into chunks, one optimizer step each, metrics averaged.
+- ``truncated_rate``: share of generations that ended at their token budget, for roles whose
+  generations are not trained (the update reports it for the trained ones, ``trainer.update``).
 
 The format-reward pieces (think fraction, valid searches) are ``trainer.rewards``'s.
 """
@@ -51,3 +57,43 @@ def assistant_texts(turns: Sequence[dict]) -> list[str]:
     """The assistant turns of a trajectory's ``turns`` list."""
     return [t.get("text", "") for t in turns if t.get("role") == "assistant"]
 
+
+def truncated_rate(generations: Sequence) -> float:
+    """Share of completions / trajectories whose ``finish_reason`` is "length" (0.0 for none)."""
+    return sum(g.finish_reason == "length" for g in generations) / len(generations) if generations else 0.0
+
+
+def schedule(step: int, first_steps: int, second_steps: int) -> tuple[int, int, int]:
+    """(0-based iteration, stage 0 | 1, 0-based step within the stage) of a 1-based step, for
+    iterations of ``first_steps`` steps of the first role then ``second_steps`` of the second.
+
+    20 + 20: step 1 -> (0, 0, 0); step 21 -> (0, 1, 0); step 40 -> (0, 1, 19); step 41 -> (1, 0, 0).
+    """
+    iteration, offset = divmod(step - 1, first_steps + second_steps)
+    return (iteration, 0, offset) if offset < first_steps else (iteration, 1, offset - first_steps)
+
+
+def schedule_metrics(step: int, first_steps: int, second_steps: int) -> dict[str, float]:
+    """Role "schedule" metrics for the run page: iteration (1-based), stage (1 = the first role's
+    block, 2 = the second's) and the step within the stage (1-based)."""
+    iteration, stage, within = schedule(step, first_steps, second_steps)
+    return {"iteration": float(iteration + 1), "stage": float(stage + 1), "stage_step": float(within + 1)}
+
+
+def mini_batches(groups: Sequence[Sequence], size: int) -> list[list]:
+    """Consecutive groups (one prompt's samples each) joined into chunks of ``size`` groups.
+
+    5 groups, size 2 -> chunks of groups [0, 1], [2, 3], [4]."""
+    return [[x for g in groups[i:i + size] for x in g] for i in range(0, len(groups), size)]
+
+
+def update_in_mini_batches(ctx, chunks_by_role: dict[str, list[list]]) -> dict[str, dict[str, float]]:
+    """Each role in turn (dict order), one optimizer step per chunk; metrics averaged over the chunks,
+    plus ``optimizer_steps``."""
+    out: dict[str, dict[str, float]] = {}
+    for role, chunks in chunks_by_role.items():
+        runs = [ctx.update(c)[role] for c in chunks if c]
+        if runs:
+            out[role] = {k: sum(r.get(k, 0.0) for r in runs) / len(runs) for k in runs[0]}
+            out[role]["optimizer_steps"] = float(len(runs))
+    return out

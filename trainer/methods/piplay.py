@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from trainer.algos import get_advantage, group_normalized
-from trainer.methods.parts import stratified_draw
+from trainer.methods.parts import schedule, schedule_metrics, stratified_draw
 from trainer.methods.piplay_parts import (
     TeacherEMA,
     build_qcp,
@@ -86,8 +86,8 @@ class Question:
 
 def stage_of(step: int, sec) -> tuple[int, str]:
     """(0-based iteration, "examiner" | "student") of a 1-based step."""
-    iteration, offset = divmod(step - 1, sec.examiner_steps + sec.student_steps)
-    return iteration, (EXAMINER if offset < sec.examiner_steps else STUDENT)
+    iteration, stage, _ = schedule(step, sec.examiner_steps, sec.student_steps)
+    return iteration, (EXAMINER, STUDENT)[stage]
 
 
 def examiner_rewards(questions: list[Question], n: int, format_weight: float) -> list[float]:
@@ -222,6 +222,7 @@ def run_piplay(ctx) -> None:
     play = PiPlay(ctx)
     for step in ctx.steps():
         iteration, stage = stage_of(step, play.sec)
+        ctx.log(step, "schedule", schedule_metrics(step, play.sec.examiner_steps, play.sec.student_steps))
         if stage == EXAMINER:
             play.examiner_step(step)
         else:

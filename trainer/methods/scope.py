@@ -45,7 +45,7 @@ import torch
 
 from trainer.algos import get_advantage
 from trainer.judge import make_judge
-from trainer.methods.parts import assistant_texts, stratified_draw
+from trainer.methods.parts import assistant_texts, schedule, schedule_metrics, stratified_draw
 from trainer.methods.review import ReviewState
 from trainer.methods.scope_prompts import TASK_TYPES, challenger_prompt, parse_task, solver_prompt
 from trainer.prompts import chat
@@ -121,8 +121,8 @@ class Attempt:
 
 def stage_of(step: int, sec) -> tuple[int, str]:
     """(0-based iteration, "challenger" | "solver") of a 1-based step."""
-    iteration, offset = divmod(step - 1, sec.challenger_steps + sec.solver_steps)
-    return iteration, (CHALLENGER if offset < sec.challenger_steps else SOLVER)
+    iteration, stage, _ = schedule(step, sec.challenger_steps, sec.solver_steps)
+    return iteration, (CHALLENGER, SOLVER)[stage]
 
 
 def challenger_reward(task: Task, sec, flagged: bool) -> float:
@@ -156,7 +156,7 @@ class Scope:
         self.tok = ctx.policy.tokenizer
         self.tool = SearchTool(ctx.retriever, k=self.sec.top_k, max_tokens=self.sec.max_tool_tokens,
                                tokenizer=self.tok)
-        self.judge = make_judge(ctx, max_tokens=self.sec.judge_max_new_tokens,
+        self.judge = make_judge(ctx, max_tokens=self.sec.judge_budgets(),
                                 temperature={"gate": 0.0, "rubrics": self.sec.rubric_temperature,
                                              "grade": self.sec.grading_temperature})
         self.grpo = get_advantage("grpo")
@@ -319,12 +319,14 @@ class Scope:
         self.ctx.samples(step, self.records(step, tasks, attempts, rewards, CHALLENGER))
 
     def fill_pool(self, step: int, need: int) -> list[dict]:
-        """Challenger tasks that pass the gates and the [low, high] difficulty window join the pool."""
-        pool, records = self.ctx.state["pool"], []
-        for round_ in range(1, self.sec.candidate_rounds + 1):
+        """Challenger tasks that pass the gates and the [low, high] difficulty window join the pool, in
+        batches of ``solver_prompts_per_step`` documents, until it holds ``need`` tasks or
+        ``candidate_rounds`` batches per ``solver_prompts_per_step`` tasks needed were tried."""
+        pool, records, batch = self.ctx.state["pool"], [], self.sec.solver_prompts_per_step
+        for round_ in range(1, self.sec.candidate_rounds * -(-need // batch) + 1):
             if len(pool) >= need:
                 break
-            tasks = [row[0] for row in self.challenge(step, need, 1, f"p{round_}.")]
+            tasks = [row[0] for row in self.challenge(step, batch, 1, f"p{round_}.")]
             attempts = self.judge_tasks(tasks, self.sec.filter_rollouts)
             for t in tasks:
                 self.review.remember(t.key, t.question)
@@ -336,11 +338,16 @@ class Scope:
             records += self.records(step, tasks, attempts, None, "filter")
         return records
 
-    def solver_step(self, step: int) -> None:
+    def solver_step(self, step: int, stage_start: bool = False) -> None:
+        """One Solver step. At the start of the stage the pool is rebuilt with the new Challenger's
+        tasks: ``solver_tasks`` of them (paper 5,120 = 20 steps x 256); later steps take from it and
+        top it up only when it runs short."""
         self.apply_verdicts()
         sec, G = self.sec, self.cfg.rollout.group_size
         t0 = time.perf_counter()
-        records = self.fill_pool(step, sec.solver_prompts_per_step)
+        if stage_start:
+            self.ctx.state["pool"] = []  # the previous iteration's tasks came from an older Challenger
+        records = self.fill_pool(step, sec.pool_size() if stage_start else sec.solver_prompts_per_step)
         pool = self.ctx.state["pool"]
         tasks = [Task.from_state(d) for d in pool[:sec.solver_prompts_per_step]]
         self.ctx.state["pool"] = pool[sec.solver_prompts_per_step:]
@@ -425,9 +432,12 @@ class Scope:
 
 def run_scope(ctx) -> None:
     scope = Scope(ctx)
+    sec = scope.sec
     for step in ctx.steps():
-        _, stage = stage_of(step, scope.sec)
-        if stage == CHALLENGER:
+        _, stage, within = schedule(step, sec.challenger_steps, sec.solver_steps)
+        ctx.log(step, "schedule", schedule_metrics(step, sec.challenger_steps, sec.solver_steps))
+        if stage == 0:
             scope.challenger_step(step)
         else:
-            scope.solver_step(step)
+            scope.solver_step(step, stage_start=within == 0)
+        ctx.log(step, "judge", scope.judge.step_metrics())

@@ -48,7 +48,7 @@ import torch
 
 from trainer.algos import EMABaseline, get_advantage
 from trainer.methods import harness as mh
-from trainer.methods.parts import tag_content
+from trainer.methods.parts import mini_batches, tag_content, truncated_rate, update_in_mini_batches
 from trainer.methods.score_prompts import (
     QUERY_FROM_DOCUMENT,
     SOLVER_SYSTEM,
@@ -137,13 +137,13 @@ class Score:
         st = ctx.state
         st.setdefault("window", [])
         if "harness" not in st:
-            st["harness"] = mh.normalize_harness(mh.default_harness(sec), self.pool, sec.max_tool_calls)
+            st["harness"] = mh.normalize_harness(mh.default_harness(sec), self.pool, sec.evaluator_searches())
             st["harness_version"] = 0
 
     def make_driver(self):
         sec = self.sec
         if sec.meta_harness == "rules":
-            return mh.RuleDriver(self.pool, sec.max_tool_calls)
+            return mh.RuleDriver(self.pool, sec.evaluator_searches())
         if sec.meta_harness == "human":
             return mh.HumanDriver()
         if not sec.harness_endpoint:
@@ -151,7 +151,7 @@ class Score:
         from trainer.judge import EndpointClient, key_env
 
         client = EndpointClient(sec.harness_endpoint, model=sec.harness_model, api_key_env=key_env(sec.harness_api_key))
-        return mh.EndpointDriver(client.chat, self.pool, sec.max_tool_calls)
+        return mh.EndpointDriver(client.chat, self.pool, sec.evaluator_searches())
 
     @property
     def harness(self) -> dict:
@@ -239,8 +239,10 @@ class Score:
         adv = self.grpo(torch.tensor(rewards).view(len(queries), G)).flatten().tolist()  # [n * G]
         gen_seconds = time.perf_counter() - t0
 
-        solver = self.ctx.update([Sample.from_trajectory(r, a, role=SOLVER, temperature=r.temperature)
-                                  for r, a in zip(reports, adv)]).get(SOLVER, {})
+        groups = [[Sample.from_trajectory(r, a, role=SOLVER, temperature=r.temperature)
+                   for r, a in zip(reports[i * G:(i + 1) * G], adv[i * G:(i + 1) * G])] for i in range(len(queries))]
+        chunks = mini_batches(groups, self.sec.mini_batch_size)  # paper: PPO mini-batch 32 of 64 queries
+        solver = update_in_mini_batches(self.ctx, {SOLVER: chunks}).get(SOLVER, {})
         cons = [consistency([r.final or "" for r in reports[i * G:(i + 1) * G]]) for i in range(len(queries))]
         r_eval = sum(cons) / len(cons)
         a_eval = self.baseline.advantage(r_eval)
@@ -261,7 +263,8 @@ class Score:
                                     "searches": sum(r.n_searches for r in reports) / n, "gen_seconds": gen_seconds,
                                     "harness_version": self.ctx.state["harness_version"]})
         self.ctx.log(step, EVALUATOR, {**evaluator, "consistency": r_eval, "advantage": a_eval,
-                                       "baseline": self.baseline.value, "rubric_followed": float(rubric.followed)})
+                                       "baseline": self.baseline.value, "rubric_followed": float(rubric.followed),
+                                       "scoring_truncated_rate": truncated_rate(evals)})  # untrained: not the update's
         self.ctx.samples(step, self.records(step, pairs, rubric, reports, evals, scores, rewards, zeroed, cons))
         self.refresh_harness(step)
         return self.check_entropy(step, solver.get("entropy"))
@@ -272,7 +275,8 @@ class Score:
             return
         stats = mh.summarize(self.ctx.state["window"])
         if self.ctx.harness is not None:
-            update = mh.apply_human_edit(self.harness, self.ctx.harness, self.pool, self.sec.max_tool_calls)
+            update = mh.apply_human_edit(self.harness, self.ctx.harness, self.pool,
+                                          self.sec.evaluator_searches())
             self.ctx.harness = None
         else:
             update = self.driver.next(self.harness, stats)

@@ -51,6 +51,7 @@ from trainer.methods.spice_tasks import (
     challenge,
     draw_numbers,
     keep_preserving_ratio,
+    role_budget,
 )
 from trainer.rewards import spice_reward_fn
 from trainer.update import Sample
@@ -95,7 +96,7 @@ def challenge_until_valid(ctx, docs, step: int, draws: list[int], review: Review
             by_doc[a.group].append(a)
         return sum(sum(a.loss_mask) for a in new)  # tokens the Challenger generated
 
-    worst = sec.format_max_new_tokens + ctx.config.rollout.max_new_tokens
+    worst = sec.format_max_new_tokens + role_budget(ctx, sec.task_max_new_tokens)  # both Challenger turns
     budget = (sec.challenger_token_budget or sec.challenger_attempts * worst) * len(docs)
     limits = RetryLimits(sec.challenger_attempts, sec.max_challenger_attempts, budget, worst)
     report = draw_until(len(docs), draw, lambda d: sum(a.valid for a in by_doc[d]) >= sec.valid_tasks_per_document,
@@ -126,7 +127,7 @@ def build_samples(attempts_by_doc, sec, advantage, rng: random.Random) -> list[S
         kept = [a for a in attempts if a.kept]
         adv = advantage(torch.tensor([[a.reward for a in kept]])).flatten().tolist()  # [G_C]
         samples += [Sample(prompt_ids=a.prompt_ids, completion_ids=a.completion_ids, loss_mask=a.loss_mask,
-                           old_logprobs=a.logprobs, advantage=float(x), role=CHALLENGER)
+                           old_logprobs=a.logprobs, advantage=float(x), role=CHALLENGER, truncated=a.truncated)
                     for a, x in zip(kept, adv)]
         graded = [a for a in kept if a.valid and a.correct]
         for a in rng.sample(graded, min(sec.reasoner_tasks_per_document, len(graded))):
@@ -134,7 +135,8 @@ def build_samples(attempts_by_doc, sec, advantage, rng: random.Random) -> list[S
             adv = advantage(torch.tensor([[float(c) for c in a.correct]])).flatten().tolist()  # [G]
             samples += [Sample(prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
                                loss_mask=[1] * len(c.completion_ids), old_logprobs=c.logprobs,
-                               advantage=float(x), role=REASONER, temperature=c.temperature)
+                               advantage=float(x), role=REASONER, temperature=c.temperature,
+                               truncated=c.finish_reason == "length")
                         for c, x in zip(a.answers, adv)]
     return samples
 

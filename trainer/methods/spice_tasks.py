@@ -337,6 +337,7 @@ class Attempt:
     correct: list[bool] | None = None
     reward: float = 0.0
     trained_reasoner: bool = False
+    truncated: bool = False  # a Challenger turn ended at its token budget
 
     @property
     def valid(self) -> bool:
@@ -380,6 +381,11 @@ def continue_chat(tokenizer, user: str, ended_with_eos: bool) -> list[int]:
     return tokenizer.encode(glue, add_special_tokens=False)
 
 
+def role_budget(ctx, tokens: int | None) -> int:
+    """A role's token budget: its own setting, or ``rollout.max_new_tokens`` when that is None."""
+    return tokens if tokens is not None else ctx.config.rollout.max_new_tokens
+
+
 def challenger_prompt(tokenizer, doc, sec) -> list[int]:
     """Turn one's prompt: the document (whole passages up to the token budget) and the format question."""
     body = document_text(doc, tokenizer, sec.max_document_tokens)
@@ -421,6 +427,7 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
     second = []
     for a, c in zip(attempts, first):
         a.extend(c.completion_ids, c.logprobs, trained=True)
+        a.truncated = c.finish_reason == "length"
         a.turns.append({"role": "assistant", "text": FORMAT_PREFILL + c.text})
         try:
             a.choice = parse_format_choice(FORMAT_PREFILL + c.text, sec.formats, sec.answer_types)
@@ -432,9 +439,11 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
                  [], trained=False)
         a.turns.append({"role": "user", "text": user})
         second.append(a)
-    outs = ctx.generator.generate([a.prompt_ids + a.completion_ids for a in second], ctx.sampling_params())
+    outs = ctx.generator.generate([a.prompt_ids + a.completion_ids for a in second],
+                                  ctx.sampling_params(max_new_tokens=role_budget(ctx, sec.task_max_new_tokens)))
     for a, c in zip(second, outs):
         a.extend(c.completion_ids, c.logprobs, trained=True)
+        a.truncated = a.truncated or c.finish_reason == "length"
         text = TASK_PREFILL[a.choice.format] + c.text
         a.turns.append({"role": "assistant", "text": text})
         try:
@@ -448,7 +457,8 @@ def answer(ctx, attempts: list[Attempt]) -> None:
     """``rollout.group_size`` Reasoner answers for each attempt, graded against its gold."""
     G, tok = ctx.config.rollout.group_size, ctx.policy.tokenizer
     prompts = [chat(tok, None, reasoner_prompt(a.task)) for a in attempts for _ in range(G)]
-    outs = ctx.generator.generate(prompts, ctx.sampling_params())
+    budget = role_budget(ctx, ctx.config.spice.reasoner_max_new_tokens)
+    outs = ctx.generator.generate(prompts, ctx.sampling_params(max_new_tokens=budget))
     for i, a in enumerate(attempts):
         a.answers = outs[i * G:(i + 1) * G]
         a.correct = [is_correct(a.task, c.text) for c in a.answers]

@@ -40,6 +40,7 @@ import torch
 
 from trainer.algos import get_advantage
 from trainer.judge import key_env, make_judge
+from trainer.methods.parts import mini_batches, truncated_rate, update_in_mini_batches
 from trainer.methods.replay import ReplayBuffer
 from trainer.methods.review import ReviewState
 from trainer.methods.ssp_tasks import (
@@ -50,6 +51,7 @@ from trainer.methods.ssp_tasks import (
     SOLVER_USER,
     FilterResult,
     corpus_answer,
+    fit_materials,
     format_materials,
     load_answers,
     mix_noise,
@@ -64,7 +66,7 @@ from trainer.tools.corpus import truncate_to_tokens
 from trainer.update import Sample
 from trainer.verify import exact_match
 
-PROPOSER, SOLVER, RAG = "proposer", "solver", "rag"
+PROPOSER, SOLVER, RAG, JUDGE = "proposer", "solver", "rag", "judge"
 
 
 @dataclass
@@ -146,9 +148,22 @@ def propose(ctx, tool, slots: list[Slot]) -> None:
 
 def rag_prompt(tokenizer, materials, question: str, max_tokens: int) -> list[int]:
     """The RAG check's prompt, its materials cut so the whole prompt fits ``max_tokens``."""
-    head = len(tokenizer.encode(RAG_PROMPT.format(materials="", question=question), add_special_tokens=False))
-    text = truncate_to_tokens(format_materials(materials), tokenizer, max(max_tokens - head, 16))
+    text = truncate_to_tokens(format_materials(materials), tokenizer, rag_budget(tokenizer, question, max_tokens))
     return chat(tokenizer, None, RAG_PROMPT.format(materials=text, question=question))
+
+
+def rag_budget(tokenizer, question: str, max_tokens: int) -> int:
+    """Tokens left for the materials once the RAG prompt's own text and the question are counted."""
+    head = len(tokenizer.encode(RAG_PROMPT.format(materials="", question=question), add_special_tokens=False))
+    return max(max_tokens - head, 16)
+
+
+def rag_materials(tokenizer, own, others, question: str, sec, rng: random.Random) -> tuple[list, list]:
+    """(materials, noise) of one RAG check: the Proposer's passages plus ``rag_noise_passages`` from
+    the batch's other trajectories, shuffled; noise leaves first when they overflow the prompt budget."""
+    materials, noise = mix_noise(own, others, sec.rag_noise_passages, rng)
+    n_tokens = lambda ps: len(tokenizer.encode(format_materials(ps), add_special_tokens=False))  # noqa: E731
+    return fit_materials(materials, noise, n_tokens, rag_budget(tokenizer, question, sec.max_prompt_tokens))
 
 
 def rag_check(ctx, judge, slots: list[Slot], rng: random.Random) -> None:
@@ -160,9 +175,10 @@ def rag_check(ctx, judge, slots: list[Slot], rng: random.Random) -> None:
     prompts = []
     for s in todo:
         others = [o.proposer.passages for o in slots if o is not s]
-        s.rag_materials, s.rag_noise = mix_noise(s.proposer.passages, others, sec.rag_noise_passages, rng)
+        s.rag_materials, s.rag_noise = rag_materials(tok, s.proposer.passages, others, s.question, sec, rng)
         prompts.append(rag_prompt(tok, s.rag_materials, s.question, sec.max_prompt_tokens))
-    outs = ctx.generator.generate(prompts, ctx.sampling_params(max_new_tokens=sec.rag_max_new_tokens))
+    params = ctx.sampling_params(temperature=sec.rag_temperature, max_new_tokens=sec.rag_max_new_tokens)
+    outs = ctx.generator.generate(prompts, params)
     for s, c in zip(todo, outs):
         s.rag, s.rag_answer = c, parse_rag_answer(c.text)
     verdicts = judged(judge, [(s.question, s.rag_answer, s.answer) for s in todo])
@@ -212,23 +228,10 @@ def build_samples(slots: list[Slot], sec, G: int) -> tuple[list[list[Sample]], l
     solver = []
     if solved:
         r = torch.tensor([s.solver_rewards for s in solved])  # [Q, G]
-        adv = get_advantage("grpo")(r).tolist()
+        adv = get_advantage(sec.solver_advantage)(r).tolist()  # dr_grpo: Eq. 4, r - group mean
         solver = [[Sample.from_trajectory(t, a, role=SOLVER) for t, a in zip(s.solver, row)]
                   for s, row in zip(solved, adv)]
-    m = sec.mini_batch_size
-    chunk = lambda groups: [[x for g in groups[i:i + m] for x in g] for i in range(0, len(groups), m)]  # noqa: E731
-    return chunk(proposer), chunk(solver)
-
-
-def update(ctx, chunks_by_role: dict[str, list[list[Sample]]]) -> dict[str, dict[str, float]]:
-    """Solver then Proposer, one optimizer step per mini-batch; metrics averaged over mini-batches."""
-    out: dict[str, dict[str, float]] = {}
-    for role, chunks in chunks_by_role.items():
-        runs = [ctx.update(c)[role] for c in chunks if c]
-        if runs:
-            out[role] = {k: sum(r.get(k, 0.0) for r in runs) / len(runs) for k in runs[0]}
-            out[role]["optimizer_steps"] = float(len(runs))
-    return out
+    return mini_batches(proposer, sec.mini_batch_size), mini_batches(solver, sec.mini_batch_size)
 
 
 def run_ssp(ctx) -> None:
@@ -237,7 +240,7 @@ def run_ssp(ctx) -> None:
         raise RuntimeError("SSP needs a search tool: set corpus.path (standalone) or launch it on a corpus (web)")
     tool = SearchTool(ctx.retriever, k=sec.top_k, tokenizer=ctx.policy.tokenizer)
     judge = make_judge(ctx, sec.judge, sec.judge_endpoint, sec.judge_model,  # None for judge=exact
-                       api_key_env=key_env(sec.judge_api_key))
+                       api_key_env=key_env(sec.judge_api_key), max_tokens={"equivalent": sec.judge_max_new_tokens})
     answer_list = load_answers(sec.answers_path) if sec.answer_source == "list" else None
     review, buffer = ReviewState(), ReplayBuffer(sec.replay_reset_every)
     review.load_state_dict(ctx.state.get("review", {}))
@@ -265,11 +268,16 @@ def run_ssp(ctx) -> None:
 
         t1 = time.perf_counter()
         proposer_chunks, solver_chunks = build_samples(slots, sec, cfg.rollout.group_size)
-        updated = update(ctx, {SOLVER: solver_chunks, PROPOSER: proposer_chunks})
+        updated = update_in_mini_batches(ctx, {SOLVER: solver_chunks, PROPOSER: proposer_chunks})
         for role, values in step_metrics(slots, buffer).items():
             ctx.log(step, role, {**updated.get(role, {}), **values})
         ctx.log(step, PROPOSER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
                                  "judge_failure_rate": judge.failure_rate() if judge else 0.0})
+        checks = [s.rag for s in slots if s.rag is not None]  # not trained: the update does not see them
+        if checks:
+            ctx.log(step, RAG, {"checks": float(len(checks)), "truncated_rate": truncated_rate(checks)})
+        if judge is not None:
+            ctx.log(step, JUDGE, judge.step_metrics())
         ctx.samples(step, records(step, slots))
         buffer.add({"key": s.key, "question": s.question, "answer": s.answer, "step": step} for s in slots if s.valid)
         buffer.end_step(step)
@@ -291,7 +299,6 @@ def step_metrics(slots: list[Slot], buffer: ReplayBuffer) -> dict[str, dict[str,
         "rule_pass_rate": sum(s.filter.ok for s in slots) / n,
         "rag_pass_rate": sum(bool(s.rag_ok) for s in checked) / len(checked) if checked else 0.0,
         "searches_mean": sum(s.proposer.n_searches for s in slots) / n,
-        "truncated_rate": sum(bool(s.proposer.truncated) for s in slots) / n,
         "replayed_slots": float(sum(bool(s.solve and s.solve["replayed"]) for s in slots)),
         "empty_slots": float(sum(s.solve is None for s in slots)),
         "buffer_size": float(len(buffer)),
@@ -302,7 +309,6 @@ def step_metrics(slots: list[Slot], buffer: ReplayBuffer) -> dict[str, dict[str,
         "questions": float(len(solved)),
         "searches_mean": sum(t.n_searches for t in trajs) / len(trajs) if trajs else 0.0,
         "answered_rate": sum(t.final is not None for t in trajs) / len(trajs) if trajs else 0.0,
-        "truncated_rate": sum(bool(t.truncated) for t in trajs) / len(trajs) if trajs else 0.0,
     }
     return {PROPOSER: proposer, SOLVER: solver}
 

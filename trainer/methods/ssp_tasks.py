@@ -150,6 +150,21 @@ def mix_noise(own: Sequence[Passage], others: Sequence[Sequence[Passage]], k: in
     return materials, noise
 
 
+def fit_materials(materials: Sequence[Passage], noise: Sequence[Passage], n_tokens,
+                  budget: int) -> tuple[list[Passage], list[Passage]]:
+    """(materials, noise) that fit ``budget`` tokens (``n_tokens(passages) -> int``): noise passages
+    are dropped first, the last drawn first, order otherwise kept. The Proposer's own passages are
+    never dropped here; when they alone overflow, the prompt cuts their text (``rag_prompt``).
+
+    The reference code puts every material in the prompt; a prompt budget must not cost the
+    check the Proposer's evidence, or a correct question fails for want of its own passages."""
+    materials, noise = list(materials), list(noise)
+    while noise and n_tokens(materials) > budget:
+        dropped = noise.pop()
+        materials = [p for p in materials if p is not dropped]
+    return materials, noise
+
+
 def format_materials(passages: Sequence[Passage]) -> str:
     """The RAG check's materials: ``Doc i (Title: ...) text`` per passage, like the search tool."""
     return "\n".join(f"Doc {i} (Title: {p.title}) {p.text.strip()}" for i, p in enumerate(passages, 1))
