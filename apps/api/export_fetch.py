@@ -50,7 +50,7 @@ def read_ahead(make_pages, ahead: int | None = None, stop: threading.Event | Non
     loop the reader ends by itself. A reader past its last query (it hands over the end or an error
     next) gets no cancel request."""
     ahead = AHEAD if ahead is None else ahead
-    stop = stop or threading.Event()
+    stop = _Halt(stop)  # ending this generator stops its reader, not the caller's download
     if connection.in_atomic_block or ahead < 1:
         for page in make_pages():
             if stop.is_set():
@@ -99,7 +99,7 @@ def read_ahead(make_pages, ahead: int | None = None, stop: threading.Event | Non
         _end(reader, held)
 
 
-def _hand_over(pages, put, stop: threading.Event) -> bool:
+def _hand_over(pages, put, stop: _Halt) -> bool:
     """Hands each page of the generator ``pages`` over with ``put``; True at its end, False once
     stopped. ``stop`` is checked before the generator is asked for the next page (its query)."""
     while not stop.is_set():
@@ -111,11 +111,28 @@ def _hand_over(pages, put, stop: threading.Event) -> bool:
     return False
 
 
+class _Halt:
+    """The reader's stop: set by the download's own ``stop`` (the client went away) or by the end of
+    ``read_ahead`` (its pages are done, or its caller closed it). Setting it leaves the download's
+    event alone: a generator that reads pages through ``read_ahead`` may have more to send after
+    them (the Parquet footer), which a set download event would cut off (under ASGI the view closes
+    a generator whose stop is set)."""
+
+    def __init__(self, outer: threading.Event | None):
+        self.outer, self.own = outer, threading.Event()
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or (self.outer is not None and self.outer.is_set())
+
+    def set(self) -> None:
+        self.own.set()
+
+
 class Stopped(Exception):
     """The download was stopped (its client went away) before it was complete."""
 
 
-def _take(pages: queue.Queue, stop: threading.Event):
+def _take(pages: queue.Queue, stop: _Halt):
     """The next item the reader handed over, waiting in steps of ``WAIT`` that check ``stop``."""
     while not stop.is_set():
         try:

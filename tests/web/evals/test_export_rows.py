@@ -3,6 +3,7 @@
 binary integer arrays parsed as Postgres holds them; and the read-ahead thread."""
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import threading
@@ -11,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
-from apps.api import export, export_rows
+from apps.api import export, export_rows, export_view
 from apps.api.export_fetch import fetch, read_ahead
 from apps.api.export_sql import lines_sql
 from apps.episodes.models import Attempt, Grade, Task
@@ -159,3 +160,21 @@ def test_an_error_in_the_read_ahead_thread_reaches_the_caller():
     assert next(got) == [1]
     with pytest.raises(RuntimeError, match="page query failed"):
         next(got)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_end_of_the_pages_leaves_the_download_running_and_parquet_whole(filled_run):
+    """read_ahead ending stops its reader, not the download: under ASGI the view closes a generator
+    whose stop is set, which cut every Parquet file after its row groups (no footer)."""
+    stop = threading.Event()
+    assert list(read_ahead(lambda: iter([[1], [2]]), ahead=1, stop=stop)) == [[1], [2]]
+    assert not stop.is_set()
+    p = export.plan("attempts", filled_run, export.parse_filters("attempts", {}))
+    stop = threading.Event()
+    chunks = export_view.Download(export.stream(p, "parquet", stop), stop)  # what the view gives daphne
+
+    async def download():
+        return b"".join([chunk async for chunk in chunks])
+
+    body = asyncio.run(download())
+    assert body[-4:] == b"PAR1" and pq.read_table(io.BytesIO(body)).num_rows == 24
