@@ -357,6 +357,9 @@ class ScoreSection(Section):
         "title", description="A document whose generated query does not parse: a templated query from its title "
         "(title) or no query (skip) (ours).")
     max_document_tokens: int = Field(512, ge=32, description="Documents shown to the query writer (tokens, ours).")
+    query_max_new_tokens: int = Field(
+        128, ge=8, description="Token budget of one generated training query (ours: the paper uses Reddit queries; "
+        "one question fits in 128).")
     harness_model: str | None = Field(None, description="Model name sent to the meta-harness endpoint.")
     harness_api_key: str | None = Field(
         None, description="The meta-harness endpoint's API key as env:NAME (read from the environment variable NAME; "
@@ -405,6 +408,12 @@ class PiplaySection(Section):
     top_k: int = Field(3, ge=1, description="Passages per search.")
     max_tool_tokens: int = Field(500, ge=16, description="Tool response budget in tokens.")
     max_document_tokens: int = Field(256, ge=32, description="Source passages are cut to this many tokens (Dr.Zero 256).")
+    examiner_max_new_tokens: int | None = Field(
+        None, ge=16, description="Token budget of an examiner trajectory, tool output included (None = "
+        "rollout.max_new_tokens, 4096; the paper caps the whole sequence, prompt included, at 4096).")
+    student_max_new_tokens: int | None = Field(
+        None, ge=16, description="Token budget of a student trajectory, tool output included (None = "
+        "rollout.max_new_tokens, 4096; the paper caps the whole sequence, prompt included, at 8192).")
 
 
 SECTIONS: dict[str, type[Section]] = {

@@ -2,16 +2,17 @@
 
 Read from what the recipes send to the sink (trainer/methods/scope.py, score.py, piplay.py):
 
-- SCOPE: per step the Challenger's gate pass rates (entity, relevance), parse rate, mean rubric
-  score and the share inside the difficulty window, the Solver's pool; the latest tasks with
-  their two gate verdicts, the pool decision (gates passed and mean rubric score inside
-  [filter_low, filter_high]) and their rubrics with the mean strict grade each got.
+- SCOPE: per step the iteration and stage (role ``schedule``), the Challenger's gate pass rates
+  (entity, relevance), parse rate, mean rubric score and the share inside the difficulty window,
+  the Solver's pool; the latest tasks with their two gate verdicts, the pool decision (gates
+  passed and mean rubric score inside [filter_low, filter_high]) and their rubrics with the mean
+  strict grade each got.
 - SCORE: the harness versions (events whose data holds ``harness``: driver, reason, the
   harness itself), per step consistency / depth-zeroed / evaluator searches; the latest tasks'
   rubric (dimensions and weights, whether the evaluator followed the harness).
-- pi-Play: per step the Examiner's valid rate, Student pass rate (the difficulty signal), hop
-  mix, the Student's exact match, distillation divergence to the teacher and lambda; the latest
-  questions with hops, difficulty reward and the QCP the teacher reads.
+- pi-Play: per step the iteration and stage, the Examiner's valid rate, Student pass rate (the
+  difficulty signal), hop mix, the Student's exact match, distillation divergence to the teacher
+  and lambda; the latest questions with hops, difficulty reward and the QCP the teacher reads.
 
 ``panel(run)`` returns None for the other methods (the page shows nothing then).
 """
@@ -27,7 +28,8 @@ TASKS = 6  # newest tasks shown in detail
 
 # (role, metric name, column label) per method; a column the run never reported is left out.
 COLUMNS = {
-    "scope": [("challenger", "task_parsed", "parsed"), ("challenger", "gate_entity", "gate: entity"),
+    "scope": [("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 Challenger, 2 Solver)"),
+              ("challenger", "task_parsed", "parsed"), ("challenger", "gate_entity", "gate: entity"),
               ("challenger", "gate_relevance", "gate: relevance"), ("challenger", "gate_pass_rate", "gates passed"),
               ("challenger", "rubrics_per_task", "rubrics / task"), ("challenger", "mean_rubric_score", "mean rubric score"),
               ("challenger", "in_window", "in window"), ("solver", "pool_size", "pool"), ("solver", "tasks", "solver tasks"),
@@ -36,7 +38,8 @@ COLUMNS = {
               ("solver", "consistency", "consistency"), ("evaluator", "rubric_followed", "rubric followed"),
               ("solver", "evaluator_searches", "evaluator searches"), ("solver", "depth_zeroed_rate", "depth zeroed"),
               ("solver", "eval_format_failures", "eval format fails"), ("solver", "valid_report_rate", "valid reports")],
-    "piplay": [("examiner", "valid_rate", "valid questions"), ("examiner", "student_pass_rate", "student pass rate"),
+    "piplay": [("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 examiner, 2 student)"),
+               ("examiner", "valid_rate", "valid questions"), ("examiner", "student_pass_rate", "student pass rate"),
                ("examiner", "reward_mean", "examiner reward"), ("examiner", "format_reward", "format reward"),
                ("examiner", "hops_1", "1-hop"), ("examiner", "hops_2", "2-hop"), ("examiner", "hops_3", "3-hop"),
                ("examiner", "hops_4", "4-hop"), ("student", "exact_match", "student exact match"),

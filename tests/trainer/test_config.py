@@ -147,3 +147,16 @@ def test_schedule_places_each_step_in_its_iteration_and_stage():
     assert [schedule(s, 20, 20) for s in (1, 20, 21, 40, 41, 120)] == [
         (0, 0, 0), (0, 0, 19), (0, 1, 0), (0, 1, 19), (1, 0, 0), (2, 1, 19)]
     assert schedule_metrics(61, 50, 50) == {"iteration": 1.0, "stage": 2.0, "stage_step": 11.0}
+
+
+def test_each_recipe_docstring_ends_with_its_departures_from_the_paper():
+    import importlib
+
+    from trainer.methods import METHODS
+
+    for method in METHODS:
+        doc = importlib.import_module(f"trainer.methods.{method}").__doc__.rstrip()
+        last = doc.split("\n\n")[-1]
+        assert last.startswith("Departures from the paper"), method
+        items = [line for line in last.splitlines()[1:] if line.startswith("- ")]
+        assert len(items) >= 3, method

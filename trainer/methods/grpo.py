@@ -5,11 +5,18 @@ or ``bundled:gsm8k``), sample ``rollout.group_size`` answers each, score them wi
 verifier named by ``reward`` (exact | math | mcq), turn rewards into group-relative
 advantages (``grpo.advantage``), and take one PPO-clip step with the shared update pass.
 
-Departures from the DeepSeekMath paper: one optimizer step per batch (no PPO epochs), so the
-rollout's log-probs are the "old" ones; token-mean loss over the step; KL only when
-``train.kl_coef > 0``. Run it::
+Run it::
 
     python -m trainer run examples/grpo_gsm8k.yaml --out var/runs/gsm8k
+
+Departures from the paper (DeepSeekMath's GRPO, the baseline the self-play papers compare against):
+- one optimizer step per batch (no PPO epochs), so the rollout's log-probs are the "old" ones;
+- loss: token mean over the step (``train.loss_agg``; the paper averages each answer's tokens, then the group);
+- KL to the frozen base only when ``train.kl_coef > 0`` (default 0, k3 estimator; the paper 0.04);
+- outcome reward only (no process supervision), from the verifier named by ``reward``;
+- the system prompt asks for a boxed answer (ours), and with the math verifier a numeric gold is
+  compared with the last number of an answer that boxed nothing (GSM8K's usual reading);
+- the answer budget is ``rollout.max_new_tokens`` (512 by default; ours, the paper gives 1024).
 """
 from __future__ import annotations
 

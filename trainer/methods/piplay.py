@@ -18,17 +18,24 @@ Per iteration (``piplay.iterations``, paper 3):
    forward pass (``TeacherEMA``; with LoRA it is an EMA of the adapter only). lambda decays per
    iteration (0.03, 0.003, 0.002). The teacher moves after every Student step.
 
+Schedule: ``piplay.iterations`` (paper 3) of ``examiner_steps`` then ``student_steps`` (paper 50 +
+50); train.steps defaults to iterations x (examiner_steps + student_steps) = 300, and role
+``schedule`` reports the iteration and stage of every step. Token budgets:
+``examiner_max_new_tokens`` and ``student_max_new_tokens`` (default ``rollout.max_new_tokens``,
+4096). Run it::
+
+    python -m trainer run examples/piplay_cpu.yaml --out var/runs/piplay
+
 Departures from the paper (each a config field where it is a choice):
 - one set of weights plays examiner and student (the paper trains them as separate models);
 - the Student stage draws its questions on the fly each step from the current examiner instead
   of generating the whole data set up front (same distribution, no stale pool);
 - the examiner's format reward is ours (think / searches / tags, see ``examiner_format``): the
-  paper points to Dr.Zero's without restating it; the divergence direction is
-  ``piplay.divergence`` (reverse KL by default, ours); an unparsable question gets r_d = 0.
-
-Run it::
-
-    python -m trainer run examples/piplay_cpu.yaml --out var/runs/piplay
+  paper points to Dr.Zero's without restating it; an unparsable question gets r_d = 0;
+- the divergence direction is ``piplay.divergence`` (reverse KL by default, ours; the formulas
+  were lost from the paper's text);
+- budgets bound the response, tool output included (the paper bounds the whole sequence: 4096
+  tokens examiner, 8192 student); learning-rate warmup is 2 steps (the paper: a ratio of 0.03).
 """
 from __future__ import annotations
 
@@ -122,9 +129,10 @@ class PiPlay:
     def rng(self) -> random.Random:
         return random.Random(int(self.ctx.rng.integers(2**31)))
 
-    def rollout(self, prompts: list[str], max_turns: int, temperature: float | None = None):
+    def rollout(self, prompts: list[str], max_turns: int, budget: int | None = None):
+        """Multi-turn search rollouts; ``budget``: the role's token budget (None = rollout.max_new_tokens)."""
         ids = [chat(self.tok, None, p) for p in prompts]
-        params = self.ctx.sampling_params(**({} if temperature is None else {"temperature": temperature}))
+        params = self.ctx.sampling_params(**({} if budget is None else {"max_new_tokens": budget}))
         return multi_turn_rollout(self.ctx.generator, self.tok, ids, params, self.tool, max_turns=max_turns)
 
     def examine(self, step: int) -> list[Question]:
@@ -135,7 +143,8 @@ class PiPlay:
         hops = stratified_draw(len(docs), self.sec.hop_weights, rng)
         texts = [truncate_to_tokens(f"(Title: {d.title})\n{d.text}", self.tok, self.sec.max_document_tokens)
                  for d in docs]
-        trajs = self.rollout([examiner_prompt(t, h) for t, h in zip(texts, hops)], self.sec.max_turns)
+        trajs = self.rollout([examiner_prompt(t, h) for t, h in zip(texts, hops)], self.sec.max_turns,
+                             self.sec.examiner_max_new_tokens)
         out = []
         for i, (d, h, tr, text) in enumerate(zip(docs, hops, trajs, texts)):
             q, a = parse_question_answer(tr.turns[-1]["text"] if tr.turns else "")
@@ -147,7 +156,8 @@ class PiPlay:
         valid = [q for q in questions if q.valid]
         if not valid:
             return
-        trajs = self.rollout([student_prompt(q.question) for q in valid for _ in range(n)], self.sec.max_turns)
+        trajs = self.rollout([student_prompt(q.question) for q in valid for _ in range(n)], self.sec.max_turns,
+                             self.sec.student_max_new_tokens)
         for j, q in enumerate(valid):
             q.attempts = trajs[j * n:(j + 1) * n]
             q.correct = [bool(exact_match(t.final or "", q.answer)) for t in q.attempts]

@@ -25,15 +25,31 @@ as gate-failed for the Challenger; an edited rubric (``Verdict(kind="rubric", ed
 replaces the Judge's text for that task in every later grade; a flagged rubric is dropped
 from later grades (ours) while the task keeps at least one.
 
-Departures (visible config fields where a choice): one set of weights plays Challenger and
-Solver (the paper keeps two policies from the same base), so "the previous Solver" that scores
-Challenger tasks is the current policy in the Solver role; the Solver stage fills its task pool
-on demand (``candidate_rounds`` Challenger batches per step) instead of building 5,120 tasks
-up front; the Challenger runs its searches then writes the task within ``n_searches + 1`` turns.
+Schedule: ``scope.iterations`` (paper 3) of ``challenger_steps`` then ``solver_steps`` (paper 20 +
+20); train.steps defaults to iterations x (challenger_steps + solver_steps) = 120, and role
+``schedule`` reports the iteration and stage of every step. At the start of each Solver stage the
+task pool is rebuilt with the new Challenger's tasks: ``solver_tasks`` of them (paper 5,120 = 20 x
+256), bounded by ``candidate_rounds`` Challenger batches per batch of tasks needed.
 
-Run it::
+Token budgets: Challenger and Solver trajectories ``rollout.max_new_tokens`` (paper 8192); the
+Judge ``gate_max_new_tokens`` (ours 8192), ``rubric_max_new_tokens`` (paper 8,192) and
+``grade_max_new_tokens`` (paper 16,384), all capped by ``judge_max_new_tokens`` when set (CPU
+demo). Each role's truncation rate is a metric (the Judge's under role ``judge``). Run it::
 
     python -m trainer run examples/scope_cpu.yaml --out var/runs/scope
+
+Departures from the paper (visible config fields where a choice):
+- one set of weights plays Challenger and Solver (the paper keeps two policies from the same base),
+  so "the previous Solver" that scores Challenger tasks is the current policy in the Solver role;
+- a gate failure gives R_C = 0.5 r_fmt (``gate_failure``; the paper's algorithm box says r_fmt);
+- the Challenger runs its searches then writes the task within ``n_searches + 1`` turns; the
+  Solver has ``max_turns`` 4 (ours; the paper's evaluation allows 5 search turns);
+- the gate budget is ours (the paper gives none); the Solver pool's fill is bounded
+  (``candidate_rounds``) where the paper generates until 5,120 tasks pass; a pool short of tasks is
+  topped up during the stage;
+- learning-rate warmup is 1 step (``train.warmup_steps``; the paper: a warmup ratio of 0.03);
+- Qwen3's per-turn datums (thinking trimmed from earlier turns) are not reproduced: a trajectory
+  trains as one sequence.
 """
 from __future__ import annotations
 

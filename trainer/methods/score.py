@@ -28,15 +28,26 @@ Per step (score.txt, Algorithm 1):
    entropy (or below ``entropy_floor``) for ``entropy_patience`` steps -> an event record and
    the run ends after a checkpoint.
 
-Departures (ours, visible fields): the paper's evaluator judges all K reports in one trajectory;
-we judge one report per trajectory (per-report depth rule, shorter contexts); the mandatory
-dimension's weight is ``must_include_weight`` (default weight_max); a(r) = a closed, non-empty
-``<answer>``; the report's conclusion is its "Conclusion" paragraph, else its last paragraph. The two
-updates are two optimizer steps, so the learning-rate warmup (``train.warmup_steps``) counts both.
-
-Run it::
+Token budgets: a report ``rollout.max_new_tokens`` (paper 4096), an evaluator turn
+``evaluator_max_new_tokens`` (paper 2048), a training query ``query_max_new_tokens`` (ours). The
+evaluator searches at most ``evaluator_max_turns - 1`` times (its last turn writes the scores), so
+a harness asking for more (``min_number_of_tool_call``) is refused with the reason in its event:
+the depth rule would zero every score. The Solver updates in PPO mini-batches of
+``mini_batch_size`` queries (paper 32 of 64). Run it::
 
     python -m trainer run examples/score_cpu.yaml --out var/runs/score
+
+Departures from the paper (ours, visible fields):
+- the paper's evaluator judges all K reports in one trajectory; we judge one report per
+  trajectory (per-report depth rule, shorter contexts), with ``evaluator_max_turns`` 4 (ours);
+- the meta-harness is rule-based by default (the paper: GPT-5.2; an endpoint or a person are options);
+- scores are 0-10 per dimension (ours); the mandatory dimension's weight is
+  ``must_include_weight`` (default weight_max); a(r) = a closed, non-empty ``<answer>``;
+- the report's conclusion is its "Conclusion" paragraph, else its last paragraph;
+- training queries come from ``queries_path`` or are written from corpus documents (the paper:
+  255 Reddit queries);
+- the two updates are two optimizer steps, so the learning-rate warmup (``train.warmup_steps``)
+  counts both; early stopping on entropy collapse uses ``entropy_collapse_ratio`` (ours).
 """
 from __future__ import annotations
 
@@ -174,7 +185,7 @@ class Score:
         docs = self.ctx.documents.sample(n, self.rng())
         prompts = [self.ids(None, QUERY_FROM_DOCUMENT.format(
             title=d.title, text=truncate_to_tokens(d.text, self.tok, self.sec.max_document_tokens))) for d in docs]
-        params = self.ctx.sampling_params(max_new_tokens=min(self.cfg.rollout.max_new_tokens, 128))
+        params = self.ctx.sampling_params(max_new_tokens=self.sec.query_max_new_tokens)
         out, written = [], 0
         for d, c in zip(docs, self.ctx.generator.generate(prompts, params)):
             q = tag_content(c.text, "query")

@@ -23,16 +23,23 @@ uniformly from the corpus (truncated to ``spice.max_document_tokens``):
 A task a reviewer flags (sink verdict) counts as invalid and is never a Reasoner group from
 then on (matched by key and by question text; the flagged set is checkpointed).
 
-Departures from the paper: the retries run in rounds of ``challenger_attempts`` (the paper gives
-no round size) and stop early when the step's token budget is spent (a safety bound; by default one
-round's worst case, so retries spend what early stops saved: raise ``challenger_token_budget`` for
-the paper's full 1024 attempts); the sink gets every kept, valid or first-round attempt, not every
-retry; the Challenger's two prompts are one two-turn
-conversation (the document is read once; both turns are trained, the second user turn is
-masked out of the loss); prompts are reworded (same structure and JSON fields, fewer
-free-text fields); one policy update per step, log-probs from the rollout. Run it::
+Run it::
 
     python -m trainer run examples/spice_cpu.yaml --out var/runs/spice-cpu
+
+Departures from the paper:
+- the retries run in rounds of ``challenger_attempts`` (the paper gives no round size) and stop
+  early when the step's token budget is spent (a safety bound; by default one round's worst case,
+  so retries spend what early stops saved: raise ``challenger_token_budget`` for the paper's full
+  1024 attempts); the sink gets every kept, valid or first-round attempt, not every retry;
+- the Challenger's two prompts are one two-turn conversation (the document is read once; both
+  turns are trained, the second user turn is masked out of the loss); prompts are reworded and
+  shorter (same structure and JSON fields, fewer free-text fields), each assistant turn opens with
+  the start of its JSON, and a task copying the prompt's worked example is invalid;
+- token budgets (the paper's text gives none): ``rollout.max_new_tokens`` 8192 for the task turn
+  and each Reasoner answer (``task_max_new_tokens``, ``reasoner_max_new_tokens``), 256 for the
+  format choice (``format_max_new_tokens``); 8192 is also Dr.GRPO's constant normaliser (seq_sum);
+- one policy update per step with both roles' samples, log-probs from the rollout.
 """
 from __future__ import annotations
 

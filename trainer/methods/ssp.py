@@ -15,7 +15,8 @@ and short named spans of the corpus by default, or a user list, ``ssp.answer_sou
    Reward 1/0: normalized exact match, else the judge (the frozen base by default, an
    OpenAI-compatible endpoint, or exact match only); more than 10 answer tags -> / 4.
 5. Proposer reward 1 - mean(solver rewards) for its own validated question, 0 for a filtered
-   or RAG-failed one. Solver GRPO per question; Proposer REINFORCE (raw reward). KL 0.01 (k3)
+   or RAG-failed one. Solver: r - group mean per question (Eq. 4, ``ssp.solver_advantage``);
+   Proposer REINFORCE (raw reward). KL 0.01 (k3)
    and clip-high 0.285 come from the section's shared defaults. Each role is updated in
    mini-batches of ``ssp.mini_batch_size`` prompts (one optimizer step each).
 
@@ -23,11 +24,28 @@ Human review: a flagged question leaves the replay buffer, never trains the Solv
 is filtered (reward 0) if the Proposer writes it again; the flagged set and the buffer are
 checkpointed.
 
-Departures: noise is single passages, not whole trajectories' materials; RAG materials are
-cut to ``ssp.max_prompt_tokens``; the RAG check samples at the rollout temperature with the
-policy; answers come from the corpus (the paper used a prepared answer set). Run it::
+Token budgets: Proposer and Solver trajectories ``rollout.max_new_tokens`` (paper 8192), the RAG
+check ``rag_max_new_tokens``, a judge verdict ``judge_max_new_tokens``; each role's truncation
+rate is a metric (``truncated_rate``; roles ``rag`` and ``judge`` for the untrained ones). Run it::
 
     python -m trainer run examples/ssp_cpu.yaml --out var/runs/ssp-cpu
+
+Departures from the paper (and its reference code, Alibaba-Quark/SSP):
+- noise is ``rag_noise_passages`` single passages from the batch's other trajectories, not their
+  whole materials; materials that overflow ``max_prompt_tokens`` lose noise first, and the
+  Proposer's own passages are cut only when they alone overflow (the reference cuts nothing);
+- the RAG check is the policy answering without search (as the paper says) at temperature
+  ``rag_temperature`` 0.1 and ``rag_max_new_tokens`` 256 (the reference asks an external LLM at
+  0.1 with 70 tokens; the paper gives no setting);
+- the judge is the frozen base by default (the paper: an LLM judge; an OpenAI-compatible endpoint
+  or exact match are options) with ``judge_max_new_tokens`` 1024 (the reference's one-word judge: 10);
+- answers come from the corpus: titles and short named spans (the paper: a prepared answer set;
+  ``answer_source=list`` takes one);
+- loss: token mean over each mini-batch (``train.loss_agg``), where Eq. 4 averages each
+  trajectory's tokens, then the group; the Solver's advantage is Eq. 4's r - group mean
+  (``solver_advantage``; the appendix's "GRPO" would divide by the std in verl);
+- a failed question's slot is refilled from the replay buffer (the reference code's periodic-reset
+  buffer) rather than by sampling more questions until the batch is full of valid ones.
 """
 from __future__ import annotations
 

@@ -61,6 +61,12 @@ def test_the_run_page_shows_the_method_panel_of_a_real_run(method, roles, resear
     assert [r["step"] for r in panel["steps"]["rows"]] == [3, 2, 1]
     tasks = Task.objects.filter(run=run)
     assert tasks.exists()
+    if method in ("scope", "piplay"):  # the papers' iterations of two stage blocks, each step placed in them
+        cols = panel["steps"]["columns"]
+        assert cols[0] == "iteration" and cols[1].startswith("stage")
+        stages = {r["step"]: (r["cells"][0], r["cells"][1]) for r in panel["steps"]["rows"]}
+        assert stages == ({1: (1.0, 1.0), 2: (1.0, 1.0), 3: (1.0, 2.0)} if method == "scope"
+                          else {1: (1.0, 1.0), 2: (1.0, 2.0), 3: (1.0, 2.0)})
     if method == "scope":
         # steps 1-2 are Challenger steps: the gate columns carry the stored metrics
         assert {"gate: entity", "gate: relevance", "gates passed", "in window"} <= set(panel["steps"]["columns"])
