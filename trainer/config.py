@@ -96,7 +96,9 @@ class TrainConfig(Section):
         "with a checkpoint, so a run fits a machine's lease and resumes later with --resume (0 = no limit).")
     lr: float = Field(1e-6, gt=0, description="Peak learning rate (AdamW).")
     prompts_per_step: int = Field(8, ge=1, description="Prompts (or documents) per step.")
-    engine: Literal["torch", "deepspeed"] = Field("torch", description="Optimizer engine: plain torch or DeepSpeed ZeRO.")
+    engine: Literal["auto", "torch", "deepspeed"] = Field(
+        "auto", description="Optimizer engine: plain torch or DeepSpeed ZeRO; auto = deepspeed on a GPU where it is "
+        "installed, else torch (trainer/autotune.py; the run's first event says what was picked).")
     zero_stage: Literal[1, 2, 3] = Field(2, description="DeepSpeed ZeRO stage (engine=deepspeed).")
     kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen base in the loss (0 = off).")
     kl_estimator: Literal["k1", "k3"] = Field("k3", description="Per-token KL estimator: k1 = log ratio, k3 = low-variance.")
@@ -119,10 +121,13 @@ class TrainConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train; auto = cuda when available.")
     gpus: int = Field(1, ge=1, le=64, description="Processes, one per GPU of the machine (data parallel; grpo and "
                       "spice). The worker or `python -m trainer run` launches them; rank 0 reports.")
-    share_prompt_prefix: bool = Field(
-        True, description="Run a group's shared prompt once per micro-batch in the update (exact; faster).")
-    packing: bool = Field(
-        False, description="Pack the update's sequences into one row per micro-batch (no padding; varlen attention).")
+    share_prompt_prefix: Literal["auto", True, False] = Field(
+        "auto", description="Run a group's shared prompt once per micro-batch in the update (exact). auto = per "
+        "group, where it cuts the tokens run enough to pay: long prompts (SPICE documents) yes, short ones no "
+        "(trainer/autotune.py).")
+    packing: Literal["auto", True, False] = Field(
+        "auto", description="Pack the update's sequences into one row per micro-batch (no padding; varlen "
+        "attention). auto = on a GPU, off on a CPU.")
     micro_batch_tokens: int = Field(
         16384, ge=1, description="With packing: most tokens in one packed micro-batch.")
     offload_optimizer: bool = Field(

@@ -180,10 +180,26 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
         loaded = load_checkpoint(checkpoint, cfg, policy, engine)
         ctx.restore(loaded["recipe"], loaded["step"])
         _seed_rank_sampling(cfg.seed, loaded["step"])
+    if dist.is_main():
+        sinks.samples(ctx.start_step, [auto_settings_event(cfg, policy, engine, ctx.start_step)])
     get_recipe(cfg.method)(ctx)
     final = ctx.final_checkpoint or (str(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None)
     return RunResult(steps=ctx._last_step, step_seconds=list(ctx.step_seconds), final_checkpoint=final, run_dir=str(run_dir), stopped=ctx.stopped,
                      metrics=recorder.rows)
+
+
+def auto_settings_event(cfg: Config, policy, engine, step: int = 0) -> dict:
+    """The run's ``event`` record saying what the speed settings became (``auto`` resolved by
+    trainer/autotune.py, or as set): engine, packing, shared prompt, and why."""
+    from trainer.autotune import describe
+    from trainer.engine import deepspeed_importable
+
+    device = policy.device.type
+    picked = "deepspeed" if getattr(engine, "zero_stage", None) is not None else "torch"
+    importable = picked == "deepspeed" or (device == "cuda" and deepspeed_importable())
+    message, data = describe(cfg.train, device, picked, importable, compiled=cfg.model.compile)
+    return {"kind": "event", "key": f"{step}:auto_settings", "step": step, "message": message,
+            "data": {"what": "auto_settings", **data}}
 
 
 # Recipes that shard their step's inputs over ranks (ctx.shard); the others run on one GPU.

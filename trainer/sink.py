@@ -86,7 +86,7 @@ class NullSink:
 
 
 class ConsoleSink(NullSink):
-    """One progress line per step on stderr."""
+    """One progress line per step on stderr, and one per event (e.g. what the auto settings picked)."""
 
     def __init__(self, total_steps: int | None = None, stream=None):
         self.total = total_steps
@@ -97,6 +97,11 @@ class ConsoleSink(NullSink):
         shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(values.items()) if isinstance(v, (int, float)))
         total = f"/{self.total}" if self.total else ""
         print(f"[step {step}{total} {time.monotonic() - self._t0:7.1f}s] {role}: {shown}", file=self.stream)
+
+    def samples(self, step, records):
+        for r in records:
+            if r.get("kind") == "event":
+                print(f"[step {step}] {r.get('message', 'event')}", file=self.stream)
 
     def checkpoint(self, step, path):
         print(f"[step {step}] checkpoint -> {path}", file=self.stream)

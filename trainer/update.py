@@ -12,7 +12,9 @@ Where the time goes, and what this file does about it:
   model ONCE per micro-batch, its key/value cache is expanded over the group and the
   completions attend to it; gradients from every completion flow back into the single
   prompt pass. Exact (same numbers as the padded batch), and for G=8 it removes 7/8 of the
-  prompt compute in forward and backward.
+  prompt compute in forward and backward. It pays only for long prompts: the completions then
+  run padded against a cache, not packed; ``train.share_prompt_prefix: auto`` shares a group
+  only where ``trainer.autotune.share_pays`` says so (the other settings' ``auto`` live there too).
 - Right padding and no attention mask: under causal attention trailing pads cannot influence
   real tokens, so the fast causal kernel runs.
 - The output head runs only on the trained tokens (loss_mask = 1): hidden states are
@@ -41,6 +43,7 @@ from transformers import DynamicCache
 from trainer import distributed as dist
 from trainer.algos import aggregate, entropy, get_kl, policy_loss, token_logprobs
 from trainer.algos.losses import per_token_advantage, truncated_is_weights
+from trainer.autotune import pick_packing, share_pays
 
 
 @dataclass
@@ -109,12 +112,13 @@ def make_micro_batch(samples: list[Sample], default_temp: float, device, shared:
         temp=temp, shared_prompt=shared, packed=packed)
 
 
-def plan_micro_batches(samples: list[Sample], size: int, share_prefix: bool,
-                       max_tokens: int | None = None) -> list[tuple[list[Sample], bool]]:
+def plan_micro_batches(samples: list[Sample], size: int, share_prefix: bool | str,
+                       max_tokens: int | None = None, device_type: str = "cpu") -> list[tuple[list[Sample], bool]]:
     """Group by role, then by prompt (groups of >1 share the prefix), longest first.
 
-    ``max_tokens`` (packing): the other samples go into bins of at most that many tokens
-    instead of ``size`` samples each."""
+    ``share_prefix`` "auto": a group shares only where ``trainer.autotune.share_pays`` says it
+    pays on ``device_type``; the others run as singles. ``max_tokens`` (packing): the singles go
+    into bins of at most that many tokens instead of ``size`` samples each."""
     plans = []
     by_role: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
@@ -126,7 +130,8 @@ def plan_micro_batches(samples: list[Sample], size: int, share_prefix: bool,
             for s in role_samples:
                 by_prompt[tuple(s.prompt_ids)].append(s)
             for group in by_prompt.values():
-                if len(group) == 1:
+                if len(group) == 1 or (share_prefix == "auto" and not share_pays(
+                        len(group[0].prompt_ids), [len(s.completion_ids) for s in group], size, device_type)):
                     singles += group
                     continue
                 group = sorted(group, key=lambda s: -len(s.completion_ids))
@@ -228,7 +233,8 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
 
     Returns {role: metrics}: loss, pg_loss, kl, entropy, entropy_sampled, clip_frac (token means
     over the role), ratio_min/ratio_max, tokens (trained tokens), samples, skipped, truncated_rate
-    (share of the role's samples whose generation ended at its token budget), grad_norm, lr.
+    (share of the role's samples whose generation ended at its token budget), grad_norm, lr,
+    prompt_shared (share of the run samples whose group's prompt ran once).
     """
     t = cfg.train
     device = policy.device
@@ -263,18 +269,19 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     was_training = policy.model.training
     policy.model.train()
     try:
-        packing = getattr(t, "packing", False)
+        packing = pick_packing(t.packing, device.type)  # auto: on a GPU (trainer/autotune.py)
         # model.compile compiles training forwards without a KV cache: the shared-prompt path (a cache
         # of the group's prompt) would run every layer eagerly, so compile packs/pads groups instead.
-        share = t.share_prompt_prefix and not cfg.model.compile
+        share = False if cfg.model.compile else t.share_prompt_prefix  # auto: per group, where it pays
         plan = plan_micro_batches(run, t.micro_batch_size, share,
-                                  t.micro_batch_tokens if packing else None)
+                                  t.micro_batch_tokens if packing else None, device_type=device.type)
         idle = _missing_micro_batches(len(plan), engine)  # agreed BEFORE any backward: ZeRO reduces in each
         for group, shared in plan:
             mb = make_micro_batch(group, cfg.rollout.temperature, device, shared, packed=packing)
             loss, parts = _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss)
             engine.backward(loss)
             st = stats[group[0].role]
+            st.add("shared_samples", len(group) if shared else 0)
             for key, value in parts.items():
                 if key == "ratio_max":
                     st.sums[key] = max(st.sums.get(key, value), value)
@@ -407,6 +414,8 @@ def _finish(sums: dict, grad_norm: float, lr: float) -> dict[str, float]:
     """Sums -> means: losses per trained token of the role, rates per run token."""
     out = {"samples": sums["samples"], "tokens": sums["tokens"], "skipped": sums["skipped"],
            "truncated_rate": sums.get("truncated", 0.0) / max(sums["samples"], 1.0), "grad_norm": grad_norm, "lr": lr}
+    # share of the run (not skipped) samples whose group ran its prompt once (train.share_prompt_prefix)
+    out["prompt_shared"] = sums.get("shared_samples", 0.0) / max(sums["samples"] - sums["skipped"], 1.0)
     tokens = max(sums["tokens"], 1.0)
     run_tokens = sums.get("run_tokens", 0.0)
     out["loss"] = sums.get("loss_sum", 0.0) / tokens

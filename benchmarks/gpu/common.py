@@ -30,6 +30,9 @@ SHAPES = {
     # the GRPO-step benchmark model: 321M Llama, SmolLM2 tokenizer
     "llama-321m": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=4,
                        intermediate_size=2816, tie_word_embeddings=True),
+    # SmolLM2-135M's shape (the CPU benchmarks' model), random init
+    "smollm2-135m": dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                         intermediate_size=1536, tie_word_embeddings=True),
     # the update-pass MFU model: Qwen2.5-1.5B-like Llama shape (1.39B with this vocabulary)
     "llama-1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                        intermediate_size=8960, tie_word_embeddings=True),

@@ -4,7 +4,8 @@
 (clip, optimizer step, schedule, zero the gradients), ``zero_grad()``, ``state_dict()`` /
 ``load_state_dict()`` for checkpoints, and the current ``lr``. ``TorchEngine`` is plain
 PyTorch AdamW for CPU and one GPU; a DeepSpeed ZeRO engine implements the same interface.
-``make_engine(cfg, policy)`` picks one from ``train.engine``.
+``make_engine(cfg, policy)`` picks one from ``train.engine`` (``auto``: DeepSpeed on a GPU where it
+imports, else torch; the rule is ``trainer.autotune.pick_engine``).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from trainer.autotune import pick_engine
 from trainer.engine.torch_engine import TorchEngine, warmup_constant
 
 
@@ -31,9 +33,28 @@ class Engine(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
+def deepspeed_importable() -> bool:
+    """DeepSpeed and our engine over it import here (the gpu extra is installed)."""
+    try:
+        import trainer.engine.deepspeed_engine  # noqa: F401
+        import deepspeed  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolved_engine(cfg, device_type: str) -> str:
+    """``train.engine`` with ``auto`` resolved for a policy on ``device_type``."""
+    t = cfg.train
+    if t.engine != "auto":
+        return t.engine
+    return pick_engine("auto", device_type, device_type == "cuda" and deepspeed_importable(),
+                       zero_stage=t.zero_stage, lora=cfg.model.lora.r > 0, compiled=cfg.model.compile)
+
+
 def make_engine(cfg, policy) -> Engine:
     """The engine named by ``train.engine`` over the policy's trainable parameters."""
-    if cfg.train.engine == "torch":
+    if resolved_engine(cfg, policy.device.type) == "torch":
         return TorchEngine.from_config(cfg, policy.trainable_parameters())
     try:
         from trainer.engine.deepspeed_engine import DeepSpeedEngine
@@ -44,4 +65,4 @@ def make_engine(cfg, policy) -> Engine:
     return DeepSpeedEngine.from_config(cfg, policy)
 
 
-__all__ = ["Engine", "TorchEngine", "make_engine", "warmup_constant"]
+__all__ = ["Engine", "TorchEngine", "deepspeed_importable", "make_engine", "resolved_engine", "warmup_constant"]

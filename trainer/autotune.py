@@ -1,0 +1,136 @@
+"""What ``auto`` picks for the update's speed settings, as pure rules (no torch, no probing).
+
+``train.engine``, ``train.packing`` and ``train.share_prompt_prefix`` default to ``auto``; the
+update pass, the engine factory and the run's start resolve them with the rules below, and
+``trainer.run`` writes what was picked, and why, as one event of the run (``auto_settings``):
+
+- **engine** (``pick_engine``): DeepSpeed ZeRO (``train.zero_stage``, 2 by default) when the
+  run trains on a GPU and ``deepspeed`` can be imported; otherwise plain torch AdamW. ZeRO-3 is
+  not picked with LoRA or ``model.compile`` (neither works there): those get torch. Measured on
+  an H100 (benchmarks/RESULTS.md, 321M GRPO step): torch 3.27 s, ZeRO-2 + packing 1.64 s.
+- **packing** (``pick_packing``): on a GPU (one packed row per micro-batch, varlen flash
+  attention, no pad token computed); off on a CPU, where packed attention runs one SDPA call per
+  sequence and padded micro-batches of sorted samples are as fast.
+- **share_prompt_prefix** (``share_pays``): decided for each group of samples with one prompt,
+  at every update. Sharing runs the prompt once per micro-batch and the completions against its
+  cached keys/values; it saves the prompt's repeats but the completions then run padded against a
+  cache (no packing, a masked attention kernel), which costs more per token. So a group shares
+  when it cuts the tokens through the model by at least ``SHARE_MIN_GAIN`` for the device::
+
+      gain = sum_i (P + C_i) / sum_chunks (P + n_chunk * max C in chunk)  >=  SHARE_MIN_GAIN
+
+  (P prompt tokens, C_i completion tokens, chunks of ``train.micro_batch_size`` samples, each
+  running the prompt once). For G = 8 and 256-token completions: a 40-token prompt (the 321M GRPO
+  benchmark) gains 1.13x and does not share; a 700-token SPICE Challenger prompt (a 512-token
+  document) gains 2.8x and shares on a GPU; a 100-token GSM8K prompt with 64-token completions
+  (the CPU benchmark) gains 2.1x and shares on a CPU.
+
+``benchmarks/gpu/bench_share_crossover.py`` measures the update with and without sharing over a
+grid of prompt length x group size and prints the gain at the crossover: the value for
+``SHARE_MIN_GAIN["cuda"]``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# Token-count gain a group's shared prompt must bring before it is shared, per device type.
+# cuda: PROVISIONAL, awaiting benchmarks/gpu/bench_share_crossover.py on an H100. What is known:
+# at a gain of 1.13 (321M GRPO benchmark, 40-token prompts, G=8, 256 tokens) sharing made the
+# update 3.9x SLOWER than packing (2.28 s vs 0.59 s), so the crossover lies well above 1.13.
+# cpu: measured here (bench_share_crossover.py, SmolLM2-135M shape, G=8, 64-token completions,
+# 2-core box under load ~10): sharing was faster at every measured length, 1.38x / 1.28x / 1.24x at
+# gains 1.21 / 1.78 / 2.4 (prompts 16 / 64 / 128); the threshold sits just below the smallest gain
+# measured to pay.
+SHARE_MIN_GAIN = {"cuda": 2.0, "cpu": 1.2}
+_OTHER_DEVICE_GAIN = SHARE_MIN_GAIN["cuda"]  # an accelerator without its own measurement
+
+
+def share_gain(prompt_len: int, completion_lens: Sequence[int], micro_batch_size: int) -> float:
+    """How many times fewer tokens a group runs through the model when its prompt is shared.
+
+    Unshared: every sample runs prompt + completion (packed or padded by length). Shared: the
+    group runs in chunks of ``micro_batch_size`` samples, longest first (as the update plans
+    them); each chunk runs the prompt once and its completions padded to the chunk's longest.
+    share_gain(40, [256] * 8, 8) = 8 * 296 / (40 + 8 * 256) = 1.13.
+    """
+    if prompt_len < 0 or micro_batch_size < 1 or any(c < 0 for c in completion_lens):
+        raise ValueError("share_gain needs prompt_len >= 0, completion lengths >= 0 and micro_batch_size >= 1")
+    if not completion_lens:
+        return 1.0
+    unshared = sum(prompt_len + c for c in completion_lens)
+    ordered = sorted(completion_lens, reverse=True)
+    shared = 0
+    for i in range(0, len(ordered), micro_batch_size):
+        chunk = ordered[i : i + micro_batch_size]
+        shared += prompt_len + len(chunk) * chunk[0]
+    return unshared / max(shared, 1)
+
+
+def min_share_gain(device_type: str) -> float:
+    return SHARE_MIN_GAIN.get(device_type, _OTHER_DEVICE_GAIN)
+
+
+def share_pays(prompt_len: int, completion_lens: Sequence[int], micro_batch_size: int, device_type: str) -> bool:
+    """The ``auto`` rule of ``train.share_prompt_prefix`` for one group (samples of one prompt)."""
+    if len(completion_lens) < 2:
+        return False
+    return share_gain(prompt_len, completion_lens, micro_batch_size) >= min_share_gain(device_type)
+
+
+def pick_packing(requested, device_type: str) -> bool:
+    """``train.packing``: True/False as given; auto = on a GPU only."""
+    if requested == "auto":
+        return device_type == "cuda"
+    return bool(requested)
+
+
+def pick_engine(requested: str, device_type: str, deepspeed_importable: bool, *, zero_stage: int = 2,
+                lora: bool = False, compiled: bool = False) -> str:
+    """``train.engine``: as given; auto = deepspeed on a GPU where it imports (not ZeRO-3 with LoRA
+    or model.compile, which it cannot run), else torch."""
+    if requested != "auto":
+        return requested
+    if device_type != "cuda" or not deepspeed_importable:
+        return "torch"
+    if zero_stage == 3 and (lora or compiled):
+        return "torch"
+    return "deepspeed"
+
+
+def engine_reason(requested: str, device_type: str, deepspeed_importable: bool, picked: str) -> str:
+    if requested != "auto":
+        return "set in the config"
+    if picked == "deepspeed":
+        return "a GPU and deepspeed are present"
+    if device_type != "cuda":
+        return "no GPU (DeepSpeed is for GPUs)"
+    if not deepspeed_importable:
+        return "deepspeed is not installed (pip install -e .[gpu])"
+    return "ZeRO-3 cannot run LoRA or model.compile"
+
+
+def describe(train, device_type: str, engine: str, deepspeed_importable: bool,
+             compiled: bool = False) -> tuple[str, dict]:
+    """The ``auto_settings`` event of a run: a sentence and the data (what each setting became)."""
+    packing = pick_packing(train.packing, device_type)
+    share = train.share_prompt_prefix
+    if compiled:
+        share_text, share_value = "off (model.compile packs or pads groups)", False
+    elif share == "auto":
+        gain = min_share_gain(device_type)
+        share_text, share_value = f"per group, where it cuts the group's tokens by >= {gain:g}x", "auto"
+    else:
+        share_text, share_value = ("on" if share else "off") + " (set in the config)", bool(share)
+    data = {"device": device_type, "engine": engine,
+            "engine_reason": engine_reason(train.engine, device_type, deepspeed_importable, engine),
+            "zero_stage": train.zero_stage if engine == "deepspeed" else None,
+            "packing": packing, "packing_reason": "set in the config" if train.packing != "auto"
+            else ("GPU: varlen attention" if packing else "CPU: padded micro-batches"),
+            "share_prompt_prefix": share_value, "share_min_gain": min_share_gain(device_type),
+            "requested": {"engine": train.engine, "packing": train.packing,
+                          "share_prompt_prefix": train.share_prompt_prefix}}
+    engine_text = engine + (f" ZeRO-{train.zero_stage}" if engine == "deepspeed" else "")
+    message = (f"speed settings on {device_type}: engine {engine_text} ({data['engine_reason']}); "
+               f"packing {'on' if packing else 'off'} ({data['packing_reason']}); "
+               f"shared prompt {share_text}")
+    return message, data
