@@ -38,9 +38,9 @@ from collections.abc import Sequence
 # at a gain of 1.13 (321M GRPO benchmark, 40-token prompts, G=8, 256 tokens) sharing made the
 # update 3.9x SLOWER than packing (2.28 s vs 0.59 s), so the crossover lies well above 1.13.
 # cpu: measured here (bench_share_crossover.py, SmolLM2-135M shape, G=8, 64-token completions,
-# 2-core box under load ~10): sharing was faster at every measured length, 1.38x / 1.28x / 1.24x at
-# gains 1.21 / 1.78 / 2.4 (prompts 16 / 64 / 128); the threshold sits just below the smallest gain
-# measured to pay.
+# 2-core box under load ~10): sharing was faster at every measured length, 1.38x / 1.28x / 1.24x /
+# 3.93x at gains 1.21 / 1.78 / 2.4 / 3.33 (prompts 16 / 64 / 128 / 256); the threshold sits just
+# below the smallest gain measured to pay.
 SHARE_MIN_GAIN = {"cuda": 2.0, "cpu": 1.2}
 _OTHER_DEVICE_GAIN = SHARE_MIN_GAIN["cuda"]  # an accelerator without its own measurement
 

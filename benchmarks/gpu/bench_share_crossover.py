@@ -162,12 +162,14 @@ def main() -> None:
                 torch.cuda.empty_cache()
             cells.append(emit("share_crossover", row))
 
-    gains = []
+    gains, below = [], []  # gains at interpolated crossovers; upper bounds where sharing always won
     for size in sizes:
         found, how = crossover([c for c in cells if c["group_size"] == size])
         at_gain = autotune.share_gain(found, [args.completion] * size, args.micro) if found else None
         if at_gain and how == "interpolated":
             gains.append(at_gain)
+        elif at_gain:
+            below.append(at_gain)
         emit("share_crossover_summary", {"shape": args.shape, "group_size": size, "completion": args.completion,
                                          "crossover_prompt": round(found, 1) if found else None, "how": how,
                                          "token_gain_at_crossover": round(at_gain, 3) if at_gain else None})
@@ -183,8 +185,12 @@ def main() -> None:
     if gains:
         print(f"SUGGEST trainer/autotune.py SHARE_MIN_GAIN[{device_type!r}] = {median(gains):.2f} "
               f"(token gain at the crossover, median over group sizes {sizes}; now {threshold})", flush=True)
+    elif below:
+        print(f"SUGGEST trainer/autotune.py SHARE_MIN_GAIN[{device_type!r}] <= {min(below):.2f} (sharing was faster "
+              f"at every measured length; now {threshold}); add shorter --prompts to find the crossover", flush=True)
     else:
-        print("SUGGEST none: no crossover inside the grid (see the summary lines); widen --prompts", flush=True)
+        print("SUGGEST none: sharing was slower everywhere in the grid (see the summary lines); add longer --prompts",
+              flush=True)
 
 
 if __name__ == "__main__":
