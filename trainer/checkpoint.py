@@ -4,7 +4,8 @@ A checkpoint is a folder ``<run_dir>/checkpoints/step-000012/`` holding
 
 - ``model/``      the weights via safetensors: a full Hugging Face model folder (loadable with
                   ``from_pretrained``, tokenizer included) or, with LoRA, the adapter only;
-- ``engine.pt``   optimizer and LR-schedule state;
+                  separate policies: one adapter folder per role, ``model/<role>/``;
+- ``engine.pt``   optimizer and LR-schedule state (separate policies: each role's, by name);
 - ``state.pt``    step, RNG states (python, numpy, torch, cuda), the recipe's own state (data
                   cursor, replay buffers, baselines ...);
 - ``config.yaml`` the run's config; ``meta.json`` step, method, model, LoRA rank, time.
@@ -32,7 +33,7 @@ from trainer.config import Config, load_config, save_config
 
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
 # Keys that must match for a resume to continue the same run.
-IDENTITY = ("method", "model.name_or_path", "model.lora.r", "model.lora.target_modules", "seed")
+IDENTITY = ("method", "model.name_or_path", "model.lora.r", "model.lora.target_modules", "model.policies", "seed")
 
 
 class ResumeError(RuntimeError):
@@ -104,9 +105,11 @@ def load_weights(policy, folder: Path) -> None:
     if policy.is_lora:
         from peft import set_peft_model_state_dict
 
-        file = folder / "adapter_model.safetensors"
-        _require(file)
-        set_peft_model_state_dict(policy.model, load_file(file, device=str(policy.device)))
+        for role in getattr(policy, "roles", ()) or (None,):  # separate policies: each role's adapter from its own folder
+            file = (folder / role if role else folder) / "adapter_model.safetensors"
+            _require(file)
+            set_peft_model_state_dict(policy.model, load_file(file, device=str(policy.device)),
+                                      **({"adapter_name": role} if role else {}))
         return
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -171,6 +174,8 @@ def _write_checkpoint(folder: Path, final: Path, step: int, cfg: Config, policy,
         save_config(cfg, tmp / "config.yaml")
         meta = {"step": step, "method": cfg.method, "model": cfg.model.name_or_path, "lora_r": cfg.model.lora.r,
                 "time": time.time()}
+        if getattr(policy, "roles", ()):  # separate policies: model/<role>/ each; an evaluation loads the answering role's
+            meta.update(roles=list(policy.roles), answer_role=cfg.section.answer_role)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     except Exception as exc:  # disk full and friends: the previous checkpoint is untouched
         shutil.rmtree(tmp, ignore_errors=True)

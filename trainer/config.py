@@ -70,6 +70,11 @@ class ModelConfig(Section):
                            "Llama on an H100: 35.6% -> 57.8% (DeepSpeed ZeRO-2, benchmarks/RESULTS.md).")
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
         "sdpa", description="Attention kernel passed to transformers.")
+    policies: Literal["shared", "separate"] = Field(
+        "shared", description="shared = one set of weights plays every role of the method (chosen by the prompt); "
+        "separate = each role trains its own LoRA adapter, with its own optimizer state and checkpoint entry, over "
+        "one frozen base (needs model.lora.r > 0; the frozen base is still the judge and the KL reference). "
+        "Default separate for scope and piplay, whose papers train two models.")
 
 
 class RolloutConfig(Section):
@@ -284,11 +289,28 @@ class Config(BaseModel):
             problems.append(("train.old_logprobs", f"method {self.method} makes several optimizer steps on one "
                              "rollout, so after the first the trainer's log-probs are not those of the weights that "
                              "sampled; set train.old_logprobs to auto or rollout"))
+        if self.model.policies == "separate":
+            problems += self._separate_policy_problems()
         if self.train.engine == "deepspeed" and self.model.lora.r > 0 and self.train.zero_stage == 3:
             problems.append(("train.zero_stage", "ZeRO-3 with LoRA is not supported; use zero_stage 2"))
         if problems:
             raise _CrossCheckError(problems)
         return self
+
+    def _separate_policy_problems(self) -> list[tuple[str, str]]:
+        roles = self.section.roles if self.section is not None else ()
+        if not roles:
+            return [("model.policies", f"method {self.method} does not switch policies per role yet (separate policies "
+                     f"are wired for {', '.join(m for m, s in SECTIONS.items() if s.roles)}); set model.policies=shared")]
+        problems = []
+        if self.model.lora.r == 0:
+            problems.append(("model.lora.r", f"model.policies=separate gives each role ({', '.join(roles)}) its own "
+                             "LoRA adapter over one frozen base: set model.lora.r > 0 (e.g. 64), or model.policies="
+                             "shared to train one set of full weights for every role"))
+        if self.train.engine == "deepspeed":
+            problems.append(("train.engine", "model.policies=separate keeps one optimizer per role, which the torch "
+                             "engine does (auto picks it); set train.engine=torch or model.policies=shared"))
+        return problems
 
     @property
     def trainer_reference(self) -> bool:

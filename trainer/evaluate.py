@@ -476,6 +476,10 @@ def describe_target(spec: str) -> dict:
         return {"kind": "base", "base": name, "lora": False}
     path = Path(spec).expanduser()
     folder = path / "model" if (path / "model").is_dir() else path
+    meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").is_file() else {}
+    role = meta.get("answer_role")
+    if role and (folder / role / "adapter_config.json").is_file():  # separate policies: the answering role's adapter
+        folder = folder / role
     if not folder.is_dir():
         raise ModelSpecError(f"{spec!r} is neither base:<model name> nor a checkpoint folder (it does not exist; "
                              "a checkpoint may have been pruned by checkpoint.keep_last)")
@@ -489,9 +493,7 @@ def describe_target(spec: str) -> dict:
 
         cfg = yaml.safe_load(cfg_file.read_text()) or {}
         base = str((cfg.get("model") or {}).get("name_or_path") or "")
-    meta = path / "meta.json"
-    if meta.is_file():
-        step = json.loads(meta.read_text()).get("step")
+    step = meta.get("step", step)
     if lora and not base:
         base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
     return {"kind": "checkpoint" if folder != path else "model", "path": str(folder), "base": base or str(folder),

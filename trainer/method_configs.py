@@ -56,6 +56,10 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)  # inf/nan: never meant
     # Paper values for shared keys, as dotted path -> value; applied when the user sets none.
     shared_defaults: ClassVar[dict[str, object]] = {}
+    # The roles whose recipe switches policy per role (model.policies=separate: one LoRA adapter each).
+    roles: ClassVar[tuple[str, ...]] = ()
+    # The role a checkpoint's evaluation loads, when each role has its own adapter.
+    answer_role: ClassVar[str | None] = None
 
     # Two-stage methods (SCOPE, pi-Play): the section fields whose iterations x (first + second)
     # steps make the run's default length (train.steps), as (iterations, first stage, second stage).
@@ -247,8 +251,10 @@ class ScopeSection(Section):
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 1e-3, "train.grad_clip": 1.0,
         "train.prompts_per_step": 64, "train.warmup_steps": 1,
-        "rollout.max_new_tokens": 8192,
+        "rollout.max_new_tokens": 8192, "model.policies": "separate", "model.lora.r": 64,  # two policies (paper)
     }  # train.steps: iterations x (challenger_steps + solver_steps) = 3 x 40 = 120 (schedule_steps)
+    roles: ClassVar[tuple[str, ...]] = ("challenger", "solver")
+    answer_role: ClassVar[str | None] = "solver"
     iterations: int = Field(
         3, ge=1, description="Challenger/Solver alternations (paper 3): train.steps defaults to iterations x "
         "(challenger_steps + solver_steps); a train.steps you set yourself may end the schedule early or repeat it.")
@@ -388,8 +394,10 @@ class PiplaySection(Section):
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 5, "train.kl_coef": 0.0, "train.prompts_per_step": 256,
         "train.weight_decay": 0.01, "train.warmup_steps": 2, "train.grad_clip": 1.0,
-        "rollout.max_new_tokens": 4096,
+        "rollout.max_new_tokens": 4096, "model.policies": "separate", "model.lora.r": 64,  # two policies (paper)
     }  # train.steps: iterations x (examiner_steps + student_steps) = 3 x 100 = 300 (schedule_steps)
+    roles: ClassVar[tuple[str, ...]] = ("examiner", "student")
+    answer_role: ClassVar[str | None] = "student"
     iterations: int = Field(
         3, ge=1, description="Examiner/Student alternations (paper 3): train.steps defaults to iterations x "
         "(examiner_steps + student_steps); a train.steps you set yourself may end the schedule early or repeat it.")

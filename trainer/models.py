@@ -19,6 +19,12 @@ Model names (specs/contract.md), resolved by ``resolve_model(name, allowed_dirs=
 ``model.lora.r > 0``), its tokenizer, and the frozen base: for LoRA the same weights with the
 adapter disabled (no second copy), for a full fine-tune a frozen copy made only when needed
 (KL penalty or a judge role).
+
+Separate policies (``model.policies: separate``): one LoRA adapter per role of the method
+(``Section.roles``, adapter name = role name) over the one frozen base. ``policy.acting(role)``
+switches the active adapter for a block (rollouts and that role's update); the frozen base is
+every adapter switched off (``policy.frozen()``). Shared: one set of weights plays every role and
+``acting`` changes nothing.
 """
 from __future__ import annotations
 
@@ -444,6 +450,30 @@ class Policy:
     ref_model: torch.nn.Module | None = None  # full fine-tune only, when a frozen base is needed
     autocast_dtype: torch.dtype | None = None  # bf16 on GPU with float32 weights
     meta: dict = field(default_factory=dict)
+    roles: tuple[str, ...] = ()  # separate policies: one LoRA adapter per role (named after it); () = shared
+
+    @contextlib.contextmanager
+    def acting(self, role: str):
+        """Run the block with ``role``'s adapter active (separate policies); shared: nothing changes."""
+        if not self.roles:
+            yield
+            return
+        if role not in self.roles:
+            raise ValueError(f"role {role!r} has no adapter of its own; this policy's roles are {', '.join(self.roles)}")
+        before = self.model.active_adapter
+        self.model.set_adapter(role)
+        try:
+            yield
+        finally:
+            self.model.set_adapter(before)
+
+    def role_parameters(self, role: str | None = None) -> dict[str, torch.nn.Parameter]:
+        """The trainable parameters by name: ``role``'s adapter (separate policies), else all of them."""
+        if not self.roles:
+            return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        if role not in self.roles:
+            raise ValueError(f"role {role!r} has no adapter of its own; this policy's roles are {', '.join(self.roles)}")
+        return {n: p for n, p in self.model.named_parameters() if ".lora_" in n and f".{role}." in n}
 
     @contextlib.contextmanager
     def frozen(self):
@@ -502,12 +532,17 @@ def load_policy(cfg, frozen: bool | None = None, allowed_dirs=None, device: torc
     need_frozen = needs_frozen_base(cfg) if frozen is None else frozen
     lora = cfg.model.lora
     ref = None
+    roles = policy_roles(cfg)
     if lora.r > 0:
         from peft import LoraConfig, get_peft_model
 
         peft_cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                               target_modules=lora.target_modules, task_type="CAUSAL_LM")
-        model = get_peft_model(model, peft_cfg)
+        model = get_peft_model(model, peft_cfg, **({"adapter_name": roles[0]} if roles else {}))
+        for role in roles[1:]:  # each role its own adapter (own random A, zero B: every role starts at the base)
+            model.add_adapter(role, peft_cfg)
+        if roles:  # peft's set_adapter also makes only the active adapter require gradients
+            model.set_adapter(roles[0])
     elif need_frozen:
         ref = copy.deepcopy(model).requires_grad_(False).eval()
     if cfg.model.gradient_checkpointing:
@@ -522,4 +557,9 @@ def load_policy(cfg, frozen: bool | None = None, allowed_dirs=None, device: torc
         compile_decoder_layers(model)
     autocast = torch.bfloat16 if device.type == "cuda" and weight_dtype(cfg) == torch.float32 else None
     return Policy(model=model, tokenizer=load_tokenizer(path, trust), device=device, path=path,
-                  is_lora=lora.r > 0, ref_model=ref, autocast_dtype=autocast)
+                  is_lora=lora.r > 0, ref_model=ref, autocast_dtype=autocast, roles=roles)
+
+
+def policy_roles(cfg) -> tuple[str, ...]:
+    """The roles that get an adapter of their own: the method's roles with ``model.policies: separate``."""
+    return tuple(cfg.section.roles) if cfg.model.policies == "separate" else ()

@@ -235,7 +235,22 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     over the role), ratio_min/ratio_max, tokens (trained tokens), samples, skipped, truncated_rate
     (share of the role's samples whose generation ended at its token budget), grad_norm, lr,
     prompt_shared (share of the run samples whose group's prompt ran once).
+    Separate policies (``policy.roles``): each role's samples update its own adapter with its own
+    optimizer, the role's adapter active (its own loss denominator: the roles are separate models).
     """
+    if not getattr(policy, "roles", ()):
+        return _update(policy, engine, samples, cfg, extra_loss, step)
+    out = {}
+    for role in dict.fromkeys(s.role for s in samples):
+        with policy.acting(role):
+            out.update(_update(policy, engine.for_role(role), [s for s in samples if s.role == role], cfg,
+                               extra_loss, step))
+    return out
+
+
+def _update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraLoss | None,
+            step: bool) -> dict[str, dict[str, float]]:
+    """``policy_update`` of one policy (one engine)."""
     t = cfg.train
     device = policy.device
     samples = [s for s in samples if len(s.completion_ids) > 0]

@@ -63,7 +63,7 @@ def tiny_config(tiny_model_dir, tiny_prompts_path):
         cfg = {
             "method": method,
             "seed": 0,
-            "model": {"name_or_path": str(tiny_model_dir), "lora": {"r": 0}},
+            "model": {"name_or_path": str(tiny_model_dir), "lora": {"r": 0}, "policies": "shared"},
             "rollout": {"max_new_tokens": 8, "temperature": 1.0, "group_size": 4},
             "train": {"steps": 2, "lr": 1e-3, "prompts_per_step": 2, "micro_batch_size": 4, "device": "cpu"},
             "checkpoint": {"every": 1, "keep_last": 2},

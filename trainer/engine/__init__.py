@@ -6,6 +6,7 @@
 PyTorch AdamW for CPU and one GPU; a DeepSpeed ZeRO engine implements the same interface.
 ``make_engine(cfg, policy)`` picks one from ``train.engine`` (``auto``: DeepSpeed on a GPU where it
 imports, else torch; the rule is ``trainer.autotune.pick_engine``).
+With separate policies it is a ``RoleEngines`` (trainer/engine/roles.py), one torch engine per role.
 """
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ def resolved_engine(cfg, device_type: str) -> str:
 
 def make_engine(cfg, policy) -> Engine:
     """The engine named by ``train.engine`` over the policy's trainable parameters."""
+    if getattr(policy, "roles", ()):  # separate policies: one optimizer per role's adapter
+        from trainer.engine.roles import RoleEngines
+
+        return RoleEngines.from_config(cfg, policy)
     if resolved_engine(cfg, policy.device.type) == "torch":
         return TorchEngine.from_config(cfg, policy.trainable_parameters())
     try:

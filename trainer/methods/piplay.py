@@ -18,6 +18,12 @@ Per iteration (``piplay.iterations``, paper 3):
    forward pass (``TeacherEMA``; with LoRA it is an EMA of the adapter only). lambda decays per
    iteration (0.03, 0.003, 0.002). The teacher moves after every Student step.
 
+Policies (``model.policies``): separate by default, as in the paper: the examiner and the student
+each train their own LoRA adapter, with its own optimizer state and checkpoint entry, over one
+frozen base, and each rollout runs its role's adapter; the teacher is an EMA of the student's
+adapter. ``model.policies: shared`` trains one set of weights for both roles (full fine-tune
+possible; the teacher is then an EMA of all trainable weights).
+
 Schedule: ``piplay.iterations`` (paper 3) of ``examiner_steps`` then ``student_steps`` (paper 50 +
 50); train.steps defaults to iterations x (examiner_steps + student_steps) = 300, and role
 ``schedule`` reports the iteration and stage of every step. Token budgets:
@@ -27,7 +33,8 @@ Schedule: ``piplay.iterations`` (paper 3) of ``examiner_steps`` then ``student_s
     python -m trainer run examples/piplay_cpu.yaml --out var/runs/piplay
 
 Departures from the paper (each a config field where it is a choice):
-- one set of weights plays examiner and student (the paper trains them as separate models);
+- separate policies are LoRA adapters (rank 64 by default) over one frozen base; the paper trains
+  two full models (the paper's lr 1e-6 stays the default, though LoRA usually wants a larger one);
 - the Student stage draws its questions on the fly each step from the current examiner instead
   of generating the whole data set up front (same distribution, no stale pool);
 - the examiner's format reward is ours (think / searches / tags, see ``examiner_format``): the
@@ -121,7 +128,7 @@ class PiPlay:
         self.tok = ctx.policy.tokenizer
         self.tool = SearchTool(ctx.retriever, k=self.sec.top_k, max_tokens=self.sec.max_tool_tokens,
                                tokenizer=self.tok)
-        self.teacher = TeacherEMA.from_model(ctx.policy.model, rate=1.0 - self.sec.teacher_ema)
+        self.teacher = TeacherEMA.from_parameters(ctx.policy.role_parameters(STUDENT), rate=1.0 - self.sec.teacher_ema)
         if "teacher" in ctx.state:
             self.teacher.load_state_dict(ctx.state["teacher"])
         self.grpo = get_advantage("grpo")
@@ -129,11 +136,13 @@ class PiPlay:
     def rng(self) -> random.Random:
         return random.Random(int(self.ctx.rng.integers(2**31)))
 
-    def rollout(self, prompts: list[str], max_turns: int, budget: int | None = None):
-        """Multi-turn search rollouts; ``budget``: the role's token budget (None = rollout.max_new_tokens)."""
+    def rollout(self, role: str, prompts: list[str], max_turns: int, budget: int | None = None):
+        """Multi-turn search rollouts by ``role``'s policy (its own adapter with separate policies);
+        ``budget``: the role's token budget (None = rollout.max_new_tokens)."""
         ids = [chat(self.tok, None, p) for p in prompts]
         params = self.ctx.sampling_params(**({} if budget is None else {"max_new_tokens": budget}))
-        return multi_turn_rollout(self.ctx.generator, self.tok, ids, params, self.tool, max_turns=max_turns)
+        with self.ctx.policy.acting(role):
+            return multi_turn_rollout(self.ctx.generator, self.tok, ids, params, self.tool, max_turns=max_turns)
 
     def examine(self, step: int) -> list[Question]:
         """One examiner question per passage, hops stratified 4:3:2:1 over the batch."""
@@ -143,7 +152,7 @@ class PiPlay:
         hops = stratified_draw(len(docs), self.sec.hop_weights, rng)
         texts = [truncate_to_tokens(f"(Title: {d.title})\n{d.text}", self.tok, self.sec.max_document_tokens)
                  for d in docs]
-        trajs = self.rollout([examiner_prompt(t, h) for t, h in zip(texts, hops)], self.sec.max_turns,
+        trajs = self.rollout(EXAMINER, [examiner_prompt(t, h) for t, h in zip(texts, hops)], self.sec.max_turns,
                              self.sec.examiner_max_new_tokens)
         out = []
         for i, (d, h, tr, text) in enumerate(zip(docs, hops, trajs, texts)):
@@ -156,7 +165,7 @@ class PiPlay:
         valid = [q for q in questions if q.valid]
         if not valid:
             return
-        trajs = self.rollout([student_prompt(q.question) for q in valid for _ in range(n)], self.sec.max_turns,
+        trajs = self.rollout(STUDENT, [student_prompt(q.question) for q in valid for _ in range(n)], self.sec.max_turns,
                              self.sec.student_max_new_tokens)
         for j, q in enumerate(valid):
             q.attempts = trajs[j * n:(j + 1) * n]

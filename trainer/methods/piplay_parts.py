@@ -122,9 +122,14 @@ class TeacherEMA:
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, rate: float = 0.05) -> "TeacherEMA":
+        return cls.from_parameters({n: p for n, p in model.named_parameters() if p.requires_grad}, rate)
+
+    @classmethod
+    def from_parameters(cls, named: dict[str, torch.Tensor], rate: float = 0.05) -> "TeacherEMA":
+        """A teacher over these parameters (by name): with separate policies, the student's adapter."""
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"teacher EMA rate must lie in [0, 1], got {rate}")
-        state = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+        state = {n: p.detach().clone() for n, p in named.items()}
         if not state:
             raise ValueError("the model has no trainable parameters to copy into a teacher")
         return cls(state, rate)

@@ -25,6 +25,13 @@ as gate-failed for the Challenger; an edited rubric (``Verdict(kind="rubric", ed
 replaces the Judge's text for that task in every later grade; a flagged rubric is dropped
 from later grades (ours) while the task keeps at least one.
 
+Policies (``model.policies``): separate by default, as in the paper: the Challenger and the Solver
+each train their own LoRA adapter, with its own optimizer state and checkpoint entry, over one
+frozen base (the Judge and KL reference: every adapter switched off), and each rollout runs its
+role's adapter; so "the previous Solver" that scores Challenger tasks is the Solver adapter, which
+the Challenger stage does not move. ``model.policies: shared`` trains one set of weights for both
+roles (full fine-tune possible); the previous Solver is then the current policy in the Solver role.
+
 Schedule: ``scope.iterations`` (paper 3) of ``challenger_steps`` then ``solver_steps`` (paper 20 +
 20); train.steps defaults to iterations x (challenger_steps + solver_steps) = 120, and role
 ``schedule`` reports the iteration and stage of every step. At the start of each Solver stage the
@@ -39,8 +46,9 @@ demo). Each role's truncation rate is a metric (the Judge's under role ``judge``
     python -m trainer run examples/scope_cpu.yaml --out var/runs/scope
 
 Departures from the paper (visible config fields where a choice):
-- one set of weights plays Challenger and Solver (the paper keeps two policies from the same base),
-  so "the previous Solver" that scores Challenger tasks is the current policy in the Solver role;
+- separate policies are LoRA adapters (rank 64 by default) over one frozen base; the paper
+  fine-tunes two full models (the paper's lr 1e-6 stays the default, though LoRA usually wants a
+  larger one);
 - a gate failure gives R_C = 0.5 r_fmt (``gate_failure``; the paper's algorithm box says r_fmt);
 - the Challenger runs its searches then writes the task within ``n_searches + 1`` turns; the
   Solver has ``max_turns`` 4 (ours; the paper's evaluation allows 5 search turns);
@@ -228,9 +236,10 @@ class Scope:
         trajs: list = [None] * len(prompts)
         for n in sorted(set(searches)):  # n searches, then the task: n + 1 turns
             rows = [k for k in range(len(prompts)) if searches[k // group] == n]
-            for k, traj in zip(rows, multi_turn_rollout(self.ctx.generator, self.tok, [prompts[k] for k in rows],
-                                                      self.ctx.sampling_params(), self.tool, max_turns=n + 1,
-                                                      final_tag="task")):
+            with self.ctx.policy.acting(CHALLENGER):
+                rollouts = multi_turn_rollout(self.ctx.generator, self.tok, [prompts[k] for k in rows],
+                                              self.ctx.sampling_params(), self.tool, max_turns=n + 1, final_tag="task")
+            for k, traj in zip(rows, rollouts):
                 trajs[k] = traj
         out = []
         for i, (d, text, task_type, n) in enumerate(zip(docs, texts, types, searches)):
@@ -263,8 +272,9 @@ class Scope:
             return {}
         prompts = [chat(self.tok, None, solver_prompt(t.question, max(self.sec.max_turns - 1, 1)))
                    for t in tasks for _ in range(n)]
-        trajs = multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
-                                   max_turns=self.sec.max_turns)
+        with self.ctx.policy.acting(SOLVER):
+            trajs = multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
+                                       max_turns=self.sec.max_turns)
         by_task = {t.key: [Attempt(traj) for traj in trajs[i * n:(i + 1) * n]] for i, t in enumerate(tasks)}
         self.judge_grades(tasks, by_task)
         return by_task

@@ -141,6 +141,15 @@ def adapter_disabled(model, use_adapter: bool):
     )
 
 
+def adapter_key(model, use_adapter: bool):
+    """What a captured decode step depends on beyond its shapes: the adapters switched off (False),
+    or which adapter runs (its name; separate policies switch it per role), or True (no peft)."""
+    if not use_adapter:
+        return False
+    active = getattr(model, "active_adapter", None) if hasattr(model, "peft_config") else None
+    return active if isinstance(active, str) else (tuple(active) if active else True)
+
+
 @contextmanager
 def _eval_mode(model):
     was_training = model.training
@@ -439,7 +448,8 @@ class HFGenerator:
         self._static.use_graphs = mode == "cuda_graph"
         self._static.overlap = self._static_overlap
         self._static.pack_gqa = self._static.pack_gqa and self._pack_gqa
-        stepper = StaticStepper(self._static, cache, mask, next_pos, expand, max_steps, bool(use_adapter))
+        stepper = StaticStepper(self._static, cache, mask, next_pos, expand, max_steps,
+                                adapter_key(self.model, use_adapter))
         return stepper, logits.index_select(0, expand)
 
     def _decode_with(self, prompts, params: SamplingParams, limits: list[int], mode: str, use_adapter: bool):

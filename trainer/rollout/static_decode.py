@@ -15,7 +15,8 @@ one decode step is made shape-static and captured once as a ``torch.cuda.CUDAGra
   writes K/V at ``write_pos`` with ``index_copy_``), advance positions and ``write_pos``, all
   with device tensors: replaying the graph advances the state by itself.
 - Graphs are captured per batch bucket (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, ...) and adapter
-  state (a LoRA adapter switched off is a different Python path). A bucket's buffers are the
+  state (``hf.adapter_key``: a LoRA adapter switched off is a different Python path, and with
+  separate policies each role's adapter is a different set of weights, so its name is in the key). A bucket's buffers are the
   leading rows of the storage, so when rows finish the survivors are gathered to the front and
   a bucket at most half as large runs on the same memory.
 - Grouped-query attention: transformers repeats K/V to every query head before SDPA whenever a

@@ -18,6 +18,12 @@ The frozen base (a LoRA policy's judge or reference, ``use_adapter=False``): the
 pushed in for that call and the merged policy goes back before the next policy call; each push
 is verified the same way (against the trainer's model with its adapter switched off).
 
+Separate policies (one LoRA adapter per role, ``model.policies: separate``): vLLM holds one set of
+weights at a time, the merge of the role whose adapter is active (``Policy.acting``); a call in
+another role pushes that role's merge first, and every push is verified as above. Untested on a GPU
+so far: each role switch costs a push (two per step where roles alternate), and vLLM's own
+multi-LoRA serving is not used.
+
 When to sync: every ``generate`` compares the parameters' in-place version counters with those
 seen at the last push; an optimizer step (torch or DeepSpeed, which write the weights in
 place) bumps them, so the push happens exactly once per step, before the next rollout.
@@ -111,8 +117,19 @@ def _weights_for_vllm(model, adapter: bool = True) -> list[tuple[str, torch.Tens
         import copy
 
         copied = copy.deepcopy(model)
-        base = copied.merge_and_unload() if adapter else copied.unload()
+        # several adapters (separate policies): merge the active role's only
+        base = copied.merge_and_unload(adapter_names=[active_adapter(model)]) if adapter else copied.unload()
     return _bf16_items(base.state_dict(), base.config)
+
+
+def active_adapter(model) -> str | None:
+    """The name of a peft model's one active adapter (None without peft); several at once is refused."""
+    if not hasattr(model, "peft_config"):
+        return None
+    active = model.active_adapter
+    if not isinstance(active, str):
+        raise ValueError(f"vLLM rollouts merge one LoRA adapter at a time, but {list(active)} are active together")
+    return active
 
 
 def _bf16_items(state: dict, config) -> list[tuple[str, torch.Tensor]]:
@@ -161,8 +178,8 @@ class VLLMGenerator:
         self.version_fn = version_fn
         self._asleep = False
         self._versions: tuple[int, ...] | None = None
-        # What vLLM holds: the policy (LoRA merged) or, after a frozen-base call, the base weights.
-        self._holds_adapter = True
+        # What vLLM holds: (True, the merged adapter's name) or, after a frozen-base call, (False, None).
+        self._holds: tuple[bool, str | None] | None = None
         self.last_check: dict = {}
         self.stats = {"syncs": 0, "sync_seconds": 0.0, "verify_seconds": 0.0}
         kwargs = dict(model=str(model_path), dtype="bfloat16", gpu_memory_utilization=gpu_memory_utilization,
@@ -248,8 +265,17 @@ class VLLMGenerator:
         self.model = model
         self._versions = None
 
+    def _wanted(self, use_adapter: bool) -> tuple[bool, str | None]:
+        return (True, active_adapter(self.model)) if use_adapter else (False, None)
+
+    @property
+    def _holds_adapter(self) -> bool:
+        return self._holds is None or self._holds[0]
+
     def needs_sync(self, use_adapter: bool = True) -> bool:
-        return self._holds_adapter != use_adapter or self._versions != self._weights_version()
+        """The weights moved, or the call wants other weights than vLLM holds (the frozen base, or
+        another role's adapter with separate policies)."""
+        return self._holds != self._wanted(use_adapter) or self._versions != self._weights_version()
 
     def sync_weights(self, use_adapter: bool = True) -> None:
         """Push the trainer's current weights into vLLM (no disk), then verify them.
@@ -264,7 +290,7 @@ class VLLMGenerator:
         else:
             self._send_nccl(weights)
         self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
-        self._holds_adapter = use_adapter
+        self._holds = self._wanted(use_adapter)
         self._versions = self._weights_version()
         del weights
         self.stats["syncs"] += 1
