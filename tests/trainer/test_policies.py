@@ -52,15 +52,17 @@ def test_scope_and_piplay_default_to_separate_policies_and_shared_stays_an_optio
     assert load_config({"method": "spice"}).model.policies == "shared"
 
 
-@pytest.mark.parametrize("data, key", [
-    ({"method": "scope", "model": {"lora": {"r": 0}}}, "model.lora.r"),  # separate adapters need LoRA
-    ({"method": "spice", "model": {"policies": "separate", "lora": {"r": 8}}}, "model.policies"),  # not wired
-    ({"method": "piplay", "train": {"engine": "deepspeed"}}, "train.engine"),
+@pytest.mark.parametrize("data, key, says", [
+    ({"method": "scope", "model": {"lora": {"r": 0}}}, "model.lora.r", "set model.lora.r > 0"),  # adapters need LoRA
+    ({"method": "spice", "model": {"policies": "separate", "lora": {"r": 8}}}, "model.policies",
+     "does not switch policies per role yet"),
+    ({"method": "piplay", "train": {"engine": "deepspeed"}}, "train.engine", "set train.engine=torch"),
 ])
-def test_separate_policies_refuse_what_they_cannot_do_and_say_how_to_fix_it(data, key):
+def test_separate_policies_refuse_what_they_cannot_do_and_say_how_to_fix_it(data, key, says):
     with pytest.raises(ConfigError) as err:
         load_config(data)
-    assert key in [p for p, _ in err.value.problems] and "model.policies" in str(err.value)
+    problems = dict(err.value.problems)
+    assert says in problems[key] and "model.policies=shared" in problems[key]
 
 
 def test_each_role_updates_only_its_own_adapter_with_its_own_optimizer(separate):
@@ -197,3 +199,29 @@ def test_scope_and_piplay_run_and_resume_with_separate_policies(method, section,
     assert set(torch.load(ckpt / "engine.pt", weights_only=True)["roles"]) == set(roles)
     again = run(cfg, run_dir=tmp_path / "run", resume=True, overrides=["train.steps=3"])
     assert again.steps == 3
+
+
+def test_the_piplay_teacher_is_an_ema_of_the_students_adapter_and_pulls_only_it(tiny_config):
+    from tests.trainer.test_piplay import _student_samples
+    from trainer.methods.piplay_parts import TeacherEMA, make_distill_loss
+
+    cfg = _separate(tiny_config, "piplay")
+    policy = load_policy(cfg)
+    engine = make_engine(cfg, policy)
+    teacher = TeacherEMA.from_parameters(policy.role_parameters("student"), rate=0.05)
+    assert teacher.state and all(".student." in n for n in teacher.state)
+    with torch.no_grad():  # the teacher drifts from the student, as after a few EMA steps
+        for t in teacher.state.values():
+            t.add_(torch.randn_like(t) * 0.05)
+    samples = _student_samples(policy.tokenizer, "Who founded X?", "Source passage: Ann Lee founded X.")
+    examiner, student = _adapter(policy, "examiner"), _adapter(policy, "student")
+    extra = make_distill_loss(policy, teacher, 50, "reverse_kl", 1.0)
+    first = policy_update(policy, engine, samples, cfg, extra)["student"]["distill"]
+    assert first > 0  # the teacher's tensors stood in for the student's adapter
+    assert _moved(student, _adapter(policy, "student")) and not _moved(examiner, _adapter(policy, "examiner"))
+    second = policy_update(policy, engine, samples, cfg, extra, step=False)["student"]["distill"]
+    assert second < first  # one step toward the teacher
+    before = {n: t.clone() for n, t in teacher.state.items()}
+    teacher.update(policy.model)
+    now = dict(policy.model.named_parameters())
+    assert all(torch.allclose(teacher.state[n], 0.95 * before[n] + 0.05 * now[n].detach()) for n in before)

@@ -402,7 +402,7 @@ def test_the_default_token_budget_keeps_a_step_to_one_rounds_worst_case(tiny_con
 def test_a_retry_cap_below_one_round_is_a_config_error():
     from trainer.config import ConfigError
 
-    with pytest.raises(ConfigError, match="max_challenger_attempts"):
+    with pytest.raises(ConfigError, match=r"max_challenger_attempts \(4\) must be at least challenger_attempts"):
         load_config({"method": "spice", "spice": {"challenger_attempts": 8, "max_challenger_attempts": 4}})
 
 
