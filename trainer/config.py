@@ -330,8 +330,14 @@ class Config(BaseModel):
         return getattr(self, self.method)
 
     def to_dict(self) -> dict:
-        """Plain dict with only the method's own section (what config.yaml holds)."""
-        return self.model_dump(mode="json", exclude={m for m in METHOD_NAMES if m != self.method})
+        """Plain dict with only the method's own section (what config.yaml holds). A train.steps that
+        ends the schedule early or repeats it is kept without ``iterations`` (the two would contradict
+        each other, and a checkpoint's config.yaml is loaded again on resume)."""
+        out = self.model_dump(mode="json", exclude={m for m in METHOD_NAMES if m != self.method})
+        sec = self.section
+        if sec.schedule_steps(sec.model_dump()) not in (None, self.train.steps):
+            out[self.method].pop("iterations", None)
+        return out
 
 
 class _CrossCheckError(ValueError):

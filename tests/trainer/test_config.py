@@ -160,3 +160,16 @@ def test_each_recipe_docstring_ends_with_its_departures_from_the_paper():
         assert last.startswith("Departures from the paper"), method
         items = [line for line in last.splitlines()[1:] if line.startswith("- ")]
         assert len(items) >= 3, method
+
+
+def test_a_saved_scope_config_with_its_own_train_steps_loads_again(tmp_path):
+    """config.yaml holds every value; with train.steps off the schedule it must not also hold iterations
+    (the pair is refused), or a checkpoint of `--set train.steps=1` could never be resumed."""
+    from trainer.config import save_config
+
+    for method in ("scope", "piplay"):
+        cfg = load_config({"method": method, "train": {"steps": 2}})
+        again = load_config(save_config(cfg, tmp_path / f"{method}.yaml"))
+        assert again.train.steps == 2 and again.section == cfg.section
+        planned = load_config({"method": method})
+        assert load_config(save_config(planned, tmp_path / "p.yaml")).section.iterations == 3

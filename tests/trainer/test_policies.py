@@ -175,10 +175,10 @@ def test_an_evaluation_of_a_separate_checkpoint_loads_the_answering_role(separat
 
 
 @pytest.mark.parametrize("method, section", [
-    ("scope", {"iterations": 1, "challenger_steps": 1, "solver_steps": 1, "challenger_prompts_per_step": 1,
+    ("scope", {"challenger_steps": 1, "solver_steps": 1, "challenger_prompts_per_step": 1,
                "solver_prompts_per_step": 1, "scoring_rollouts": 2, "filter_rollouts": 2, "candidate_rounds": 1,
                "max_turns": 2, "max_tool_tokens": 32, "judge_max_new_tokens": 8}),
-    ("piplay", {"iterations": 1, "examiner_steps": 1, "student_steps": 1, "student_attempts": 2, "max_turns": 2,
+    ("piplay", {"examiner_steps": 1, "student_steps": 1, "student_attempts": 2, "max_turns": 2,
                 "max_tool_tokens": 32, "distill_top_k": 8}),
 ])
 def test_scope_and_piplay_run_and_resume_with_separate_policies(method, section, tiny_config, tmp_path):
