@@ -132,8 +132,9 @@ class JudgeServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def reply(self, handler, status: int, content: str | None):
-        payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}
+    def reply(self, handler, status: int, content: str | None, finish: str = "stop"):
+        payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": content},
+                                           "finish_reason": finish}]}
                              if status == 200 else {"error": "nope"}).encode()
         try:
             handler.send_response(status)
@@ -157,6 +158,8 @@ class JudgeServer:
             time.sleep(0.2)
         if mode == "garbage":
             return self.reply(handler, 200, "Hmm, let me think about it... maybe?")
+        if mode == "thinker":  # a thinking judge cut at max_tokens before its verdict
+            return self.reply(handler, 200, "<think>The reference says", finish="length")
         self.reply(handler, 200, self.answer(user))
 
     @staticmethod
@@ -293,6 +296,10 @@ def test_frozen_base_judge_batches_and_counts_garbage(tiny_model_dir, smollm2_to
     assert judge.stats["calls"] == 11 and judge.stats["backend_failures"] == 0
     assert judge.stats["gate_format_failures"] == 2 and judge.stats["grade_format_failures"] == 4
     assert judge.stats["rubric_lists_failed"] == 2
+    # 6 tokens: random weights never end a reply before the budget; role "judge" metrics per step
+    assert judge.step_metrics() == {"calls": 11.0, "truncated_rate": judge.stats["truncated"] / 11}
+    assert judge.stats["truncated"] >= 9 and judge.step_metrics() == {"calls": 0.0, "truncated_rate": 0.0}
+    assert judge.failure_rate() == (2 + 4 + 2 + judge.stats["equivalent_unparsed"]) / 11  # a cut is not a failure
     # LoRA policy: the judge runs the policy's generator with the adapter off
     lora_ctx = SimpleNamespace(policy=SimpleNamespace(is_lora=True, tokenizer=smollm2_tokenizer), generator=gen)
     lora_judge = make_judge(lora_ctx, "frozen_base")
@@ -304,3 +311,12 @@ def test_frozen_base_judge_batches_and_counts_garbage(tiny_model_dir, smollm2_to
     assert ref_judge.backend.generator.model is model and ref_judge.backend.use_adapter is True
     with pytest.raises(ValueError, match="base URL"):
         make_judge(ctx, "endpoint")
+
+
+def test_a_thinking_judge_cut_at_its_budget_is_counted_as_truncated(server):
+    """Issue 18: a verdict budget too small for a thinking judge shows as the judge role's truncation rate."""
+    judge = Judge.from_endpoint(server.url, "thinker", timeout=5)
+    assert judge.max_tokens["equivalent"] == 1024  # room to think before "Correct"/"Wrong" (was 16 / 64)
+    assert judge.equivalent("q?", "Paris", ["Paris, France", "Lyon"]) == [None, None]
+    assert server.requests[-1]["max_tokens"] == 1024
+    assert judge.step_metrics() == {"calls": 2.0, "truncated_rate": 1.0}

@@ -168,3 +168,16 @@ def test_the_owner_edits_a_score_harness_and_others_cannot(make_run, researcher,
 def test_only_score_runs_have_a_harness(run, researcher):
     response = client_for(researcher).get(f"/api/v1/review/runs/{run.pk}/harness/")
     assert response.status_code == 404 and "only SCORE runs" in response.json()["error"]
+
+
+def test_a_harness_asking_more_searches_than_the_evaluator_may_make_is_refused(make_run, researcher):
+    """The evaluator searches at most evaluator_max_turns - 1 = 3 times (issue 18): a minimum of 4 would
+    zero every score through the depth rule, so the edit is refused and says why."""
+    run = make_run("score")
+    url = f"/api/v1/review/runs/{run.pk}/harness/"
+    greedy = {**HARNESS, "process_constraints": {**HARNESS["process_constraints"], "min_number_of_tool_call": 4}}
+    refused = client_for(researcher).post(url, {"harness": greedy}, format="json")
+    assert refused.status_code == 400
+    assert any("exceeds the evaluator's tool budget of 3 searches" in p for p in refused.json()["problems"])
+    fits = {**HARNESS, "process_constraints": {**HARNESS["process_constraints"], "min_number_of_tool_call": 3}}
+    assert client_for(researcher).post(url, {"harness": fits}, format="json").status_code == 201
