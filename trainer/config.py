@@ -11,7 +11,7 @@ after the method (``trainer/method_configs.py``)::
 ``load_config(path_or_dict, overrides=["train.lr=2e-6"])`` returns a ``Config`` or raises a
 ``ConfigError`` whose ``.problems`` lists EVERY problem as ``(key path, message)`` (unknown keys
 included, with the closest known key as a hint). Shared keys the user leaves unset take the
-method's paper value (``Section.shared_defaults``), then the generic default below.
+method's paper value (``MethodSection.shared_defaults``), then the generic default below.
 
 ``method_fields(method)`` describes every field (path, type, default, help, choices, bounds) for
 the web's launch form; every field must have a description.
@@ -25,16 +25,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 
-from trainer.method_configs import SECTIONS, Section
+from trainer.method_configs import SECTIONS, MethodSection, Section
 
 METHOD_NAMES = tuple(SECTIONS)
-# Methods whose step makes several optimizer steps on samples drawn before the first of them
-# (ssp: Solver then Proposer, each in ssp.mini_batch_size mini-batches; score: Solver then
-# Evaluator). From the second step on the trainer's own log-probs are no longer those of the
-# weights that sampled, so they cannot be the PPO reference (train.old_logprobs).
-MULTI_UPDATE_METHODS = ("ssp", "score")
 
 
 class ConfigError(ValueError):
@@ -223,13 +218,14 @@ _SHARED = {
 }
 
 
-class Config(BaseModel):
-    """The whole run config. ``cfg.section`` is the method's own section."""
+class _SharedConfig(BaseModel):
+    """The whole run config but the methods' own sections, which ``Config`` (below) adds, one optional
+    field per entry of ``SECTIONS``. ``cfg.section`` is the method's own section."""
 
     model_config = {"extra": "forbid", "validate_assignment": True}
 
-    method: Literal["grpo", "spice", "ssp", "scope", "score", "piplay"] = Field(
-        ..., description="Training method: grpo, spice, ssp, scope, score or piplay.")
+    method: Literal[METHOD_NAMES] = Field(
+        ..., description=f"Training method: {', '.join(METHOD_NAMES[:-1])} or {METHOD_NAMES[-1]}.")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed for python, numpy and torch RNGs (0 to 2^32-1).")
     reward: Literal["exact", "math", "mcq"] = Field("math", description="Verifier for method grpo.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
@@ -241,13 +237,6 @@ class Config(BaseModel):
     review: ReviewConfig = Field(default_factory=ReviewConfig, description="Human review sampling (web platform).")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Automatic checkpoint evaluations (web platform).")
     watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig, description="Health rules (web platform).")
-    grpo: SECTIONS["grpo"] | None = Field(None, description="GRPO settings.")
-    spice: SECTIONS["spice"] | None = Field(None, description="SPICE settings.")
-    ssp: SECTIONS["ssp"] | None = Field(None, description="SSP settings.")
-    scope: SECTIONS["scope"] | None = Field(None, description="SCOPE settings.")
-    score: SECTIONS["score"] | None = Field(None, description="SCORE settings.")
-    piplay: SECTIONS["piplay"] | None = Field(None, description="pi-Play settings.")
-
     @model_validator(mode="before")
     @classmethod
     def _method_defaults(cls, data: Any) -> Any:
@@ -266,7 +255,7 @@ class Config(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> "Config":
+    def _cross_checks(self) -> "_SharedConfig":
         problems = []
         for other in METHOD_NAMES:
             if other != self.method and getattr(self, other) is not None:
@@ -278,14 +267,17 @@ class Config(BaseModel):
             problems.append((f"{self.method}.iterations", f"{self.method}.iterations x ({first} + {second}) is "
                              f"{planned} steps but train.steps is {self.train.steps}; leave one of them unset "
                              "(train.steps alone may end the schedule early or repeat it)"))
-        if self.method == "grpo" and not self.data.path:
-            problems.append(("data.path", "method grpo needs a JSONL prompt set (prompt, answer) or bundled:gsm8k"))
+        if SECTIONS[self.method].needs_prompt_set and not self.data.path:
+            problems.append(("data.path", f"method {self.method} needs a JSONL prompt set (prompt, answer) "
+                                          "or bundled:gsm8k"))
         if self.rollout.min_new_tokens > self.rollout.max_new_tokens:
             problems.append(("rollout.min_new_tokens", "must not exceed rollout.max_new_tokens"))
         if self.train.rollout_is_cap > 0 and self.train.old_logprobs == "rollout":
             problems.append(("train.old_logprobs", "train.rollout_is_cap > 0 takes the trainer's log-probs as the "
                              "PPO reference; set train.old_logprobs to auto or trainer, or rollout_is_cap to 0"))
-        if self.train.old_logprobs == "trainer" and self.method in MULTI_UPDATE_METHODS:
+        # a method whose step makes several optimizer steps on one rollout: from the second on, the
+        # trainer's own log-probs are no longer those of the weights that sampled
+        if self.train.old_logprobs == "trainer" and SECTIONS[self.method].multi_update:
             problems.append(("train.old_logprobs", f"method {self.method} makes several optimizer steps on one "
                              "rollout, so after the first the trainer's log-probs are not those of the weights that "
                              "sampled; set train.old_logprobs to auto or rollout"))
@@ -318,7 +310,7 @@ class Config(BaseModel):
         t = self.train
         if t.rollout_is_cap > 0 or t.old_logprobs == "trainer":
             return True
-        return t.old_logprobs == "auto" and self.rollout.backend == "vllm" and self.method not in MULTI_UPDATE_METHODS
+        return t.old_logprobs == "auto" and self.rollout.backend == "vllm" and not SECTIONS[self.method].multi_update
 
     @property
     def rollout_logprobs(self) -> bool:
@@ -326,7 +318,7 @@ class Config(BaseModel):
         return self.train.rollout_is_cap > 0 or not self.trainer_reference
 
     @property
-    def section(self) -> Section:
+    def section(self) -> MethodSection:
         return getattr(self, self.method)
 
     def to_dict(self) -> dict:
@@ -338,6 +330,13 @@ class Config(BaseModel):
         if sec.schedule_steps(sec.model_dump()) not in (None, self.train.steps):
             out[self.method].pop("iterations", None)
         return out
+
+
+# One optional field per method section, after the shared ones (config.yaml keeps this order).
+Config = create_model(
+    "Config", __base__=_SharedConfig, __module__=__name__,
+    **{name: (section | None, Field(None, description=f"{section.display_name} settings."))
+       for name, section in SECTIONS.items()})
 
 
 class _CrossCheckError(ValueError):

@@ -8,6 +8,17 @@ gets lr 1e-6 and no KL without the user writing it, while ``--set train.lr=...``
 
 Every field carries a description: the web builds its launch form from them
 (``trainer.config.method_fields``).
+
+Each section also states the method's facts as class attributes, the one place the trainer and
+the web read them from (``SECTIONS[method].needs_corpus``, or ``cfg.section`` for a loaded config):
+what it trains on (``needs_corpus`` / ``needs_prompt_set``), the ``roles`` that may each have a
+policy of their own (and the ``answer_role`` an evaluation loads), whether a step makes
+several optimizer steps on one rollout (``multi_update``), whether it shards a step over several
+GPUs (``multi_rank``), whether a person may edit its evaluator harness (``has_harness``), and
+whether a role is judged by the frozen base (``judged_by_frozen_base()``, which may read the
+section's own values), and the per-step metrics of its run-page panel (``panel_metrics``). A new
+method states them in its section and nowhere else; ``Config`` gets one field per entry of
+``SECTIONS``.
 """
 from __future__ import annotations
 
@@ -54,12 +65,38 @@ class Section(BaseModel):
     """A strict config section: unknown keys are errors, assignments are validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)  # inf/nan: never meant
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value, info):
+        """pydantic would read ``steps: true`` (YAML ``yes``) as 1; a boolean for a number is a mistake."""
+        if isinstance(value, bool) and cls.model_fields[info.field_name].annotation in _NUMBERS:
+            raise ValueError("a number is needed here, not true/false")
+        return value
+
+
+class MethodSection(Section):
+    """A method's own section: its knobs, the paper values of shared keys, and the method's facts."""
+
     # Paper values for shared keys, as dotted path -> value; applied when the user sets none.
     shared_defaults: ClassVar[dict[str, object]] = {}
+    display_name: ClassVar[str] = ""  # how pages and messages name the method ("pi-Play")
     # The roles whose recipe switches policy per role (model.policies=separate: one LoRA adapter each).
     roles: ClassVar[tuple[str, ...]] = ()
     # The role a checkpoint's evaluation loads, when each role has its own adapter.
     answer_role: ClassVar[str | None] = None
+    needs_corpus: ClassVar[bool] = True  # reads documents and searches a corpus (the web's chosen corpus)
+    needs_prompt_set: ClassVar[bool] = False  # trains on a JSONL prompt set (data.path)
+    multi_update: ClassVar[bool] = False  # several optimizer steps on samples drawn before the first of them
+    multi_rank: ClassVar[bool] = False  # shards a step's inputs over ranks (train.gpus > 1)
+    has_harness: ClassVar[bool] = False  # an evaluator harness a person may edit during the run
+    # (role, metric name, column label): the per-step metrics of the run page's method panel (a
+    # column the run never reported is left out; the panel is the template runs/_method_<name>.html)
+    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+
+    def judged_by_frozen_base(self) -> bool:
+        """A role is judged by the frozen base model (it must be kept next to the policy)."""
+        return False
 
     # Two-stage methods (SCOPE, pi-Play): the section fields whose iterations x (first + second)
     # steps make the run's default length (train.steps), as (iterations, first stage, second stage).
@@ -77,17 +114,14 @@ class Section(BaseModel):
         iterations, first, second = values
         return iterations * (first + second)
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_booleans_for_numbers(cls, value, info):
-        """pydantic would read ``steps: true`` (YAML ``yes``) as 1; a boolean for a number is a mistake."""
-        if isinstance(value, bool) and cls.model_fields[info.field_name].annotation in _NUMBERS:
-            raise ValueError("a number is needed here, not true/false")
-        return value
 
-
-class GrpoSection(Section):
+class GrpoSection(MethodSection):
     """Plain GRPO on a prompt set with a verifier (the baseline every paper compares against)."""
+
+    display_name: ClassVar[str] = "GRPO"
+    needs_corpus: ClassVar[bool] = False
+    needs_prompt_set: ClassVar[bool] = True
+    multi_rank: ClassVar[bool] = True
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 0.0, "train.prompts_per_step": 8,
@@ -103,8 +137,11 @@ class GrpoSection(Section):
     log_samples: int = Field(8, ge=0, description="Attempts per step sent to the sink as samples (0 = none).")
 
 
-class SpiceSection(Section):
+class SpiceSection(MethodSection):
     """SPICE: a Challenger writes tasks from corpus documents, a Reasoner answers without them."""
+
+    display_name: ClassVar[str] = "SPICE"
+    multi_rank: ClassVar[bool] = True
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 0.0, "train.prompts_per_step": 128,  # G=8 Reasoner answers
@@ -164,8 +201,11 @@ class SpiceSection(Section):
         return self
 
 
-class SspSection(Section):
+class SspSection(MethodSection):
     """SSP: a Proposer searches and writes a question for a known answer, a Solver searches to answer."""
+
+    display_name: ClassVar[str] = "SSP"
+    multi_update: ClassVar[bool] = True  # Solver then Proposer, each in mini_batch_size mini-batches
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "train.warmup_steps": 5, "rollout.group_size": 5, "train.kl_coef": 0.01,
@@ -228,6 +268,9 @@ class SspSection(Section):
     _key_ref = field_validator("judge_api_key")(lambda cls, v: check_key_ref(v))
     _endpoint = field_validator("judge_endpoint")(lambda cls, v: check_endpoint(v))
 
+    def judged_by_frozen_base(self) -> bool:
+        return self.judge == "frozen_base"
+
     @model_validator(mode="after")
     def _needs(self) -> "SspSection":
         problems = []
@@ -244,10 +287,22 @@ class SspSection(Section):
         return self
 
 
-class ScopeSection(Section):
+class ScopeSection(MethodSection):
     """SCOPE: a Challenger writes open-ended tasks, the frozen base gates and writes rubrics, a Solver answers."""
 
     schedule_fields: ClassVar[tuple[str, str, str]] = ("iterations", "challenger_steps", "solver_steps")
+    display_name: ClassVar[str] = "SCOPE"
+    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 Challenger, 2 Solver)"),
+        ("challenger", "task_parsed", "parsed"), ("challenger", "gate_entity", "gate: entity"),
+        ("challenger", "gate_relevance", "gate: relevance"), ("challenger", "gate_pass_rate", "gates passed"),
+        ("challenger", "rubrics_per_task", "rubrics / task"), ("challenger", "mean_rubric_score", "mean rubric score"),
+        ("challenger", "in_window", "in window"), ("solver", "pool_size", "pool"), ("solver", "tasks", "solver tasks"),
+        ("solver", "rubric_score", "solver rubric score"))
+
+    def judged_by_frozen_base(self) -> bool:
+        return True
+
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 1e-3, "train.grad_clip": 1.0,
         "train.prompts_per_step": 64, "train.warmup_steps": 1,
@@ -316,8 +371,17 @@ class ScopeSection(Section):
                 "grade": min(self.grade_max_new_tokens, cap)}
 
 
-class ScoreSection(Section):
+class ScoreSection(MethodSection):
     """SCORE: a Solver writes research reports, an Evaluator samples rubrics and scores them."""
+
+    display_name: ClassVar[str] = "SCORE"
+    multi_update: ClassVar[bool] = True  # Solver then Evaluator on one rollout
+    has_harness: ClassVar[bool] = True
+    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("solver", "harness_version", "harness v"), ("solver", "solver_reward", "solver reward"),
+        ("solver", "consistency", "consistency"), ("evaluator", "rubric_followed", "rubric followed"),
+        ("solver", "evaluator_searches", "evaluator searches"), ("solver", "depth_zeroed_rate", "depth zeroed"),
+        ("solver", "eval_format_failures", "eval format fails"), ("solver", "valid_report_rate", "valid reports"))
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "train.warmup_steps": 5, "rollout.group_size": 8, "train.kl_coef": 0.05,
@@ -387,10 +451,19 @@ class ScoreSection(Section):
         return self
 
 
-class PiplaySection(Section):
+class PiplaySection(MethodSection):
     """pi-Play: an Examiner builds multi-hop questions; a Student learns with GRPO minus self-distillation."""
 
     schedule_fields: ClassVar[tuple[str, str, str]] = ("iterations", "examiner_steps", "student_steps")
+    display_name: ClassVar[str] = "pi-Play"
+    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 examiner, 2 student)"),
+        ("examiner", "valid_rate", "valid questions"), ("examiner", "student_pass_rate", "student pass rate"),
+        ("examiner", "reward_mean", "examiner reward"), ("examiner", "format_reward", "format reward"),
+        ("examiner", "hops_1", "1-hop"), ("examiner", "hops_2", "2-hop"), ("examiner", "hops_3", "3-hop"),
+        ("examiner", "hops_4", "4-hop"), ("student", "exact_match", "student exact match"),
+        ("student", "distill", "divergence to teacher"), ("student", "lambda", "lambda"))
+
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 5, "train.kl_coef": 0.0, "train.prompts_per_step": 256,
         "train.weight_decay": 0.01, "train.warmup_steps": 2, "train.grad_clip": 1.0,
@@ -424,7 +497,7 @@ class PiplaySection(Section):
         "rollout.max_new_tokens, 4096; the paper caps the whole sequence, prompt included, at 8192).")
 
 
-SECTIONS: dict[str, type[Section]] = {
+SECTIONS: dict[str, type[MethodSection]] = {
     "grpo": GrpoSection,
     "spice": SpiceSection,
     "ssp": SspSection,

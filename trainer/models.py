@@ -436,8 +436,7 @@ def weight_dtype(cfg) -> torch.dtype:
 
 def needs_frozen_base(cfg) -> bool:
     """KL to the base, or a role judged by the frozen base."""
-    judge = (cfg.method == "scope") or (cfg.method == "ssp" and cfg.section.judge == "frozen_base")
-    return cfg.train.kl_coef > 0 or judge
+    return cfg.train.kl_coef > 0 or cfg.section.judged_by_frozen_base()
 
 
 @dataclass

@@ -24,6 +24,7 @@ from trainer.checkpoint import ResumeError, latest_checkpoint, list_checkpoints,
 from trainer.config import Config, ConfigError, load_config, save_config
 from trainer.context import RecipeContext
 from trainer.engine import make_engine
+from trainer.method_configs import SECTIONS
 from trainer.methods import get_recipe
 from trainer.models import data_dir, load_policy
 from trainer.sink import JsonlSink, MultiSink, NullSink
@@ -202,15 +203,13 @@ def auto_settings_event(cfg: Config, policy, engine, step: int = 0) -> dict:
             "data": {"what": "auto_settings", **data}}
 
 
-# Recipes that shard their step's inputs over ranks (ctx.shard); the others run on one GPU.
-MULTI_RANK_METHODS = ("grpo", "spice")
-
-
 def check_multi_rank(cfg: Config, ranks: int) -> None:
-    """Refuse (ConfigError) a config that cannot run as ``ranks`` processes."""
-    if cfg.method not in MULTI_RANK_METHODS:
+    """Refuse (ConfigError) a config that cannot run as ``ranks`` processes: only recipes that shard
+    their step's inputs over ranks (``ctx.shard``; the section's ``multi_rank``) run on several GPUs."""
+    if not cfg.section.multi_rank:
+        sharded = [name for name, section in SECTIONS.items() if section.multi_rank]
         raise ConfigError([("method", f"{cfg.method} runs on one GPU; --gpus > 1 is supported for "
-                                      f"{', '.join(MULTI_RANK_METHODS)} (run it with --gpus 1)")])
+                                      f"{', '.join(sharded)} (run it with --gpus 1)")])
     if cfg.train.prompts_per_step < ranks:
         raise ConfigError([("train.prompts_per_step", f"{cfg.train.prompts_per_step} prompts cannot be shared by "
                                                       f"{ranks} GPUs; use at least {ranks} or fewer GPUs")])
@@ -225,10 +224,10 @@ def _seed_rank_sampling(seed: int, step: int) -> None:
 
 def _preflight(cfg: Config) -> None:
     """Cheap input checks before minutes of model loading (they raise DataError / CorpusError)."""
-    if cfg.method == "grpo":
+    if cfg.section.needs_prompt_set:
         from trainer.data import load_prompt_set
 
-        load_prompt_set(cfg.data.path, cfg.grpo.prompt_key, cfg.grpo.answer_key, cfg.data.limit)
+        load_prompt_set(cfg.data.path, cfg.section.prompt_key, cfg.section.answer_key, cfg.data.limit)
     if cfg.corpus.path:
         from trainer.tools import corpus_path
 

@@ -127,9 +127,8 @@ def agreement_view(request):
 @permission_classes([IsAuthenticated])
 def harness_view(request, run_id: int):
     run = get_object_or_404(Run, pk=run_id)
-    if not run_harness.is_score(run):
-        return error_response(f"run {run.pk} is a {run.method} run; only SCORE runs have an evaluator harness",
-                              status.HTTP_404_NOT_FOUND)
+    if not run_harness.has_harness(run):
+        return error_response(run_harness.no_harness(run), status.HTTP_404_NOT_FOUND)
     if request.method == "POST":
         if not can_control_run(request.user, run):
             return error_response("Only the run's owner (researcher role) or an admin can edit its harness.",

@@ -20,17 +20,25 @@ from trainer.method_configs import SECTIONS
 from trainer.methods.harness import HarnessError, default_harness, normalize_harness
 
 
-def is_score(run: Run) -> bool:
-    return run.method == "score"
+def has_harness(run: Run) -> bool:
+    """Does the run's method have an evaluator harness a person may edit (SCORE)?"""
+    section = SECTIONS.get(run.method)
+    return bool(section and section.has_harness)
+
+
+def no_harness(run: Run) -> str:
+    """Why a run has no harness to show or edit."""
+    which = " and ".join(s.display_name for s in SECTIONS.values() if s.has_harness)
+    return f"run {run.pk} is a {run.method} run; only {which} runs have an evaluator harness"
 
 
 def _section(run: Run):
-    """The run's SCORE section with its defaults filled (an unreadable one: the defaults)."""
-    data = (run.config or {}).get("score") or {}
+    """The run's method section with its defaults filled (an unreadable one: the defaults)."""
+    data = (run.config or {}).get(run.method) or {}
     try:
-        return SECTIONS["score"].model_validate(data)
+        return SECTIONS[run.method].model_validate(data)
     except ValueError:
-        return SECTIONS["score"]()
+        return SECTIONS[run.method]()
 
 
 def pool(run: Run) -> list[str]:
@@ -60,8 +68,8 @@ def validate(run: Run, data) -> dict:
 
 def submit(run: Run, user, data) -> HarnessEdit:
     """Validate and store a person's harness for the recipe's next refresh."""
-    if not is_score(run):
-        raise HarnessError([f"run {run.pk} is a {run.method} run; only SCORE runs have an evaluator harness"])
+    if not has_harness(run):
+        raise HarnessError([no_harness(run)])
     harness = validate(run, data)
     edit = HarnessEdit.objects.create(run=run, harness=harness, author=user, step=run.current_step,
                                       author_name=getattr(user, "username", "") or "")

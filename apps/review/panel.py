@@ -43,7 +43,7 @@ def harness_context(request, run, harness_text: str | None = None, harness_error
 
 def panel_context(request, run, **harness_kwargs) -> dict:
     context = verdicts_context(request, run)
-    context["is_score"] = run_harness.is_score(run)
-    if context["is_score"]:
+    context["has_harness"] = run_harness.has_harness(run)
+    if context["has_harness"]:
         context.update(harness_context(request, run, **harness_kwargs))
     return context

@@ -29,6 +29,8 @@ from apps.runs.sealed import redact, redact_overrides
 from apps.runs.services import lifecycle
 from apps.runs.services.launch import LaunchError, available_models, launch
 from apps.runs.views import with_last_reward
+from trainer.config import METHOD_NAMES
+from trainer.method_configs import SECTIONS
 
 
 def run_dict(run: Run, full: bool = True) -> dict:
@@ -53,11 +55,12 @@ def run_dict(run: Run, full: bool = True) -> dict:
 
 
 LAUNCH = inline_serializer("RunLaunch", {
-    "method": serializers.ChoiceField(choices=["grpo", "spice", "ssp", "scope", "score", "piplay"]),
+    "method": serializers.ChoiceField(choices=list(METHOD_NAMES)),
     "model": serializers.CharField(help_text="a bundled model (GET models/ lists them: smollm2-135m-instruct, "
                                              "qwen2.5-coder-0.5b-instruct, ...), a folder of the models dir, "
                                              "or a path in it"),
-    "corpus": serializers.CharField(required=False, help_text="Corpus name or id (all methods but grpo)"),
+    "corpus": serializers.CharField(required=False, help_text="Corpus name or id (all methods but " + ", ".join(
+        name for name, section in SECTIONS.items() if not section.needs_corpus) + ")"),
     "config": serializers.DictField(required=False, help_text="Config overrides, nested or dotted keys"),
     "set": serializers.ListField(child=serializers.CharField(), required=False, help_text="key.path=value strings"),
     "queue": serializers.ChoiceField(choices=["gpu", "cpu"], required=False),

@@ -14,6 +14,7 @@ from apps.corpora.models import Corpus
 from apps.runs.sealed import SECRET_PATHS
 from apps.runs.services.launch import available_models
 from trainer.config import method_fields
+from trainer.method_configs import SECTIONS
 
 PREFIX = "cfg__"
 HIDDEN_PATHS = {"model.name_or_path", "corpus.path"}  # the top fields / the web's own corpus
@@ -47,7 +48,7 @@ class LaunchForm(forms.Form):
         self.installed_count = sum(m["installed"] for m in self.models)
         names = list(Corpus.objects.order_by("name").values_list("name", flat=True))
         self.fields["corpus"].choices = [("", "— none —")] + [(n, n) for n in names]
-        if method != "grpo" and names:
+        if SECTIONS[method].needs_corpus and names:
             self.fields["corpus"].initial = names[0]
         for row in self.rows:
             self.fields[field_name(row["path"])] = _form_field(row)

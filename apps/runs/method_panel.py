@@ -14,37 +14,24 @@ Read from what the recipes send to the sink (trainer/methods/scope.py, score.py,
   difficulty signal), hop mix, the Student's exact match, distillation divergence to the teacher
   and lambda; the latest questions with hops, difficulty reward and the QCP the teacher reads.
 
-``panel(run)`` returns None for the other methods (the page shows nothing then).
+A method has a panel when its template ``runs/_method_<method>.html`` exists; the per-step table
+shows the metrics its config section names (``panel_metrics``, trainer/method_configs.py), and
+``EXTRAS`` adds what a panel shows beyond that. ``panel(run)`` returns None for a method without a
+template (the page shows nothing then).
 """
 from __future__ import annotations
 
 from django.db.models import Avg
+from django.template import TemplateDoesNotExist
+from django.template.loader import get_template
 
 from apps.episodes.models import Grade, Rubric, Task
 from apps.runs.models import Metric
+from trainer.method_configs import SECTIONS
 
 STEPS = 20  # newest steps in the per-step table
 TASKS = 6  # newest tasks shown in detail
 
-# (role, metric name, column label) per method; a column the run never reported is left out.
-COLUMNS = {
-    "scope": [("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 Challenger, 2 Solver)"),
-              ("challenger", "task_parsed", "parsed"), ("challenger", "gate_entity", "gate: entity"),
-              ("challenger", "gate_relevance", "gate: relevance"), ("challenger", "gate_pass_rate", "gates passed"),
-              ("challenger", "rubrics_per_task", "rubrics / task"), ("challenger", "mean_rubric_score", "mean rubric score"),
-              ("challenger", "in_window", "in window"), ("solver", "pool_size", "pool"), ("solver", "tasks", "solver tasks"),
-              ("solver", "rubric_score", "solver rubric score")],
-    "score": [("solver", "harness_version", "harness v"), ("solver", "solver_reward", "solver reward"),
-              ("solver", "consistency", "consistency"), ("evaluator", "rubric_followed", "rubric followed"),
-              ("solver", "evaluator_searches", "evaluator searches"), ("solver", "depth_zeroed_rate", "depth zeroed"),
-              ("solver", "eval_format_failures", "eval format fails"), ("solver", "valid_report_rate", "valid reports")],
-    "piplay": [("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 examiner, 2 student)"),
-               ("examiner", "valid_rate", "valid questions"), ("examiner", "student_pass_rate", "student pass rate"),
-               ("examiner", "reward_mean", "examiner reward"), ("examiner", "format_reward", "format reward"),
-               ("examiner", "hops_1", "1-hop"), ("examiner", "hops_2", "2-hop"), ("examiner", "hops_3", "3-hop"),
-               ("examiner", "hops_4", "4-hop"), ("student", "exact_match", "student exact match"),
-               ("student", "distill", "divergence to teacher"), ("student", "lambda", "lambda")],
-}
 
 
 def steps_table(run, columns) -> dict:
@@ -115,16 +102,22 @@ def piplay_tasks(run) -> list[dict]:
              "stage": (t.data or {}).get("stage", "")} for t in tasks]
 
 
+# What a method's panel shows beyond its per-step table: context key -> builder(run).
+EXTRAS = {
+    "scope": {"tasks": scope_tasks},
+    "score": {"harness": score_harness, "tasks": score_tasks},
+    "piplay": {"tasks": piplay_tasks},
+}
+
+
 def panel(run) -> dict | None:
-    """The method panel's context (``template`` names the include), or None for other methods."""
-    if run.method not in COLUMNS:
+    """The method panel's context (``template`` names the include), or None for a method without one."""
+    template = f"runs/_method_{run.method}.html"
+    try:
+        get_template(template)
+    except TemplateDoesNotExist:
         return None
-    out = {"template": f"runs/_method_{run.method}.html", "steps": steps_table(run, COLUMNS[run.method])}
-    if run.method == "scope":
-        out["tasks"] = scope_tasks(run)
-    elif run.method == "score":
-        out["harness"] = score_harness(run)
-        out["tasks"] = score_tasks(run)
-    else:
-        out["tasks"] = piplay_tasks(run)
+    section = SECTIONS.get(run.method)
+    out = {"template": template, "steps": steps_table(run, section.panel_metrics if section else ())}
+    out.update({key: build(run) for key, build in EXTRAS.get(run.method, {}).items()})
     return out

@@ -35,9 +35,9 @@ from apps.runs.models import Run, RunEvent
 from apps.runs.sealed import endpoint_problems, seal_inputs
 from apps.runs.services.lifecycle import enqueue
 from trainer.config import METHOD_NAMES, ConfigError, load_config
+from trainer.method_configs import SECTIONS
 
 QUEUES = ("gpu", "cpu")
-METHODS_WITHOUT_CORPUS = {"grpo"}  # every self-play method reads documents / searches a corpus
 
 
 class LaunchError(ValueError):
@@ -124,7 +124,7 @@ def validate(method: str, model: str | None, corpus, config: dict | None = None,
 
 def _corpus(method: str, corpus, problems: list):
     if corpus in (None, ""):
-        if method not in METHODS_WITHOUT_CORPUS:
+        if SECTIONS[method].needs_corpus:
             problems.append(("corpus", f"method {method} trains on a corpus; choose one (see /corpora/)"))
         return None
     if isinstance(corpus, Corpus):
