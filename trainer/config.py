@@ -171,7 +171,8 @@ class ReviewConfig(Section):
         description="Detectors whose hits are always reviewed: near-duplicate tasks, judge disagreement across "
         "samples, pass rate 0 or 1, watchdog flags.")
     duplicate_similarity: float = Field(
-        0.8, gt=0, le=1, description="Word-bigram Jaccard similarity at which a task is a near-duplicate.")
+        0.8, gt=0, le=1, description="Jaccard similarity of two questions' character 5-gram sets at which a task "
+        "is a near-duplicate.")
     recent_tasks: int = Field(500, ge=1, description="Recent tasks of the run searched for near-duplicates.")
 
 

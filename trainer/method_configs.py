@@ -292,13 +292,6 @@ class ScopeSection(MethodSection):
 
     schedule_fields: ClassVar[tuple[str, str, str]] = ("iterations", "challenger_steps", "solver_steps")
     display_name: ClassVar[str] = "SCOPE"
-    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
-        ("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 Challenger, 2 Solver)"),
-        ("challenger", "task_parsed", "parsed"), ("challenger", "gate_entity", "gate: entity"),
-        ("challenger", "gate_relevance", "gate: relevance"), ("challenger", "gate_pass_rate", "gates passed"),
-        ("challenger", "rubrics_per_task", "rubrics / task"), ("challenger", "mean_rubric_score", "mean rubric score"),
-        ("challenger", "in_window", "in window"), ("solver", "pool_size", "pool"), ("solver", "tasks", "solver tasks"),
-        ("solver", "rubric_score", "solver rubric score"))
 
     def judged_by_frozen_base(self) -> bool:
         return True
@@ -370,6 +363,15 @@ class ScopeSection(MethodSection):
         return {"gate": min(self.gate_max_new_tokens, cap), "rubrics": min(self.rubric_max_new_tokens, cap),
                 "grade": min(self.grade_max_new_tokens, cap)}
 
+    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 Challenger, 2 Solver)"),
+        ("challenger", "task_parsed", "parsed"), ("challenger", "gate_entity", "gate: entity"),
+        ("challenger", "gate_relevance", "gate: relevance"), ("challenger", "gate_pass_rate", "gates passed"),
+        ("challenger", "rubrics_per_task", "rubrics / task"),
+        ("challenger", "mean_rubric_score", "mean rubric score"), ("challenger", "in_window", "in window"),
+        ("solver", "pool_size", "pool"), ("solver", "tasks", "solver tasks"),
+        ("solver", "rubric_score", "solver rubric score"))
+
 
 class ScoreSection(MethodSection):
     """SCORE: a Solver writes research reports, an Evaluator samples rubrics and scores them."""
@@ -377,11 +379,6 @@ class ScoreSection(MethodSection):
     display_name: ClassVar[str] = "SCORE"
     multi_update: ClassVar[bool] = True  # Solver then Evaluator on one rollout
     has_harness: ClassVar[bool] = True
-    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
-        ("solver", "harness_version", "harness v"), ("solver", "solver_reward", "solver reward"),
-        ("solver", "consistency", "consistency"), ("evaluator", "rubric_followed", "rubric followed"),
-        ("solver", "evaluator_searches", "evaluator searches"), ("solver", "depth_zeroed_rate", "depth zeroed"),
-        ("solver", "eval_format_failures", "eval format fails"), ("solver", "valid_report_rate", "valid reports"))
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "train.warmup_steps": 5, "rollout.group_size": 8, "train.kl_coef": 0.05,
@@ -450,19 +447,18 @@ class ScoreSection(MethodSection):
                              "would zero every score; lower it or raise evaluator_max_turns")
         return self
 
+    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("solver", "harness_version", "harness v"), ("solver", "solver_reward", "solver reward"),
+        ("solver", "consistency", "consistency"), ("evaluator", "rubric_followed", "rubric followed"),
+        ("solver", "evaluator_searches", "evaluator searches"), ("solver", "depth_zeroed_rate", "depth zeroed"),
+        ("solver", "eval_format_failures", "eval format fails"), ("solver", "valid_report_rate", "valid reports"))
+
 
 class PiplaySection(MethodSection):
     """pi-Play: an Examiner builds multi-hop questions; a Student learns with GRPO minus self-distillation."""
 
     schedule_fields: ClassVar[tuple[str, str, str]] = ("iterations", "examiner_steps", "student_steps")
     display_name: ClassVar[str] = "pi-Play"
-    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
-        ("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 examiner, 2 student)"),
-        ("examiner", "valid_rate", "valid questions"), ("examiner", "student_pass_rate", "student pass rate"),
-        ("examiner", "reward_mean", "examiner reward"), ("examiner", "format_reward", "format reward"),
-        ("examiner", "hops_1", "1-hop"), ("examiner", "hops_2", "2-hop"), ("examiner", "hops_3", "3-hop"),
-        ("examiner", "hops_4", "4-hop"), ("student", "exact_match", "student exact match"),
-        ("student", "distill", "divergence to teacher"), ("student", "lambda", "lambda"))
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 5, "train.kl_coef": 0.0, "train.prompts_per_step": 256,
@@ -495,6 +491,14 @@ class PiplaySection(MethodSection):
     student_max_new_tokens: int | None = Field(
         None, ge=16, description="Token budget of a student trajectory, tool output included (None = "
         "rollout.max_new_tokens, 4096; the paper caps the whole sequence, prompt included, at 8192).")
+
+    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 examiner, 2 student)"),
+        ("examiner", "valid_rate", "valid questions"), ("examiner", "student_pass_rate", "student pass rate"),
+        ("examiner", "reward_mean", "examiner reward"), ("examiner", "format_reward", "format reward"),
+        ("examiner", "hops_1", "1-hop"), ("examiner", "hops_2", "2-hop"), ("examiner", "hops_3", "3-hop"),
+        ("examiner", "hops_4", "4-hop"), ("student", "exact_match", "student exact match"),
+        ("student", "distill", "divergence to teacher"), ("student", "lambda", "lambda"))
 
 
 SECTIONS: dict[str, type[MethodSection]] = {

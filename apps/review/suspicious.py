@@ -2,9 +2,10 @@
 
 Each returns ``{(kind, key): [reason, ...]}`` for the records of one flush:
 
-- ``near_duplicates``: a task whose normalized question shares at least ``duplicate_similarity``
-  of its word bigrams (Jaccard) with one of the run's recent tasks or an earlier task of the
-  same flush. Self-play Challengers that collapse onto one question show up here first.
+- ``near_duplicates``: a task whose question's character 5-grams have a Jaccard similarity of at
+  least ``duplicate_similarity`` with one of the run's recent tasks or an earlier task of the same
+  flush (the run page's ledger counts near duplicates the same way). Self-play Challengers that
+  collapse onto one question show up here first.
 - ``extreme_difficulty``: a valid task with pass rate 0 (nobody solved it: wrong gold answer?)
   or 1 (trivial).
 - ``judge_disagreement``: a grade whose judge samples disagree (``data`` holds several votes
@@ -15,70 +16,26 @@ Each returns ``{(kind, key): [reason, ...]}`` for the records of one flush:
 """
 from __future__ import annotations
 
-import re
-
 from apps.episodes.models import Grade, Task
+from apps.episodes.near_duplicates import most_similar_earlier
 
 PASS = 0.5
 VOTE_FIELDS = ("samples", "votes", "judge_samples")
 
 
-def normalize(text: str) -> list[str]:
-    """Lower-case words without punctuation."""
-    return re.sub(r"[^\w\s]", " ", (text or "").lower()).split()
-
-
-def shingles(text: str) -> frozenset:
-    words = normalize(text)
-    if len(words) < 2:
-        return frozenset(words)
-    return frozenset(zip(words, words[1:]))
-
-
-def jaccard(a: frozenset, b: frozenset) -> float:
-    if not a or not b:
-        return 0.0
-    return len(a & b) / len(a | b)
-
-
 def near_duplicates(run_id: int, tasks: list[dict], threshold: float, recent: int) -> dict:
-    """Tasks of this flush that nearly repeat a recent task of the run or an earlier one of the flush.
-
-    Overlaps are counted through an inverted index (bigram -> tasks holding it), so only tasks
-    sharing a bigram are compared: a flush of a thousand tasks against the recent ones stays cheap."""
-    fresh = [(str(t["key"]), shingles(t.get("question") or "")) for t in tasks if t.get("question")]
+    """Tasks of this flush that nearly repeat one of the run's ``recent`` tasks or an earlier one of
+    the flush (apps/episodes/near_duplicates.py: the detector the run page's ledger uses)."""
+    fresh = [(str(t["key"]), t["question"]) for t in tasks if t.get("question")]
     if not fresh:
         return {}
     keys = {k for k, _ in fresh}
-    older = (Task.objects.filter(run_id=run_id).exclude(key__in=keys).exclude(question="")
-             .order_by("-step", "-id").values_list("key", "question")[:recent])
-    seen_keys: list[str] = []
-    sizes: list[int] = []
-    index: dict = {}
-
-    def add(key: str, sh: frozenset) -> None:
-        for gram in sh:
-            index.setdefault(gram, []).append(len(seen_keys))
-        seen_keys.append(key)
-        sizes.append(len(sh))
-
-    for key, question in older:
-        add(key, shingles(question))
-    out: dict = {}
-    for key, sh in fresh:
-        overlap: dict[int, int] = {}
-        for gram in sh:
-            for j in index.get(gram, ()):
-                overlap[j] = overlap.get(j, 0) + 1
-        best, other = 0.0, ""
-        for j, shared in overlap.items():
-            similarity = shared / (len(sh) + sizes[j] - shared)  # Jaccard: |A & B| / |A | B|
-            if similarity > best:
-                best, other = similarity, seen_keys[j]
-        if sh and best >= threshold:
-            out[("task", key)] = [f"near-duplicate of task {other} (similarity {best:.2f})"]
-        add(key, sh)
-    return out
+    older = list(Task.objects.filter(run_id=run_id).exclude(key__in=keys).exclude(question="")
+                 .order_by("-step", "-id").values_list("key", "question")[:recent])[::-1]
+    items = older + fresh
+    found = most_similar_earlier([text for _, text in items], threshold, start=len(older))
+    return {("task", items[i][0]): [f"near-duplicate of task {items[j][0]} (similarity {similarity:.2f})"]
+            for i, (j, similarity) in found.items()}
 
 
 def extreme_difficulty(tasks: list[dict]) -> dict:

@@ -112,16 +112,17 @@ def test_a_watchdog_can_flag_a_stored_sample(make_run):
     assert flag_suspicious(run, "task", "nope", "x") is None
 
 
-def test_near_duplicates_within_one_flush_use_word_bigram_jaccard(make_run):
-    from apps.review.suspicious import jaccard, near_duplicates, shingles
+def test_near_duplicates_within_one_flush_use_character_5gram_jaccard(make_run):
+    from apps.episodes.near_duplicates import jaccard, shingles
+    from apps.review.suspicious import near_duplicates
 
     run = make_run()
     tasks = [{"key": "1:a", "question": "The Moon orbits the Earth."},
              {"key": "1:b", "question": "the moon orbits the earth slowly"},
              {"key": "1:c", "question": "The Sun is hot."}]
-    # 1:a bigrams: (the moon) (moon orbits) (orbits the) (the earth) = 4; 1:b adds (earth slowly) = 5
-    # Jaccard = 4 / 5 = 0.8
-    assert jaccard(shingles(tasks[0]["question"]), shingles(tasks[1]["question"])) == pytest.approx(0.8)
-    assert near_duplicates(run.pk, tasks, threshold=0.8, recent=100) == {
-        ("task", "1:b"): ["near-duplicate of task 1:a (similarity 0.80)"]}
-    assert near_duplicates(run.pk, tasks, threshold=0.81, recent=100) == {}
+    # 1:a normalized: "the moon orbits the earth" (25 characters) = 21 5-grams, all in 1:b's
+    # "the moon orbits the earth slowly" (32 characters) = 28 5-grams: Jaccard = 21 / 28 = 0.75
+    assert jaccard(shingles(tasks[0]["question"]), shingles(tasks[1]["question"])) == pytest.approx(0.75)
+    assert near_duplicates(run.pk, tasks, threshold=0.75, recent=100) == {
+        ("task", "1:b"): ["near-duplicate of task 1:a (similarity 0.75)"]}
+    assert near_duplicates(run.pk, tasks, threshold=0.76, recent=100) == {}

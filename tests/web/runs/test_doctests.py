@@ -3,10 +3,11 @@ import doctest
 
 import pytest
 
+from apps.episodes import near_duplicates
 from apps.runs import compare, ledger, metrics, trajectory
 
 
-@pytest.mark.parametrize("module", [ledger, trajectory, compare, metrics])
+@pytest.mark.parametrize("module", [ledger, trajectory, compare, metrics, near_duplicates])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -1,6 +1,7 @@
 """The task ledger: difficulty histogram, invalid share and near-duplicate rate, from real Task rows."""
 import pytest
 
+from apps.episodes import near_duplicates as nd
 from apps.episodes.models import Task
 from apps.runs import ledger
 from apps.runs.models import Run
@@ -10,14 +11,14 @@ pytestmark = pytest.mark.django_db
 
 def test_shingle_jaccard_and_duplicate_flags_by_hand():
     # "abcdef" 3-grams: abc bcd cde def; "abcdeg": abc bcd cde deg -> 3 shared of 5 distinct = 0.6
-    assert ledger.jaccard(ledger.shingles("abcdef", 3), ledger.shingles("abcdeg", 3)) == pytest.approx(0.6)
-    assert ledger.shingles("  A  b ", 5) == frozenset({"a b"})  # shorter than k: the whole text
-    assert ledger.jaccard(frozenset(), frozenset()) == 0.0
+    assert nd.jaccard(nd.shingles("abcdef", 3), nd.shingles("abcdeg", 3)) == pytest.approx(0.6)
+    assert nd.shingles("  A  b ", 5) == frozenset({"a b"})  # shorter than k: the whole text
+    assert nd.jaccard(frozenset(), frozenset()) == 0.0
     texts = ["What is the capital of France?", "what is the capital of  France ?",
              "Name the longest river in Africa.", "What is the capital of France?"]
-    assert ledger.near_duplicate_flags(texts, 0.7, window=100) == [False, True, False, True]
+    assert nd.near_duplicate_flags(texts, 0.7, window=100) == [False, True, False, True]
     # a window of 1 only looks at the question just before: the last one no longer matches
-    assert ledger.near_duplicate_flags(texts, 0.7, window=1) == [False, True, False, False]
+    assert nd.near_duplicate_flags(texts, 0.7, window=1) == [False, True, False, False]
 
 
 def test_pass_rates_fall_in_their_bins():
@@ -103,9 +104,9 @@ def test_minhash_flags_agree_with_exact_jaccard_on_planted_near_duplicates():
                 words[rng.randrange(len(words))] = rng.choice(vocab)
             texts.append(" ".join(words))
     rng.shuffle(texts)
-    sets = [ledger.shingles(t) for t in texts]
-    exact = [any(ledger.jaccard(sets[i], sets[j]) >= 0.7 for j in range(max(0, i - 100), i)) for i in range(len(texts))]
+    sets = [nd.shingles(t) for t in texts]
+    exact = [any(nd.jaccard(sets[i], sets[j]) >= 0.7 for j in range(max(0, i - 100), i)) for i in range(len(texts))]
     assert 5 < sum(exact) < len(texts) // 2
-    assert ledger.near_duplicate_flags(texts, 0.7, 100) == exact
+    assert nd.near_duplicate_flags(texts, 0.7, 100) == exact
     # the shingle hashes count the same k-grams as the sets
-    assert [len(ledger.shingle_hashes(t)) for t in texts[:20]] == [len(s) for s in sets[:20]]
+    assert [len(nd.shingle_hashes(t)) for t in texts[:20]] == [len(s) for s in sets[:20]]
