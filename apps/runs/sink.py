@@ -36,6 +36,7 @@ from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.runs import hooks
 from apps.runs.live import publish, remember_progress
 from apps.runs.models import Checkpoint, Metric, Run, RunEvent, Status
+from apps.runs.samples import why_invalid
 from apps.runs.watchdog import check_run
 from trainer.sink import SAMPLE_KINDS, Control
 
@@ -337,7 +338,7 @@ def _preview(kind: str, row) -> dict:
     base = {"type": "sample", "kind": kind, "key": row.key, "role": row.role, "step": row.step}
     if kind == "task":
         return {**base, "question": row.question[:TEXT_PREVIEW], "answer": row.answer[:300], "valid": row.valid,
-                "pass_rate": row.pass_rate}
+                "pass_rate": row.pass_rate, "why_invalid": why_invalid(row)[:300]}
     reward = row.reward if row.reward is None or math.isfinite(row.reward) else None
     return {**base, "text": row.text[:TEXT_PREVIEW], "reward": reward, "task_key": row.task_key}
 

@@ -84,6 +84,22 @@ def token_view(attempt, model_name: str) -> dict:
             "note": note, "problems": problems}
 
 
+def prompt_text(attempt, model_name: str) -> str:
+    """The prompt the model saw, decoded from the masked tokens before the first trained one
+    (recipes that store the prompt's ids with the completion, as GRPO does); "" when the attempt
+    stored none or no tokenizer is at hand (the page then shows the task's question)."""
+    ids, mask = list(attempt.token_ids or []), list(attempt.loss_mask or [])
+    prefix = []
+    for token, trained in zip(ids, mask):
+        if trained:
+            break
+        prefix.append(token)
+    if not prefix or len(prefix) == len(ids):
+        return ""
+    tokenizer, _ = tokenizer_for(model_name)
+    return tokenizer.decode(prefix, skip_special_tokens=False) if tokenizer is not None else ""
+
+
 def passages(attempt) -> list[dict]:
     """The retrieved passages (Passage dicts), tolerant of older rows that stored other shapes."""
     out = []

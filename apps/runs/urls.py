@@ -14,5 +14,6 @@ urlpatterns = [
     path("<int:run_id>/samples/", views.samples, name="samples"),
     path("<int:run_id>/ledger/", views.ledger, name="ledger"),
     path("<int:run_id>/attempts/<path:key>/", views.trajectory, name="trajectory"),
+    path("<int:run_id>/tasks/<path:key>/", views.task_detail, name="task"),
     re_path(r"^(?P<run_id>\d+)/(?P<action>pause|resume|cancel)/$", views.control, name="control"),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef, Subquery
+from django.db.models import Count, OuterRef, Subquery
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.debug import sensitive_post_parameters
@@ -17,6 +17,7 @@ from apps.runs import compare as run_compare
 from apps.runs import ledger as run_ledger
 from apps.runs import method_panel
 from apps.runs import metrics as run_metrics
+from apps.runs import samples as run_samples
 from apps.runs import trajectory as run_trajectory
 from apps.runs.forms import SECRET_FIELDS, LaunchForm
 from apps.runs.live import current_progress
@@ -30,10 +31,20 @@ LATEST_SAMPLES = 12
 INITIAL_POINTS = 1000  # per role, about the reward chart's width in pixels
 
 
-def _latest_attempts(run):
-    """The samples table's attempts, without their token arrays and turns (the trajectory page has them)."""
-    return (Attempt.objects.filter(run=run).defer("token_ids", "loss_mask", "turns", "passages", "data")
-            .order_by("-step", "-id")[:LATEST_SAMPLES])
+def _latest_samples(run) -> dict:
+    """The samples table: the newest tasks (with why an invalid one is invalid and how many attempts
+    answer it) and attempts (without their token arrays and turns: the trajectory page has them),
+    each with the answer a verifier read next to the gold answer."""
+    tasks = list(Task.objects.filter(run=run).annotate(n_attempts=Count("attempts"))
+                 .order_by("-step", "-id")[:LATEST_SAMPLES])
+    for t in tasks:
+        t.why = run_samples.why_invalid(t)
+    attempts = list(Attempt.objects.filter(run=run).select_related("task")
+                    .defer("token_ids", "loss_mask", "turns", "passages", "task__data")
+                    .order_by("-step", "-id")[:LATEST_SAMPLES])
+    for a in attempts:
+        a.check = run_samples.answer_check(run, a, a.task)
+    return {"tasks": tasks, "attempts": attempts}
 
 
 def with_last_reward(qs):
@@ -81,8 +92,7 @@ def detail(request, run_id: int):
         "run": run,
         "can_control": can_control_run(request.user, run),
         "events": run.events.all()[:50],
-        "tasks": Task.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
-        "attempts": _latest_attempts(run),
+        **_latest_samples(run),
         "latest_groups": run_metrics.by_role(run_metrics.latest_values(run), curves),
         # the reward chart: one curve per role; its first points come with the page (no round trip before it can draw)
         "curve_names": run_metrics.CURVE_NAMES,
@@ -127,8 +137,7 @@ def samples(request, run_id: int):
     run = get_object_or_404(Run, pk=run_id)
     return render(request, "runs/_samples.html", {
         "run": run,
-        "tasks": Task.objects.filter(run=run).order_by("-step", "-id")[:LATEST_SAMPLES],
-        "attempts": _latest_attempts(run),
+        **_latest_samples(run),
     })
 
 
@@ -144,16 +153,38 @@ def ledger(request, run_id: int):
 
 
 def trajectory(request, run_id: int, key: str):
-    """One attempt turn by turn, with its retrieved passages and its tokens coloured by loss mask."""
-    run = get_object_or_404(Run, pk=run_id)
+    """One attempt turn by turn, with the prompt it answered, its retrieved passages and its tokens coloured by loss mask."""
+    run = get_object_or_404(Run.objects.select_related("corpus"), pk=run_id)
     attempt = Attempt.objects.select_related("task").filter(run=run, key=key).first()
     if attempt is None:
         raise Http404(f"Run {run.pk} has no attempt {key!r} (it may not be written yet; reload in a moment).")
     grades = attempt.grades.select_related("rubric").order_by("id")[:50]
+    task = attempt.task
     return render(request, "runs/trajectory.html", {
-        "run": run, "attempt": attempt, "task": attempt.task, "grades": grades,
+        "run": run, "attempt": attempt, "task": task, "grades": grades,
+        "why_invalid": run_samples.why_invalid(task) if task else "",
+        "check": run_samples.answer_check(run, attempt, task),
+        "document": run_samples.source_document(run, task),
+        "prompt": run_trajectory.prompt_text(attempt, run.model_name),
         "turns": run_trajectory.turns(attempt), "passages": run_trajectory.passages(attempt),
         "tokens": run_trajectory.token_view(attempt, run.model_name),
+    })
+
+
+def task_detail(request, run_id: int, key: str):
+    """One task: its question and answer, why it is invalid, the document it was written from, and
+    every attempt that answers it (each linked to its trajectory)."""
+    run = get_object_or_404(Run.objects.select_related("corpus"), pk=run_id)
+    found = Task.objects.filter(run=run, key=key).first()
+    if found is None:
+        raise Http404(f"Run {run.pk} has no task {key!r} (it may not be written yet; reload in a moment).")
+    attempts = list(Attempt.objects.filter(run=run, task_key=key)
+                    .defer("token_ids", "loss_mask", "turns", "passages").order_by("role", "key"))
+    for a in attempts:
+        a.check = run_samples.answer_check(run, a, found)
+    return render(request, "runs/task.html", {
+        "run": run, "task": found, "attempts": attempts, "why_invalid": run_samples.why_invalid(found),
+        "document": run_samples.source_document(run, found),
     })
 
 
