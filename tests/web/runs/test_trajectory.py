@@ -73,7 +73,8 @@ def test_the_samples_block_links_attempts_to_their_trajectory(client, researcher
     client.force_login(researcher)
     html = client.get(f"/runs/{run.pk}/").content.decode()
     assert f'href="/runs/{run.pk}/attempts/{attempt.key}/"' in html
-    assert "/attempts/${encodeURIComponent(msg.key)}/" in html  # rows that arrive live get the link too
+    # rows that arrive live get the link too (attempts to their trajectory, tasks to the task page)
+    assert '${msg.kind === "attempt" ? "attempts" : "tasks"}/${encodeURIComponent(msg.key)}/' in html
 
 
 def test_without_a_tokenizer_tokens_show_as_ids(client, researcher, run_env):
