@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "selfplay_web",  # the platform's commands: serve, services
     "apps.accounts",
     "apps.corpora",
     "apps.runs",
@@ -58,6 +59,7 @@ INSTALLED_APPS = [
     "apps.review",
     "apps.evals",
     "apps.api",
+    "apps.export",
 ]
 
 MIDDLEWARE = [

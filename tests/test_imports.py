@@ -155,6 +155,14 @@ def test_no_circle_among_the_project_modules():
         " <-> ".join(part) for part in found)
 
 
+def test_no_circle_among_the_apps():
+    graph = app_graph(IMPORTS)
+    found = circles(graph)
+    detail = [imp for imp in IMPORTS if any(unit(imp.source) in part and unit(imp.target) in part
+                                            and unit(imp.source) != unit(imp.target) for part in found)]
+    assert not found, f"apps importing each other: {found}; the imports: {detail}"
+
+
 def test_no_module_imports_another_modules_private_names():
     found = private_imports(IMPORTS)
     assert not found, f"private names imported from another module (make them public or move them): {found}"

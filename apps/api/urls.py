@@ -12,4 +12,5 @@ urlpatterns = [
     path("", include("apps.runs.api_urls")),
     path("", include("apps.review.api_urls")),
     path("", include("apps.evals.api_urls")),
+    path("", include("apps.export.api_urls")),
 ]

@@ -1,7 +1,6 @@
-"""REST routes of evals and the run export, mounted under /api/v1/ by apps/api/urls.py."""
-from django.urls import path, re_path
+"""REST routes of evals, mounted under /api/v1/ by apps/api/urls.py."""
+from django.urls import path
 
-from apps.api import export_view
 from apps.evals import api
 
 urlpatterns = [
@@ -13,6 +12,4 @@ urlpatterns = [
     path("evals/<int:job_id>/cancel/", api.eval_cancel, name="api-eval-cancel"),
     path("evals/crossplay/<int:crossplay_id>/", api.crossplay_detail, name="api-crossplay"),
     path("runs/<int:run_id>/crossplay/", api.run_crossplay, name="api-run-crossplay"),
-    re_path(r"^runs/(?P<run_id>\d+)/export/(?P<kind>[a-z_]+)\.(?P<fmt>[a-z0-9]+)$", export_view.export_run,
-            name="api-run-export"),
 ]

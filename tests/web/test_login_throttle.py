@@ -123,7 +123,7 @@ def _daphne_address_header(argv):
 def test_the_server_takes_the_client_address_from_x_forwarded_for_only_behind_the_proxy():
     """daphne with --proxy-headers makes the first X-Forwarded-For entry REMOTE_ADDR, whoever sent it:
     served directly, that would let a guesser name a new address for every try."""
-    from apps.accounts.management.commands.serve import daphne_argv
+    from selfplay_web.management.commands.serve import daphne_argv
 
     assert _daphne_address_header(daphne_argv("127.0.0.1", 8000, None)) is None
     with override_settings(SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO", "https")):

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from django.conf import settings
 
-from apps.accounts.management.commands.serve import default_workers
+from selfplay_web.management.commands.serve import default_workers
 from apps.runs.live import publish
 from apps.runs.models import Run
 from tests.fault.conftest import free_port, test_database_url, wait_for_other_sessions_to_close
@@ -113,7 +113,7 @@ def test_the_default_worker_count_follows_the_cpus_or_the_environment(monkeypatc
 def test_the_workers_pools_together_stay_within_the_budget(monkeypatch):
     from django.conf import settings
 
-    from apps.accounts.management.commands import serve
+    from selfplay_web.management.commands import serve
 
     assert [serve.pool_size(n) for n in (1, 2, 4, 8, 64)] == [16, 16, 12, 6, 2]
     assert all(n * serve.pool_size(n) <= serve.POOL_BUDGET for n in (3, 4, 5, 8))

@@ -1,8 +1,8 @@
-"""``{% export_panel run %}``: the run page's download buttons for the streaming export (apps/api/export.py)."""
+"""``{% export_panel run %}``: the run page's download buttons for the streaming export (apps/export/stream.py)."""
 from django import template
 from django.urls import reverse
 
-from apps.api.export import Filters, queryset
+from apps.export.stream import Filters, queryset
 
 register = template.Library()
 
@@ -16,7 +16,7 @@ DOWNLOADS = (
 FORMATS = (("jsonl", "JSONL"), ("parquet", "Parquet"))
 
 
-@register.inclusion_tag("api/_downloads.html")
+@register.inclusion_tag("export/_downloads.html")
 def export_panel(run):
     rows = []
     for kind, label in DOWNLOADS:

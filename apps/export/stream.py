@@ -25,11 +25,11 @@ id of the previous complete file (use ``limit`` to download in parts).
 
 Memory stays constant: pages of ``PAGE`` rows are read by keyset (``id > last``) and each page is
 encoded and sent before the next is read. The page query selects plain columns (numbers, text, JSON
-and arrays as text: cheap for Postgres) and ``apps/api/export_rows.py`` encodes them: JSONL lines
-byte for byte equal to the reference formatters Postgres runs (``apps/api/export_sql.py``, still
+and arrays as text: cheap for Postgres) and ``apps/export/rows.py`` encodes them: JSONL lines
+byte for byte equal to the reference formatters Postgres runs (``apps/export/sql.py``, still
 used for the rare rows whose turns / passages hold non-string fields), and for Parquet one Arrow
 record batch per page, written as one row group of ``pyarrow.parquet.ParquetWriter`` into a buffer
-drained after every group. The view and its OpenAPI description are in ``apps/api/export_view.py``.
+drained after every group. The view and its OpenAPI description are in ``apps/export/views.py``.
 """
 from __future__ import annotations
 
@@ -47,10 +47,10 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery, TextField, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 
-from apps.api import export_rows
-from apps.api.export_fetch import fetch, read_ahead
-from apps.api.export_sql import lines_sql
 from apps.episodes.models import Attempt, Grade, Rubric, Task
+from apps.export import rows as export_rows
+from apps.export.fetch import fetch, read_ahead
+from apps.export.sql import lines_sql
 from apps.review.models import ReviewItem
 from apps.runs.sealed import redact, redact_overrides
 
@@ -163,7 +163,7 @@ def _b(v) -> str:
     return "null" if v is None else ("true" if v else "false")
 
 
-TYPES = export_rows.TYPES  # code -> arrow type (apps/api/export_sql.py has the JSON formatter of each)
+TYPES = export_rows.TYPES  # code -> arrow type (apps/export/sql.py has the JSON formatter of each)
 ENCODERS = {"int": _i, "float": _f, "str": _s, "bool": _b}  # Python-made lines: pairs and config
 
 # kind -> [(column, type code, source: a model field or an annotation below)]
@@ -363,7 +363,7 @@ def raw_pages(p: Plan, size: int | None = None, binary_arrays: bool = False):
 
 
 def reference_lines(p: Plan, ids: list[int]) -> dict[int, str]:
-    """{id: JSONL line} of the rows ``ids`` built by Postgres (apps/api/export_sql.py, the reference
+    """{id: JSONL line} of the rows ``ids`` built by Postgres (apps/export/sql.py, the reference
     format), for the rare rows export_rows does not encode itself."""
     qs, _ = _aliased(p)
     sql, params = qs.filter(id__in=ids).query.sql_with_params()

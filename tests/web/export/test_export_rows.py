@@ -1,5 +1,5 @@
-"""The export's Python encoders (apps/api/export_rows.py) against the reference Postgres builds
-(apps/api/export_sql.py): byte for byte equal JSONL for every database kind, with odd stored values;
+"""The export's Python encoders (apps/export/rows.py) against the reference Postgres builds
+(apps/export/sql.py): byte for byte equal JSONL for every database kind, with odd stored values;
 binary integer arrays parsed as Postgres holds them; and the read-ahead thread."""
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
-from apps.api import export, export_rows, export_view
-from apps.api.export_fetch import fetch, read_ahead
-from apps.api.export_sql import lines_sql
+from apps.export import rows as export_rows, stream as export, views as export_view
+from apps.export.fetch import fetch, read_ahead
+from apps.export.sql import lines_sql
 from apps.episodes.models import Attempt, Grade, Task
-from tests.web.evals.conftest import jsonl_view
+from tests.web.export.conftest import jsonl_view
 
 DB_KINDS = ("tasks", "rubrics", "attempts", "grades", "verdicts")
 NASTY = 'tab\there\nnew "q" \\ back é ü 😀 \u2028 \x01 \x1f </script>'
@@ -128,7 +128,7 @@ def test_the_read_ahead_thread_gives_the_pages_of_the_inline_read(filled_run, mo
     bytes as the inline read (ahead 0); a consumer that stops early ends the thread."""
     from django.db import connections
 
-    from apps.api import export_fetch
+    from apps.export import fetch as export_fetch
 
     assert not connection.in_atomic_block
     monkeypatch.setattr(export, "PAGE", 5)

@@ -2,14 +2,14 @@
 -o FILE [--role R] [--step-min N] [--step-max N] [--iteration-min N] [--iteration-max N]
 [--review approved|flagged|pending|none] [--valid true|false] [--after ID] [--limit N]
 
-The same stream as GET /api/v1/runs/<id>/export/<kind>.<format> (apps/api/export.py), written to a file.
+The same stream as GET /api/v1/runs/<id>/export/<kind>.<format> (apps/export/stream.py), written to a file.
 """
 from __future__ import annotations
 
 from django.core.management.base import CommandError
 
 from apps.accounts.schema import SchemaCommand
-from apps.api.export import FORMATS, KINDS, ExportError, write_file
+from apps.export.stream import FORMATS, KINDS, ExportError, write_file
 from apps.runs.models import Run
 
 FILTER_OPTIONS = ("role", "step_min", "step_max", "iteration_min", "iteration_max", "review", "valid", "after", "limit")

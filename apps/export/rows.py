@@ -5,7 +5,7 @@ floats, booleans and text as they are, JSON lists (``turns``, ``passages``) as t
 arrays as their text (JSONL) or in Postgres' binary array form (Parquet: parsed by numpy). From
 such rows this module makes
 
-- JSONL lines byte for byte equal to the ones Postgres builds with apps/api/export_sql.py (the
+- JSONL lines byte for byte equal to the ones Postgres builds with apps/export/sql.py (the
   reference formatters: a float is always a float literal, ``null`` for NaN / infinities, strings
   escaped as Postgres' ``to_json`` does, turns / passages with exactly their documented keys);
 - Arrow record batches of the kind's schema (one Parquet row group each) with the same values.

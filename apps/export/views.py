@@ -1,5 +1,5 @@
 """The export view: ``GET /api/v1/runs/<id>/export/<kind>.jsonl|.parquet`` (streamed), with its
-OpenAPI description. What it sends is built in apps/api/export.py."""
+OpenAPI description. What it sends is built in apps/export/stream.py."""
 from __future__ import annotations
 
 import threading
@@ -11,12 +11,12 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiRespo
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.permissions import IsAuthenticated
 
-from apps.api import export
 from apps.api.errors import error_response
-from apps.api.export import (
+from apps.export import stream as export
+from apps.export.stream import (
     CONTENT_TYPES, FORMATS, KINDS, REVIEW_VALUES, ExportError, columns, headers, parse_filters, plan, stream,
 )
-from apps.api.export_fetch import Stopped
+from apps.export.fetch import Stopped
 from apps.runs.models import Run
 
 

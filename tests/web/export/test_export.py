@@ -12,10 +12,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
-from apps.api.export import KINDS, arrow_schema, columns
+from apps.export.stream import KINDS, arrow_schema, columns
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.review.models import ReviewItem
-from tests.web.evals.conftest import jsonl_view
+from tests.web.export.conftest import jsonl_view
 
 @pytest.fixture
 def run(filled_run):
@@ -214,7 +214,7 @@ async def test_under_asgi_the_export_streams_page_by_page(filled_run, reader, mo
     from django.test import AsyncClient
     from rest_framework.authtoken.models import Token
 
-    from apps.api import export
+    from apps.export import stream as export
 
     monkeypatch.setattr(export, "PAGE", 5)
     token = await sync_to_async(lambda: Token.objects.create(user=reader).key)()

@@ -15,7 +15,7 @@ import pytest_asyncio
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
-from apps.api import export, export_fetch
+from apps.export import fetch as export_fetch, stream as export
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
