@@ -76,10 +76,10 @@ class RolloutConfig(Section):
     backend: Literal["hf", "vllm"] = Field("hf", description="Generation backend: transformers (hf) or vLLM.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 = greedy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_new_tokens: int = Field(512, ge=1, description="Most tokens generated per model turn.")
+    max_new_tokens: int = Field(512, ge=1, le=32768, description="Most tokens generated per model turn (at most 32,768).")
     min_new_tokens: int = Field(0, ge=0, description="EOS is forbidden before this many tokens (benchmarks force full length).")
-    group_size: int = Field(8, ge=1, description="Samples per prompt (the GRPO group G).")
-    max_batch_size: int = Field(256, ge=1, description="Most sequences generated in one batch (memory cap).")
+    group_size: int = Field(8, ge=1, le=512, description="Samples per prompt (the GRPO group G; papers use 4-16, at most 512).")
+    max_batch_size: int = Field(256, ge=1, le=65536, description="Most sequences generated in one batch (memory cap).")
     cuda_graphs: Literal["auto", True, False] = Field(
         "auto", description="hf backend: replay each decode step as a CUDA graph over a static KV cache "
                             "(auto = on when the model is on a GPU and its architecture is supported).")
@@ -90,12 +90,12 @@ class RolloutConfig(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(100, ge=1, description="Training steps (policy updates).")
+    steps: int = Field(100, ge=1, le=1_000_000, description="Training steps (policy updates; at most 1,000,000).")
     time_limit_minutes: float = Field(
         0.0, ge=0, description="Stop after the step that ends past this many minutes of training in this process, "
         "with a checkpoint, so a run fits a machine's lease and resumes later with --resume (0 = no limit).")
     lr: float = Field(1e-6, gt=0, description="Peak learning rate (AdamW).")
-    prompts_per_step: int = Field(8, ge=1, description="Prompts (or documents) per step.")
+    prompts_per_step: int = Field(8, ge=1, le=4096, description="Prompts (or documents) per step (at most 4,096).")
     engine: Literal["auto", "torch", "deepspeed"] = Field(
         "auto", description="Optimizer engine: plain torch or DeepSpeed ZeRO; auto = deepspeed on a GPU where it is "
         "installed, else torch (trainer/autotune.py; the run's first event says what was picked).")
@@ -104,7 +104,7 @@ class TrainConfig(Section):
     kl_estimator: Literal["k1", "k3"] = Field("k3", description="Per-token KL estimator: k1 = log ratio, k3 = low-variance.")
     grad_clip: float = Field(1.0, ge=0, description="Clip the global gradient norm to this (0 = no clipping).")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warmup steps, then constant.")
-    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward; gradients accumulate over the step.")
+    micro_batch_size: int = Field(8, ge=1, le=4096, description="Sequences per forward/backward; gradients accumulate over the step.")
     clip_low: float = Field(0.2, ge=0, description="PPO clip: ratio lower bound 1 - clip_low.")
     clip_high: float = Field(0.2, ge=0, description="PPO clip: ratio upper bound 1 + clip_high.")
     loss_agg: Literal["token_mean", "seq_sum"] = Field(
@@ -228,7 +228,8 @@ class _SharedConfig(BaseModel):
     method: Literal[METHOD_NAMES] = Field(
         ..., description=f"Training method: {', '.join(METHOD_NAMES[:-1])} or {METHOD_NAMES[-1]}.")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed for python, numpy and torch RNGs (0 to 2^32-1).")
-    reward: Literal["exact", "math", "mcq"] = Field("math", description="Verifier for method grpo.")
+    reward: Literal["exact", "math", "mcq"] = Field(
+        "math", description="How a grpo answer is checked against the prompt set's gold answer: exact string, math (equivalent expressions) or mcq (the chosen letter).")
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Generation.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Optimisation.")
@@ -506,10 +507,15 @@ def save_config(cfg: Config, path: str | Path) -> Path:
     return path
 
 
+# Top-level keys only some methods read: the other methods' forms leave them out.
+ONLY_FOR = {"reward": ("grpo",), "data": ("grpo",)}
+
+
 def method_fields(method: str) -> list[dict[str, Any]]:
     """Every leaf field of a method's config: path, type, default, help, choices, min, max.
 
-    Defaults are the method's (paper values for shared keys). The web builds forms from this.
+    Defaults are the method's (paper values for shared keys). The web builds forms from this;
+    keys another method alone reads (``ONLY_FOR``: grpo's ``reward`` and ``data``) are left out.
     """
     if method not in SECTIONS:
         raise ConfigError([("method", f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")])
@@ -517,7 +523,7 @@ def method_fields(method: str) -> list[dict[str, Any]]:
     defaults["data"]["path"] = DataConfig.model_fields["path"].default
     rows: list[dict[str, Any]] = []
     for name, field in Config.model_fields.items():
-        if name in METHOD_NAMES and name != method:
+        if name in METHOD_NAMES and name != method or method not in ONLY_FOR.get(name, (method,)):
             continue
         sub = _model_of(field.annotation)
         if sub is not None:
