@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: migrate, create the admin, start the web server and two workers, print the login as
 # soon as the login page answers, then load the corpus and launch a small SPICE run on the CPU.
+# DEBUG stays off (its default): only localhost is served, over plain HTTP (docs/SECURITY.md).
 # Ctrl-C stops everything this script started. Knobs: PORT (default 8000), SELFPLAY_DATA_DIR
 # (default ./var; logs go to its log/), REDIS_URL / DATABASE_URL (see README).
 set -euo pipefail
@@ -28,11 +29,11 @@ trap cleanup EXIT INT TERM
 
 mkdir -p "$LOG"
 $PY manage.py serve --port "$PORT" > "$LOG/web.log" 2>&1 & pids+=($!)
-# The worker for runs (cpu) and housekeeping (default, with the scheduler for the run reaper); a
-# second, niced worker on `default` only for the background corpus load, so the demo run never
-# waits behind it and gets the CPU first.
-$PY manage.py rqworker cpu default --with-scheduler > "$LOG/worker.log" 2>&1 & pids+=($!)
-nice -n 10 $PY manage.py rqworker default > "$LOG/loader.log" 2>&1 & pids+=($!)
+# One worker for training runs (cpu); one for short jobs (short: uploads, evaluations) and
+# housekeeping (default, with the scheduler for the run reaper), so an upload or an evaluation never
+# waits behind the demo run.
+$PY manage.py rqworker cpu > "$LOG/worker.log" 2>&1 & pids+=($!)
+$PY manage.py rqworker short default --with-scheduler > "$LOG/short.log" 2>&1 & pids+=($!)
 
 for _ in $(seq 1 120); do
   curl -fs -o /dev/null "$URL/accounts/login/" && break
@@ -41,7 +42,7 @@ done
 echo
 echo "  Selfplay is running at $URL/  (log in at $URL/accounts/login/)"
 echo "  $LOGIN"
-echo "  logs: $LOG/web.log, $LOG/worker.log, $LOG/loader.log — Ctrl-C to stop"
+echo "  logs: $LOG/web.log, $LOG/worker.log (runs), $LOG/short.log (uploads, evaluations), $LOG/loader.log — Ctrl-C to stop"
 echo
 
 # The corpus: the first 1,000 Wikipedia summaries now (the run needs documents), the rest later.
@@ -51,14 +52,18 @@ if [ -x scripts/demo_data.sh ]; then bash scripts/demo_data.sh now; fi
 $PY manage.py reap_runs > /dev/null 2>&1 || true
 # The demo run: a small SPICE run of SmolLM2-135M-Instruct on the CPU over the Wikipedia corpus
 # (the first worker serves the cpu queue). Re-running `make demo` reuses an active demo run.
+# Sized for 2 cores, about a minute a step: one document a step, 2 Challenger attempts (a 96-token
+# format turn + 128 tokens) and 2 Reasoner answers of 128 tokens, at most 704 generated tokens a
+# step (the 50-step demo before generated 5,120 and took about 4.5 min a step), so the reward chart
+# has several points within 10 minutes.
 RUN_ID=$($PY manage.py launch spice --corpus wikipedia --model smollm2-135m-instruct --user admin \
   --queue cpu --reuse-active \
-  --set train.device=cpu --set train.steps=50 --set train.prompts_per_step=2 \
-  --set rollout.group_size=4 --set rollout.max_new_tokens=192 \
-  --set spice.challenger_attempts=4 --set spice.challenger_group_size=4 --set spice.max_document_tokens=384 \
-  --set checkpoint.every=5 2> "$LOG/launch.log") || RUN_ID=""
+  --set train.device=cpu --set train.steps=30 --set train.prompts_per_step=1 \
+  --set rollout.group_size=2 --set rollout.max_new_tokens=128 --set train.micro_batch_size=4 \
+  --set spice.challenger_attempts=2 --set spice.challenger_group_size=2 --set spice.max_document_tokens=256 \
+  --set spice.format_max_new_tokens=96 --set checkpoint.every=5 2> "$LOG/launch.log") || RUN_ID=""
 if [ -n "$RUN_ID" ]; then
-  echo "  demo SPICE run: $URL/runs/$RUN_ID/ (on 2 CPU cores a step takes minutes)"
+  echo "  demo SPICE run: $URL/runs/$RUN_ID/ (about a minute a step on 2 CPU cores)"
 else
   echo "  the demo run was not launched: $(tail -n 3 "$LOG/launch.log")"
 fi
@@ -74,7 +79,10 @@ for dir in examples/runs/*/; do
   fi
 done
 
-# The other ~9,000 summaries, after the run is queued, on the loader worker (progress on /corpora/).
-if [ -x scripts/demo_data.sh ]; then bash scripts/demo_data.sh background; fi
+# The other ~9,000 summaries, after the run is queued: a niced process of its own (progress on
+# /corpora/), so neither the run nor a short job waits for it.
+if [ -x scripts/demo_data.sh ]; then
+  nice -n 10 bash scripts/demo_data.sh background > "$LOG/loader.log" 2>&1 & pids+=($!)
+fi
 echo
 wait

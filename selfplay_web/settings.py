@@ -108,7 +108,9 @@ CHANNEL_LAYERS = {
 }
 RQ_QUEUES = {
     name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 7 * 24 * 3600}
-    for name in ("gpu", "cpu", "default")
+    # gpu / cpu: training runs (and GPU evaluations); short: ingestion and CPU evaluations, which must
+    # never wait behind a training run; default: housekeeping (the run reaper, on a worker --with-scheduler)
+    for name in ("gpu", "cpu", "short", "default")
 }
 RQ = {"WORKER_CLASS": "apps.runs.workers.SelfplayWorker"}
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

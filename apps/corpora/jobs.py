@@ -1,4 +1,4 @@
-"""RQ jobs of the `cpu` queue: ingest an uploaded file, load the bundled Wikipedia corpus.
+"""RQ jobs of the `short` queue: ingest an uploaded file, load the bundled Wikipedia corpus.
 
 Each job is a plain function (tests call it directly and through a burst worker). Bad input
 ends the job cleanly: the corpus is marked failed with the reason; batches stored before a

@@ -16,6 +16,8 @@ from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
+from apps.jobs.waiting import wait_reason
+
 EMBEDDING_DIM = 384
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 HALFVEC_INDEX = "corpora_chunk_halfvec_hnsw"
@@ -77,6 +79,8 @@ class Corpus(models.Model):
             "errors": self.errors,
             "percent": self.percent,
             "job_id": self.job_id,
+            # what a queued ingestion waits for ("2nd in line on short, behind ...")
+            "waiting_for": (wait_reason(self.job_id) or None) if self.status == self.Status.QUEUED else None,
         }
 
     def queue_ingest(self, job_id: str = "") -> None:

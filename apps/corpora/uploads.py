@@ -16,6 +16,7 @@ from apps.corpora.models import EMBEDDING_DIM, Corpus
 from apps.corpora.parsing import IngestError, ParsedDoc, check_file, check_type
 
 MAX_TITLE = 500
+INGEST_QUEUE = "short"  # short jobs: never behind a training run (settings.RQ_QUEUES)
 MAX_TEXT_CHARS = 5_000_000
 
 
@@ -76,7 +77,8 @@ def read_upload(uploaded) -> bytes:
 
 
 def accept_file(corpus: Corpus, name: str, data: bytes, enqueue: bool = True) -> dict:
-    """Check the file now (bad input -> IngestError), store it, enqueue the ingest job on `cpu`."""
+    """Check the file now (bad input -> IngestError), store it, enqueue the ingest job on `short`
+    (the queue of short jobs: an upload never waits behind a training run on `cpu`)."""
     import django_rq
 
     check_size(len(data))
@@ -86,7 +88,7 @@ def accept_file(corpus: Corpus, name: str, data: bytes, enqueue: bool = True) ->
     job_id = uuid.uuid4().hex
     corpus.queue_ingest(job_id)
     if enqueue:
-        django_rq.get_queue("cpu").enqueue(ingest_upload, corpus.pk, str(stored), Path(name).name, job_id=job_id,
+        django_rq.get_queue(INGEST_QUEUE).enqueue(ingest_upload, corpus.pk, str(stored), Path(name).name, job_id=job_id,
                                            job_timeout=24 * 3600, result_ttl=7 * 24 * 3600)
     return {"job_id": job_id, "stored": str(stored), "progress": corpus.progress(), "warnings": warnings}
 

@@ -31,6 +31,7 @@ from apps.evals.compare import comparison
 from apps.evals.launch import EvalCancelError, EvalLaunchError, cancel_eval, launch_crossplay, launch_eval
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
 from apps.jobs.lifecycle import QueueUnavailable
+from apps.jobs.waiting import no_worker_warning
 from apps.runs.models import Run
 from trainer.evaluate import SCORING, BenchmarkError
 
@@ -180,7 +181,8 @@ def _launch(request):
         return error_response(str(exc), fields=exc.as_dict())
     except QueueUnavailable as exc:
         return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
-    return Response(job.as_dict(), status=status.HTTP_201_CREATED)
+    warning = no_worker_warning(job.queue)
+    return Response({**job.as_dict(), "warnings": [warning] if warning else []}, status=status.HTTP_201_CREATED)
 
 
 @extend_schema(operation_id="evals_detail", summary="One evaluation with its results per benchmark",

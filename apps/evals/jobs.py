@@ -1,4 +1,5 @@
-"""RQ jobs of evals (queues gpu / cpu): ``execute_eval`` and ``execute_crossplay``.
+"""RQ jobs of evals (queue gpu, or short for the CPU: never behind a training run): ``execute_eval``
+and ``execute_crossplay``.
 
 ``execute_eval(job_id)`` claims the job (queued -> running), loads the model once, and for each
 benchmark in turn answers its items (``trainer.evaluate.evaluate``), writing the samples of every

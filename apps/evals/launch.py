@@ -74,12 +74,16 @@ def _int(value, name: str, low: int, high: int, default=None):
     return number
 
 
+CPU_EVAL_QUEUE = "short"  # an evaluation on the CPU never waits behind a training run on `cpu`
+
+
 def _queue(queue, run: Run | None) -> str:
+    """The RQ queue of an evaluation: ``gpu``, or ``short`` for one on the CPU (asked as ``cpu``)."""
     if queue in (None, ""):
-        return run.queue if run is not None and run.queue in QUEUES else "gpu"
-    if queue not in QUEUES:
+        queue = run.queue if run is not None and run.queue in QUEUES else "gpu"
+    if queue not in (*QUEUES, CPU_EVAL_QUEUE):
         raise EvalLaunchError(f"unknown queue {queue!r}; use gpu or cpu", "queue")
-    return queue
+    return CPU_EVAL_QUEUE if queue == "cpu" else queue
 
 
 def _target(model, checkpoint, run, web: bool) -> tuple[str, Run | None, Checkpoint | None, int | None]:

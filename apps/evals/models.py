@@ -22,6 +22,7 @@ from django.db import models
 from django.utils import timezone
 
 from apps.jobs.lifecycle import cancel_job
+from apps.jobs.waiting import wait_reason
 from apps.jobs.reaper import reap
 from trainer.evaluate import SCORING
 
@@ -185,7 +186,9 @@ class EvalJob(JobMixin):
                "corpus": self.corpus.name if self.corpus_id else None, "max_new_tokens": self.max_new_tokens,
                "auto": self.auto, "queue": self.queue, "done": self.done, "total": self.total,
                "error": self.error or None, "owner": self.owner.username if self.owner_id else None,
-               "created": self.created, "started_at": self.started_at, "finished_at": self.finished_at}
+               "created": self.created, "started_at": self.started_at, "finished_at": self.finished_at,
+               # what a queued evaluation waits for ("no live worker serves gpu: ...")
+               "waiting_for": (wait_reason(self.job_id, self.queue) or None) if self.status == Status.QUEUED else None}
         if results:
             out["results"] = [r.as_dict() for r in self.results.select_related("benchmark")]
         return out

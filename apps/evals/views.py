@@ -21,6 +21,7 @@ from apps.evals.compare import comparison
 from apps.evals.launch import EvalCancelError, EvalLaunchError, can_cancel, cancel_eval, launch_crossplay, launch_eval
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
 from apps.jobs.lifecycle import QueueUnavailable
+from apps.jobs.waiting import no_worker_warning
 from apps.runs.models import Run
 from apps.runs.services.launch import available_models
 from apps.runs.workers import workers_overview
@@ -108,7 +109,9 @@ def launch(request):
                           queue=post.get("queue"), max_new_tokens=post.get("max_new_tokens"), user=request.user)
     except (EvalLaunchError, QueueUnavailable) as exc:
         return _answer(request, run, error=str(exc))
-    return _answer(request, run, notice=f"Evaluation {job.pk} queued on {job.queue}.", go=job)
+    warning = no_worker_warning(job.queue)
+    notice = f"Evaluation {job.pk} queued on {job.queue}." + (f" Warning: {warning}." if warning else "")
+    return _answer(request, run, notice=notice, go=job)
 
 
 def _answer(request, run, error: str = "", notice: str = "", go=None):

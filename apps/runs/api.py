@@ -23,10 +23,12 @@ from rest_framework.response import Response
 from apps.accounts.roles import HasRole, can, can_control_run
 from apps.api.errors import error_response
 from apps.jobs.lifecycle import QueueUnavailable
+from apps.jobs.waiting import no_worker_warning, wait_reason
 from apps.runs import metrics as run_metrics
 from apps.runs.models import IllegalTransition, Run
 from apps.runs.sealed import redact, redact_overrides
 from apps.runs.services import lifecycle
+from apps.runs.services.estimate import estimate
 from apps.runs.services.launch import LaunchError, available_models, launch
 from apps.runs.views import with_last_reward
 from trainer.config import METHOD_NAMES
@@ -43,6 +45,8 @@ def run_dict(run: Run, full: bool = True) -> dict:
         "last_reward": getattr(run, "last_reward", None),
         "created_at": run.created_at, "started_at": run.started_at, "finished_at": run.finished_at,
         "heartbeat_at": run.heartbeat_at, "error": run.error or None,
+        # what a queued run waits for ("2nd in line on cpu, behind run 1 on the only cpu worker")
+        "waiting_for": (wait_reason(run.job_id, run.queue) or None) if run.status == "queued" else None,
     }
     if full:
         out.update({"worker": run.worker_name or None, "job_id": run.job_id or None, "run_dir": run.run_dir,
@@ -103,7 +107,11 @@ def _launch(request):
         return error_response(f"invalid launch: {exc}", fields=exc.as_dict())
     except QueueUnavailable as exc:
         return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
-    return Response(run_dict(run), status=status.HTTP_201_CREATED)
+    warning = no_worker_warning(run.queue)
+    cost = estimate(run.method, run.model_name, run.config, run.queue)
+    return Response({**run_dict(run), "warnings": [warning] if warning else [],
+                     "estimate": {k: cost[k] for k in ("sequences", "tokens", "step_seconds", "total_seconds", "text")}},
+                    status=status.HTTP_201_CREATED)
 
 
 @extend_schema(operation_id="runs_detail", summary="One run", responses={200: OpenApiTypes.OBJECT})

@@ -4,6 +4,10 @@ One form field per config leaf: the method's paper defaults prefilled, the field
 help text, bounds and choices from the config class. Field names are the key paths with
 ``__`` for dots (``cfg__train__lr``) so the trainer's ConfigError paths map back to the field
 that shows the error (``add_problems``). Only values the user changed become overrides.
+
+The few fields that decide what a run is and what it costs come first (``FIRST``); the rest,
+paper defaults, sit under "advanced". ``prefill`` fills the form from a preset (``PRESETS``:
+the CPU smoke test) or from another run's config ("clone this run": ``clone_prefill``).
 """
 from __future__ import annotations
 
@@ -19,6 +23,20 @@ from trainer.method_configs import SECTIONS
 PREFIX = "cfg__"
 HIDDEN_PATHS = {"model.name_or_path", "corpus.path"}  # the top fields / the web's own corpus
 SECTION_ORDER = ["train", "rollout", "model", "checkpoint", "data", "", "corpus"]
+# The fields shown first (when the method has them); every other one is under "advanced".
+FIRST = ["data.path", "reward", "train.steps", "train.prompts_per_step", "rollout.group_size",
+         "rollout.max_new_tokens", "train.lr", "train.device", "model.lora.r", "checkpoint.every"]
+PRESETS = {
+    # A few minutes on 2 CPU cores: does the whole path (model, data, rollout, update, checkpoint) work?
+    "cpu-smoke": {
+        "label": "CPU smoke test", "queue": "cpu",
+        "values": {"train.device": "cpu", "train.steps": 2, "train.prompts_per_step": 1, "rollout.group_size": 2,
+                   "rollout.max_new_tokens": 32, "train.micro_batch_size": 2, "checkpoint.every": 1,
+                   "spice.challenger_attempts": 2, "spice.challenger_group_size": 2,
+                   "spice.max_document_tokens": 256, "spice.format_max_new_tokens": 64},
+    },
+}
+GRPO_DATA = "bundled:gsm8k"  # the prompt set a grpo form starts with
 
 
 def field_name(path: str) -> str:
@@ -39,7 +57,7 @@ class LaunchForm(forms.Form):
     queue = forms.ChoiceField(choices=[("", "auto (cpu when train.device is cpu)"), ("gpu", "gpu"), ("cpu", "cpu")],
                               required=False, help_text="Which workers take the run.")
 
-    def __init__(self, method: str, *args, **kwargs):
+    def __init__(self, method: str, *args, prefill: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.method = method
         self.rows = [r for r in method_fields(method) if r["path"] not in HIDDEN_PATHS]
@@ -52,11 +70,34 @@ class LaunchForm(forms.Form):
             self.fields["corpus"].initial = names[0]
         for row in self.rows:
             self.fields[field_name(row["path"])] = _form_field(row)
+        if method == "grpo":
+            self.fields[field_name("data.path")].initial = GRPO_DATA
+        self._prefill(prefill or {})
+
+    def _prefill(self, prefill: dict) -> None:
+        """Initial values from a preset or a cloned run: {"model", "corpus", "queue", "values": {path: value}}."""
+        for name in ("model", "corpus", "queue"):
+            if prefill.get(name) not in (None, ""):
+                self.fields[name].initial = prefill[name]
+        rows = {row["path"]: row for row in self.rows}
+        for path, value in (prefill.get("values") or {}).items():
+            if path in rows and path not in SECRET_PATHS and value is not None:
+                self.fields[field_name(path)].initial = _initial({**rows[path], "default": value})
+
+    def first_fields(self) -> list:
+        """The bound fields shown first (see FIRST), in that order."""
+        paths = {row["path"] for row in self.rows}
+        return [self[field_name(p)] for p in FIRST if p in paths]
+
+    def advanced_count(self) -> int:
+        return sum(len(fields) for _, fields in self.sections())
 
     def sections(self) -> list[tuple[str, list]]:
         """(section title, bound fields) with the method's own section first."""
         groups: dict[str, list] = {}
         for row in self.rows:
+            if row["path"] in FIRST:
+                continue
             head = row["path"].split(".")[0] if "." in row["path"] else ""
             groups.setdefault(head, []).append(self[field_name(row["path"])])
         order = [self.method] + SECTION_ORDER
@@ -68,7 +109,7 @@ class LaunchForm(forms.Form):
         out = {}
         for row in self.rows:
             value = self.cleaned_data.get(field_name(row["path"]))
-            value = _typed(row, value)
+            value = typed(row, value)
             if value != row["default"]:
                 out[row["path"]] = value
         return out
@@ -81,6 +122,27 @@ class LaunchForm(forms.Form):
                 self.add_error(name, message)
             else:
                 self.add_error(None, f"{path}: {message}" if path else message)
+
+
+def preset_prefill(name: str) -> dict:
+    preset = PRESETS.get(name)
+    return {"queue": preset["queue"], "values": preset["values"]} if preset else {}
+
+
+def clone_prefill(run) -> dict:
+    """The form's values from another run: its model, corpus, queue and every config value."""
+    values: dict = {}
+
+    def walk(prefix: str, node):
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else key
+            if isinstance(value, dict):
+                walk(path, value)
+            else:
+                values[path] = value
+
+    walk("", run.config or {})
+    return {"model": run.model_name, "corpus": run.corpus_name, "queue": run.queue, "values": values}
 
 
 def _form_field(row: dict) -> forms.Field:
@@ -111,10 +173,12 @@ def _initial(row: dict):
     return default
 
 
-def _typed(row: dict, value):
+def typed(row: dict, value):
     """Form value -> the config value type (choices keep their int/str type, empty -> default/None)."""
     kind = row["type"]
     if kind == "choice":
+        if value in (None, ""):  # a choice left out of the request keeps its default
+            return row["default"]
         for choice in row["choices"]:
             if str(choice) == value:
                 return choice

@@ -7,6 +7,7 @@ app_name = "runs"
 urlpatterns = [
     path("", views.index, name="index"),
     path("new/", views.new, name="new"),
+    path("new/estimate/", views.estimate_view, name="estimate"),
     path("workers/", views.workers, name="workers"),
     path("compare/", views.compare, name="compare"),
     path("<int:run_id>/", views.detail, name="detail"),

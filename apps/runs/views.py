@@ -13,17 +13,19 @@ from django.views.decorators.http import require_POST
 from apps.accounts.roles import can, can_control_run, role_required
 from apps.episodes.models import Attempt, Task
 from apps.jobs.lifecycle import QueueUnavailable
+from apps.jobs.waiting import no_worker_warning
 from apps.runs import compare as run_compare
 from apps.runs import ledger as run_ledger
 from apps.runs import method_panel
 from apps.runs import metrics as run_metrics
 from apps.runs import samples as run_samples
 from apps.runs import trajectory as run_trajectory
-from apps.runs.forms import SECRET_FIELDS, LaunchForm
+from apps.runs.forms import PRESETS, SECRET_FIELDS, LaunchForm, clone_prefill, field_name, preset_prefill, typed
 from apps.runs.live import current_progress
 from apps.runs.models import IllegalTransition, Metric, Run
 from apps.runs.services import lifecycle
-from apps.runs.services.launch import LaunchError, launch
+from apps.runs.services.estimate import estimate
+from apps.runs.services.launch import LaunchError, launch, validate
 from apps.runs.workers import workers_overview
 from trainer.config import METHOD_NAMES
 
@@ -67,7 +69,7 @@ def new(request):
     if method not in METHOD_NAMES:
         messages.error(request, f"Unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}.")
         return redirect("runs:new")
-    form = LaunchForm(method, request.POST or None)
+    form = LaunchForm(method, request.POST or None, prefill=_prefill(request))
     if request.method == "POST" and form.is_valid():
         try:
             run = launch(method, form.cleaned_data["model"], form.cleaned_data["corpus"] or None,
@@ -79,9 +81,59 @@ def new(request):
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Run {run.pk} queued on {run.queue}.")
+            warning = no_worker_warning(run.queue)
+            if warning:
+                messages.warning(request, f"Run {run.pk}: {warning}.")
             return redirect("runs:detail", run_id=run.pk)
     status = 400 if request.method == "POST" else 200
-    return render(request, "runs/new.html", {"form": form, "method": method, "methods": METHOD_NAMES}, status=status)
+    return render(request, "runs/new.html", {"form": form, "method": method, "methods": METHOD_NAMES,
+                                             "presets": PRESETS, "preset": request.GET.get("preset", ""),
+                                             "clone": request.GET.get("clone", ""),
+                                             "estimate": _estimate(form, method)},
+                  status=status)
+
+
+def _prefill(request) -> dict:
+    """?preset=cpu-smoke or ?clone=<run id> (a run of the same method) fill the form."""
+    if request.method != "GET":
+        return {}
+    if request.GET.get("clone", "").isdigit():
+        source = Run.objects.filter(pk=int(request.GET["clone"])).first()
+        if source is None:
+            messages.error(request, f"No run {request.GET['clone']} to clone.")
+            return {}
+        return clone_prefill(source)
+    return preset_prefill(request.GET.get("preset", ""))
+
+
+def _estimate(form: LaunchForm, method: str) -> dict:
+    """{"text", "warning", "error"}: the cost of what the form holds, and a queue no live worker serves."""
+    if form.is_bound:
+        if not form.is_valid():
+            return {"error": "fix the fields marked below to see the cost"}
+        model, corpus, queue, config = (form.cleaned_data["model"], form.cleaned_data["corpus"] or None,
+                                        form.cleaned_data["queue"] or None, form.overrides())
+    else:
+        model, corpus, queue = form["model"].value(), form["corpus"].value() or None, form["queue"].value() or None
+        values = ((row, typed(row, form[field_name(row["path"])].value())) for row in form.rows)
+        config = {row["path"]: value for row, value in values if value != row["default"]}
+    try:
+        cfg, _, queue = validate(method, model, corpus, config=config, web=True, queue=queue)
+    except LaunchError as exc:
+        return {"error": f"not launchable yet: {exc.problems[0][0] or 'config'}: {exc.problems[0][1]}"}
+    return {**estimate(method, cfg.model.name_or_path, cfg.to_dict(), queue), "queue": queue,
+            "warning": no_worker_warning(queue)}
+
+
+@require_POST
+@role_required("launch_run")
+def estimate_view(request):
+    """The launch form's cost box, refreshed (htmx) whenever a field changes."""
+    method = request.POST.get("method") or "spice"
+    if method not in METHOD_NAMES:
+        return render(request, "runs/_estimate.html", {"estimate": {"error": f"unknown method {method!r}"}})
+    form = LaunchForm(method, request.POST)
+    return render(request, "runs/_estimate.html", {"estimate": _estimate(form, method)})
 
 
 def detail(request, run_id: int):

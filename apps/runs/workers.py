@@ -66,5 +66,5 @@ def workers_overview() -> dict:
             "last_heartbeat": worker.last_heartbeat,
             "job": _job_summary(connection, worker.get_current_job_id()),
         })
-    queues = [{"name": name, "queued": django_rq.get_queue(name).count} for name in ("gpu", "cpu", "default")]
+    queues = [{"name": name, "queued": django_rq.get_queue(name).count} for name in ("gpu", "cpu", "short", "default")]
     return {"workers": sorted(workers, key=lambda w: w["name"]), "queues": queues}

@@ -65,7 +65,7 @@ def test_page_and_api_uploads_queue_a_generated_path(admin_user, rq_queues, djan
     with django_capture_on_commit_callbacks(execute=True):
         assert page.post(f"/corpora/{corpus.pk}/upload/",
                          {"file": SimpleUploadedFile("..%2F..%2Fevil.md", b"# owls\n")}).status_code == 302
-    jobs = django_rq.get_queue("cpu").jobs
+    jobs = django_rq.get_queue("short").jobs
     assert len(jobs) == 2
     for job in jobs:
         _, stored, original = job.args

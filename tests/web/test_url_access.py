@@ -71,6 +71,7 @@ RULES = {
     "corpora:document": "open",
     "runs:index": "open",
     "runs:new": "launch",
+    "runs:estimate": "post_launch",
     "runs:workers": "open",
     "runs:compare": "open",
     "runs:detail": "open",

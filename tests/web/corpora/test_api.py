@@ -92,11 +92,12 @@ def test_upload_returns_202_and_a_real_worker_ingests_it(client, rq_queues, samp
     # would hang on torch's thread pool (the real `rqworker` parent never imports torch, so it forks safely).
     from rq.worker import SimpleWorker
 
-    django_rq.get_worker("cpu", worker_class=SimpleWorker).work(burst=True)
+    assert django_rq.get_queue("cpu").count == 0  # an upload never waits behind a training run
+    django_rq.get_worker("short", worker_class=SimpleWorker).work(burst=True)
     detail = client.get(f"/api/v1/corpora/{corpus.pk}/").json()
     assert detail["status"] == "ready" and detail["doc_count"] == 6
     assert detail["progress"]["documents_done"] == detail["progress"]["documents_total"] == 6
-    job = django_rq.get_queue("cpu").fetch_job(body["job_id"])
+    job = django_rq.get_queue("short").fetch_job(body["job_id"])
     assert job.is_finished and job.return_value()["documents"] == 6
     results = client.get(f"/api/v1/corpora/{corpus.pk}/search/?q=wild+yeast+starter&k=2").json()["results"]
     assert set(results[0]) == {"document_id", "chunk_id", "title", "text", "score"}

@@ -38,13 +38,14 @@ def test_ingest_and_search_commands(db, tmp_path, sample_files, capsys):
 
 @pytest.mark.django_db(transaction=True)
 def test_load_wikipedia_enqueue_goes_to_the_named_queue(rq_queues, capsys):
-    """`make demo` puts the background load on `default`, so the demo run on `cpu` is not kept waiting."""
+    """--queue names the queue (its default is `short`, the queue of short jobs, never behind a training run)."""
     import django_rq
     from rq.worker import SimpleWorker
 
     call_command("load_wikipedia", "--corpus", "wiki-q", "--limit", "3", "--enqueue", "--queue", "default")
     assert "on the default queue" in capsys.readouterr().out
-    assert django_rq.get_queue("cpu").count == 0 and django_rq.get_queue("default").count == 1
+    assert django_rq.get_queue("cpu").count == 0 and django_rq.get_queue("short").count == 0
+    assert django_rq.get_queue("default").count == 1
     django_rq.get_worker("default", worker_class=SimpleWorker).work(burst=True)
     corpus = Corpus.objects.get(name="wiki-q")
     assert corpus.doc_count == 3 and corpus.status == "ready"

@@ -12,7 +12,7 @@ from tests.web.runs.conftest import burst
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def queued_eval(owner, queue: str = "cpu") -> EvalJob:
+def queued_eval(owner, queue: str = "short") -> EvalJob:
     """A queued evaluation of the base model with its real job on ``queue``."""
     job = EvalJob.objects.create(model_spec="base:smollm2-135m-instruct", label="base", owner=owner, queue=queue,
                                  limit=1)
@@ -31,7 +31,7 @@ def test_the_api_cancels_a_queued_evaluation_and_its_job_does_nothing(roles, res
     response = _api(researcher).post(f"/api/v1/evals/{job.pk}/cancel/")
     assert response.status_code == 200, response.json()
     assert response.json()["status"] == "cancelled"
-    burst("cpu")  # a worker that still finds the job claims nothing
+    burst("short")  # a worker that still finds the job claims nothing
     job.refresh_from_db()
     assert job.status == "cancelled" and job.started_at is None
     assert job.error == "cancelled by rita before it started"

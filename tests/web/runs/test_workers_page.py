@@ -28,7 +28,7 @@ def test_a_live_worker_shows_its_queues_gpus_and_state(private_redis):
         (row,) = [w for w in overview["workers"] if w["name"] == worker.name]
         assert row["queues"] == ["cpu"]
         assert row["gpus"] == []  # this machine has no accelerator; a GPU host lists its cards
-        assert {q["name"] for q in overview["queues"]} == {"gpu", "cpu", "default"}
+        assert {q["name"] for q in overview["queues"]} == {"gpu", "cpu", "short", "default"}
     finally:
         worker.register_death()
     assert all(w["name"] != worker.name for w in workers_overview()["workers"])

@@ -24,8 +24,9 @@ class Command(SchemaCommand):
         parser.add_argument("--limit", type=int, default=None, help="load only this many articles")
         parser.add_argument("--offset", type=int, default=0, help="skip this many articles first")
         parser.add_argument("--enqueue", action="store_true", help="run as a background job on a worker queue")
-        parser.add_argument("--queue", choices=("gpu", "cpu", "default"), default="cpu",
-                            help="the queue of --enqueue (default cpu; `make demo` uses default so its run is not kept waiting)")
+        parser.add_argument("--queue", choices=("short", "cpu", "gpu", "default"), default="short",
+                            help="the queue of --enqueue (default short, the queue of short jobs, never behind a "
+                                 "training run)")
 
     def handle(self, *args, corpus, limit, offset, enqueue, queue, **options):
         if (limit is not None and limit < 1) or offset < 0:
