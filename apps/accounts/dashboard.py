@@ -9,8 +9,21 @@ def _count(label: str, model: str, **filters) -> int:
         return 0
 
 
+ACTIVE_SHOWN = 5  # active runs linked from the home page (the demo run among them)
+
+
+def _active_runs() -> list:
+    try:
+        model = apps.get_model("runs", "Run")
+    except LookupError:
+        return []
+    return list(model.objects.filter(status__in=["queued", "running", "paused"]).order_by("-created_at", "-id")
+                .only("id", "method", "model_name", "corpus_name", "status", "current_step", "total_steps")[:ACTIVE_SHOWN])
+
+
 def dashboard_context(request) -> dict:
     return {
+        "active_runs": _active_runs(),
         "n_runs": _count("runs", "Run"),
         "n_active_runs": _count("runs", "Run", status__in=["queued", "running", "paused"]),
         "n_corpora": _count("corpora", "Corpus"),
