@@ -457,8 +457,7 @@ class Policy:
         if not self.roles:
             yield
             return
-        if role not in self.roles:
-            raise ValueError(f"role {role!r} has no adapter of its own; this policy's roles are {', '.join(self.roles)}")
+        self._check_role(role)
         before = self.model.active_adapter
         self.model.set_adapter(role)
         try:
@@ -466,12 +465,15 @@ class Policy:
         finally:
             self.model.set_adapter(before)
 
+    def _check_role(self, role: str | None) -> None:
+        if role not in self.roles:
+            raise ValueError(f"role {role!r} has no adapter of its own; this policy's roles are {', '.join(self.roles)}")
+
     def role_parameters(self, role: str | None = None) -> dict[str, torch.nn.Parameter]:
         """The trainable parameters by name: ``role``'s adapter (separate policies), else all of them."""
         if not self.roles:
             return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
-        if role not in self.roles:
-            raise ValueError(f"role {role!r} has no adapter of its own; this policy's roles are {', '.join(self.roles)}")
+        self._check_role(role)
         return {n: p for n, p in self.model.named_parameters() if ".lora_" in n and f".{role}." in n}
 
     @contextlib.contextmanager
