@@ -13,6 +13,23 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 
+class IntArrayField(ArrayField):
+    """An integer array written as one Postgres array literal (``{1,2,3}``).
+
+    Django's ArrayField prepares every element in Python, and the driver adapts each again: for
+    1,280 attempts of 1,400 token ids that was 70 of the 76 s it took to store them (a SPICE step's
+    samples, written by the DjangoSink of a live run and by ``manage.py import_run``). Reading is
+    unchanged (the driver returns a list)."""
+
+    def get_db_prep_value(self, value, connection, prepared=False):
+        if isinstance(value, (list, tuple)) and not prepared:
+            try:
+                return "{" + ",".join(map(str, map(int, value))) + "}"
+            except TypeError:  # NULL elements: Django's own element by element path
+                pass
+        return super().get_db_prep_value(value, connection, prepared)
+
+
 class Task(models.Model):
     """A question a role wrote (SPICE Challenger, SSP Proposer ...) or a prompt from a dataset."""
 
@@ -70,8 +87,8 @@ class Attempt(models.Model):
     reward = models.FloatField(null=True, blank=True)
     turns = models.JSONField(default=list, blank=True)
     passages = models.JSONField(default=list, blank=True)
-    token_ids = ArrayField(models.IntegerField(), default=list, blank=True)
-    loss_mask = ArrayField(models.SmallIntegerField(), default=list, blank=True)
+    token_ids = IntArrayField(models.IntegerField(), default=list, blank=True)
+    loss_mask = IntArrayField(models.SmallIntegerField(), default=list, blank=True)
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:
