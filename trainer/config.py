@@ -174,6 +174,11 @@ class ReviewConfig(Section):
         0.8, gt=0, le=1, description="Jaccard similarity of two questions' character 5-gram sets at which a task "
         "is a near-duplicate.")
     recent_tasks: int = Field(500, ge=1, description="Recent tasks of the run searched for near-duplicates.")
+    min_per_step: int = Field(
+        3, ge=0, description="While the run's review queue is short (short_queue), at least this many of each "
+        "sampled kind (share above 0) per step go in, the lowest hashes first: at 5% a small step would "
+        "otherwise send nothing.")
+    short_queue: int = Field(20, ge=0, description="Pending review items of the run under which min_per_step applies.")
 
 
 class EvalConfig(Section):

@@ -5,7 +5,9 @@ and from the item's snapshot when they do not (a deleted run keeps its verdicts,
   attempts retrieved;
 - the task (question, gold answer, pass rate, validity);
 - the task's rubric list (the item's own rubric marked);
-- an attempt with its grade(s): the graded attempt for a grade item, else a solver attempt.
+- an attempt with its grade(s): the graded attempt for a grade item, else a solver attempt;
+- for a task item, every other solver answer too (SPICE's Reasoner answers a task several times:
+  a reviewer judging the task sees all of them, with their rewards).
 
 All of it is model-generated text: templates show it escaped, never marked safe.
 """
@@ -27,6 +29,7 @@ def item_context(item: ReviewItem) -> dict:
         "task": _task_view(item, task, snap),
         "rubrics": _rubrics(item, task, snap),
         "attempt": _attempt_view(attempt, item, snap),
+        "other_attempts": _other_attempts(item, task, attempt),
         "document": _document(item, task, snap),
         "passages": _passages(attempt, task),
     }
@@ -71,6 +74,22 @@ def _attempt(item: ReviewItem, task: Task | None) -> Attempt | None:
     attempts = Attempt.objects.filter(run_id=task.run_id, task_key=task.key).order_by("key")
     solver = attempts.exclude(role=task.role) if task.role else attempts
     return solver.filter(grades__isnull=False).first() or solver.first() or attempts.first()
+
+
+OTHER_ATTEMPTS = 16
+
+
+def _other_attempts(item: ReviewItem, task: Task | None, shown: Attempt | None) -> list[dict]:
+    """The task's other solver answers (a task item only: a grade is about its own attempt)."""
+    if item.kind != Kind.TASK or task is None:
+        return []
+    attempts = Attempt.objects.filter(run_id=task.run_id, task_key=task.key).order_by("key")
+    if task.role:
+        attempts = attempts.exclude(role=task.role)
+    if shown is not None:
+        attempts = attempts.exclude(pk=shown.pk)
+    return [{"key": a.key, "role": a.role, "text": a.text, "reward": a.reward}
+            for a in attempts.only("key", "role", "text", "reward")[:OTHER_ATTEMPTS]]
 
 
 def _attempt_view(attempt: Attempt | None, item: ReviewItem, snap: dict) -> dict | None:

@@ -128,6 +128,9 @@ def _check(item: ReviewItem, verdict, edit, reason) -> tuple[str, str, str]:
     if len(edit) > EDIT_MAX_CHARS:
         raise ReviewError(f"edit is {len(edit)} characters; a rubric is one sentence (at most {EDIT_MAX_CHARS})")
     reason = reason.strip()
+    if verdict == "flag" and not reason and not edit:
+        raise ReviewError("a flag needs a reason: say what is wrong (e.g. 'the gold answer is not in the document'), "
+                          "so the researcher and the recipe's event log can act on it")
     if len(reason) > REASON_MAX_CHARS:
         raise ReviewError(f"reason is {len(reason)} characters; keep it under {REASON_MAX_CHARS}")
     return verdict, edit, reason

@@ -7,7 +7,10 @@ The policy comes from the run's config ``review`` section (``trainer.config.Revi
 
 Sampling is deterministic: an item is picked when ``sha256(f"{seed}:{kind}:{key}")`` read as a
 number in [0, 1) is below the share. The same run config therefore picks the same items on a
-re-run or a resume, and raising a share only adds items.
+re-run or a resume, and raising a share only adds items. While the run has fewer than
+``short_queue`` items pending, each step also gets at least ``min_per_step`` items of each kind
+whose share is above 0 (the lowest hashes of the step's samples not picked already): at 5% a step
+of a dozen tasks would usually send none, and a reviewer would wait for nothing.
 
 ``enqueue_for_review(run, records)`` is called by the DjangoSink after it stored a flush of
 sample records (a run hook, apps/runs/hooks.py, registered in apps/review/apps.py). It creates
@@ -21,6 +24,7 @@ import json
 import logging
 from dataclasses import dataclass
 
+from django.db.models import Count
 from pydantic import ValidationError
 
 from apps.episodes.models import Attempt, Grade, Rubric, Task
@@ -44,6 +48,8 @@ class Policy:
     duplicate_similarity: float
     recent_tasks: int
     seed: int = 0
+    min_per_step: int = 0
+    short_queue: int = 0
 
     @classmethod
     def of(cls, config: dict | None) -> Policy:
@@ -57,7 +63,8 @@ class Policy:
         seed = config.get("seed", 0)
         return cls(shares={k: getattr(section, f) for k, f in SHARE_FIELD.items()},
                    detectors=frozenset(section.suspicious), duplicate_similarity=section.duplicate_similarity,
-                   recent_tasks=section.recent_tasks, seed=seed if isinstance(seed, int) else 0)
+                   recent_tasks=section.recent_tasks, seed=seed if isinstance(seed, int) else 0,
+                   min_per_step=section.min_per_step, short_queue=section.short_queue)
 
 
 def hash_unit(seed: int, kind: str, key: str) -> float:
@@ -80,7 +87,8 @@ def enqueue_for_review(run, records: list[dict]) -> int:
     reasons = suspicious.find(run_id, by_kind, policy)
     chosen = {kind: [r for r in by_kind[kind] if picked(policy, kind, str(r["key"])) or (kind, str(r["key"])) in reasons]
               for kind in by_kind}
-    items = _items(run_id, chosen, policy, reasons)
+    topped = _top_up(run_id, policy, by_kind, chosen)
+    items = _items(run_id, chosen, policy, reasons, topped)
     if not items:
         return 0
     before = ReviewItem.objects.filter(run_number=run_id).count()
@@ -88,6 +96,35 @@ def enqueue_for_review(run, records: list[dict]) -> int:
     added = ReviewItem.objects.filter(run_number=run_id).count() - before
     if added:
         publish(run_id, {"type": "review", "event": "queued", "count": added})
+    return added
+
+
+def _top_up(run_id: int, policy: Policy, by_kind: dict[str, list[dict]], chosen: dict[str, list[dict]]) -> set:
+    """While the run's queue is short, add to ``chosen`` until each step of the records holds
+    ``min_per_step`` items of each sampled kind (counting those queued by earlier flushes); returns
+    the (kind, key) pairs it added."""
+    added: set = set()
+    if policy.min_per_step <= 0 or not any(by_kind.values()):
+        return added
+    if ReviewItem.objects.filter(run_number=run_id, status="pending").count() >= policy.short_queue:
+        return added
+    for kind, records in by_kind.items():
+        if policy.shares.get(kind, 0.0) <= 0 or not records:
+            continue
+        keys = {str(r["key"]) for r in chosen[kind]}
+        steps: dict[int, list[dict]] = {}
+        for r in records:
+            steps.setdefault(_int(r.get("step")), []).append(r)
+        queued = dict(ReviewItem.objects.filter(run_number=run_id, kind=kind, step__in=list(steps))
+                      .values("step").annotate(n=Count("id")).values_list("step", "n"))
+        for step, rows in steps.items():
+            have = queued.get(step, 0) + sum(str(r["key"]) in keys for r in rows)
+            spare = sorted((r for r in rows if str(r["key"]) not in keys),
+                           key=lambda r: hash_unit(policy.seed, kind, str(r["key"])))
+            for r in spare[:max(policy.min_per_step - have, 0)]:
+                chosen[kind].append(r)
+                keys.add(str(r["key"]))
+                added.add((kind, str(r["key"])))
     return added
 
 
@@ -121,7 +158,8 @@ def _split(records: list[dict]) -> dict[str, list[dict]]:
     return {k: list(v.values()) for k, v in out.items()}
 
 
-def _items(run_id: int, chosen: dict[str, list[dict]], policy: Policy, reasons: dict) -> list[ReviewItem]:
+def _items(run_id: int, chosen: dict[str, list[dict]], policy: Policy, reasons: dict,
+           topped: set = frozenset()) -> list[ReviewItem]:
     ctx = _Context(run_id, chosen)
     items = []
     for kind, records in chosen.items():
@@ -129,7 +167,7 @@ def _items(run_id: int, chosen: dict[str, list[dict]], policy: Policy, reasons: 
             key = str(r["key"])[:200]
             fields = getattr(ctx, kind)(r)
             items.append(ReviewItem(run_id=run_id, run_number=run_id, kind=kind, key=key, step=_int(r.get("step")),
-                                    sampled=picked(policy, kind, key), suspicious=reasons.get((kind, key), []),
+                                    sampled=picked(policy, kind, key) or (kind, key) in topped, suspicious=reasons.get((kind, key), []),
                                     **fields))
     return items
 

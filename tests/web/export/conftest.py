@@ -67,6 +67,6 @@ def filled_run(db, researcher):
     sink.close()
     for key, verdict in (("1:0", "flag"), ("2:0", "approve")):
         item = ReviewItem.objects.create(run=run, run_number=run.pk, kind=Kind.TASK, key=key, task_key=key)
-        item.review(researcher, verdict)
+        item.review(researcher, verdict, reason="gold is wrong" if verdict == "flag" else "")
     ReviewItem.objects.create(run=run, run_number=run.pk, kind=Kind.RUBRIC, key="3:1:k", task_key="3:1")
     return run

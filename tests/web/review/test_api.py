@@ -101,7 +101,18 @@ def test_reviewing_needs_the_reviewer_role_or_admin(queued, researcher, reader, 
         response = client_for(user).post(url, {"verdict": "flag"}, format="json")
         assert response.status_code == 403 and "reviewer role" in response.json()["error"]
     assert client_for(researcher).get("/api/v1/review/queue/").status_code == 200  # reading is open to everyone
-    assert client_for(admin_user).post(url, {"verdict": "flag"}, format="json").status_code == 200
+    assert client_for(admin_user).post(url, {"verdict": "flag", "reason": "vague"}, format="json").status_code == 200
+
+
+def test_a_flag_without_a_reason_is_refused(queued, reviewer):
+    task = ReviewItem.objects.get(kind="task", key="1:t0")
+    url = f"/api/v1/review/items/{task.pk}/"
+    for body in ({"verdict": "flag"}, {"verdict": "flag", "reason": "   "}):
+        response = client_for(reviewer).post(url, body, format="json")
+        assert response.status_code == 400 and "a flag needs a reason" in response.json()["error"]
+    task.refresh_from_db()
+    assert task.status == "pending"
+    assert client_for(reviewer).post(url, {"verdict": "approve"}, format="json").status_code == 200  # approving needs none
 
 
 def test_anonymous_gets_401_or_403_and_never_reviews(queued):
@@ -127,7 +138,7 @@ def test_agreement_endpoint(queued, reviewer):
     api = client_for(reviewer)
     assert api.get("/api/v1/review/agreement/").json()["error"].startswith("run is required")
     for key, verdict in [("1:t0:a0:g0", "approve"), ("1:t1:a0:g0", "flag"), ("1:t2:a0:g0", "approve")]:
-        ReviewItem.objects.get(kind="grade", key=key).review(reviewer, verdict)
+        ReviewItem.objects.get(kind="grade", key=key).review(reviewer, verdict, reason="judge too lenient")
     out = api.get(f"/api/v1/review/agreement/?run={queued.pk}").json()
     # judge passes all 3 (score 1.0); humans: pass, fail, pass -> agreement 2/3; p_e = 1 * 2/3 + 0 = 2/3;
     # kappa = (2/3 - 2/3) / (1/3) = 0

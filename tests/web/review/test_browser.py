@@ -79,6 +79,10 @@ def test_a_reviewer_works_the_queue_with_the_keyboard(live_server, roles, review
         with page.expect_navigation():
             page.keyboard.press("a")
         assert page.get_attribute("#review-item", "data-item") == str(second.pk)
+        with page.expect_navigation():
+            page.keyboard.press("f")  # a flag without a reason is refused, and the page says why
+        assert page.get_attribute("#review-item", "data-item") == str(second.pk)
+        assert "a flag needs a reason" in page.inner_text("body")
         page.fill("#reason", "the gold answer is not in the document")
         page.keyboard.press("Escape")  # leave the text box; keys are shortcuts again
         with page.expect_navigation():

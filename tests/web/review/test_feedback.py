@@ -50,7 +50,7 @@ def test_a_rubric_edit_and_a_grade_flag_are_handed_over_as_verdicts(run, reviewe
 def test_reviewing_again_sends_the_new_verdict(run, reviewer):
     sink = _queue(run)
     item = ReviewItem.objects.get(kind="task", key="1:t0")
-    item.review(reviewer, "flag")
+    item.review(reviewer, "flag", reason="off topic")
     assert [v.verdict for v in sink.control().verdicts] == ["flag"]
     item.review(reviewer, "approve")  # changed their mind: the recipe lifts the flag
     assert [v.verdict for v in sink.control().verdicts] == ["approve"]
@@ -71,13 +71,13 @@ def test_bad_verdicts_are_refused_with_a_reason(run, reviewer):
 
 def test_verdicts_given_to_an_earlier_job_are_handed_again_after_a_resume(run, reviewer):
     sink = _queue(run)
-    ReviewItem.objects.get(kind="task", key="1:t0").review(reviewer, "flag")
+    ReviewItem.objects.get(kind="task", key="1:t0").review(reviewer, "flag", reason="off topic")
     assert len(sink.control().verdicts) == 1
     run.mark_paused()
     run.transition(Status.QUEUED, "resume", expect=Status.PAUSED)
     assert run.mark_running("worker-2")  # a new job, restored from a checkpoint that may predate the flag
     resumed = DjangoSink(run)
-    assert resumed.control().verdicts == [Verdict("task", "1:t0", "flag", None, "")]
+    assert resumed.control().verdicts == [Verdict("task", "1:t0", "flag", None, "off topic")]
     assert resumed.control().verdicts == []
     assert RunEvent.objects.filter(run=run, kind="verdict", message__contains="handed again").count() == 1
 

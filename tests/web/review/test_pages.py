@@ -38,6 +38,19 @@ def test_the_queue_shows_one_item_with_its_context_escaped(client, queued, revie
     assert 'id="next"' in html and "after=" in html
 
 
+def test_a_task_item_shows_every_answer_to_the_task(client, queued, reviewer):
+    sink = DjangoSink(queued)
+    sink.samples(1, [{"kind": "attempt", "key": f"1:t0:a{j}", "task_key": "1:t0", "role": "solver", "step": 1,
+                      "text": f"Answer number {j}: 19{60 + j}", "reward": float(j == 1)} for j in (1, 2, 3)])
+    sink.control()
+    client.force_login(reviewer)
+    item = ReviewItem.objects.get(run_number=queued.pk, kind="task", key="1:t0")
+    html = client.get(f"/review/?run={queued.pk}&item={item.pk}").content.decode()
+    others = html[html.index('id="other-attempts"'):]
+    assert "Other answers to this task <span class=\"muted\">(3)</span>" in html
+    assert all(f"Answer number {j}: 19{60 + j}" in others for j in (1, 2, 3)) and "reward 1.000" in others
+
+
 def test_the_queue_shows_the_source_document(client, make_run, reviewer):
     corpus = Corpus.objects.create(name="wiki")
     doc = Document.objects.create(corpus=corpus, title="Moon landing", text="Neil Armstrong walked on the Moon.",
@@ -111,7 +124,7 @@ def test_bad_filters_on_the_page_are_explained(client, reviewer):
 
 def test_the_run_page_shows_applied_verdicts_and_agreement(client, queued, reviewer, researcher):
     ReviewItem.objects.get(kind="task", key="1:t0").review(reviewer, "flag", reason="bad gold")
-    ReviewItem.objects.get(kind="grade", key="1:t0:a0:g0").review(reviewer, "flag")
+    ReviewItem.objects.get(kind="grade", key="1:t0:a0:g0").review(reviewer, "flag", reason="judge too strict")
     ReviewItem.objects.get(kind="grade", key="1:t1:a0:g0").review(reviewer, "approve")
     DjangoSink(queued).control()
     client.force_login(researcher)

@@ -126,3 +126,33 @@ def test_near_duplicates_within_one_flush_use_character_5gram_jaccard(make_run):
     assert near_duplicates(run.pk, tasks, threshold=0.75, recent=100) == {
         ("task", "1:b"): ["near-duplicate of task 1:a (similarity 0.75)"]}
     assert near_duplicates(run.pk, tasks, threshold=0.76, recent=100) == {}
+
+
+def test_a_short_queue_gets_a_few_items_of_every_step():
+    """At 5% a step of ten tasks usually sends none; while fewer than short_queue items wait, each
+    step sends at least min_per_step of each sampled kind (the lowest hashes), marked sampled."""
+    from apps.runs.models import Run
+
+    review = {"tasks": 0.05, "rubrics": 0.0, "grades": 0.0, "suspicious": [], "min_per_step": 3, "short_queue": 5}
+    run = Run.objects.create(method="spice", model_name="tiny", config={"seed": 5, "review": review}, total_steps=9)
+    policy = Policy.of(run.config)
+    step1 = records(1, n=10)
+    keys = [r["key"] for r in step1 if r["kind"] == "task"]
+    assert not any(picked(policy, "task", k) for k in keys)  # the share alone sends nothing here
+    enqueue_for_review(run, step1[:20])  # a step written in two flushes: 5 tasks, then 5
+    enqueue_for_review(run, step1[20:])
+    queued = ReviewItem.objects.filter(run_number=run.pk, step=1)
+    assert queued.count() == 3 and set(queued.values_list("kind", flat=True)) == {"task"}
+    assert all(queued.values_list("sampled", flat=True))
+    enqueue_for_review(run, records(2, n=10))
+    assert ReviewItem.objects.filter(run_number=run.pk, step=2).count() == 3  # 3 pending < 5: still topped up
+    step3 = records(3, n=10)
+    enqueue_for_review(run, step3)  # 6 pending: the share alone again
+    by_share = sum(picked(policy, "task", r["key"]) for r in step3 if r["kind"] == "task")
+    assert ReviewItem.objects.filter(run_number=run.pk, step=3).count() == by_share < 3
+
+
+def test_a_share_of_zero_is_never_topped_up(make_run):
+    run = make_run(review={"tasks": 0.0, "rubrics": 0.0, "grades": 0.0, "suspicious": []})
+    enqueue_for_review(run, records(1, n=10))
+    assert not ReviewItem.objects.filter(run_number=run.pk).exists()
