@@ -173,10 +173,16 @@ def _launch(request):
         run = Run.objects.filter(pk=body["run"]).first() if str(body["run"]).isdigit() else None
         if run is None:
             return error_response(f"no run {body['run']!r}", fields={"run": "unknown run"})
+    return _queued(lambda: launch_eval(
+        benchmarks=body.get("benchmarks"), model=body.get("model"), checkpoint=body.get("checkpoint"), run=run,
+        limit=body.get("limit"), search=body.get("search", False), corpus=body.get("corpus"), queue=body.get("queue"),
+        max_new_tokens=body.get("max_new_tokens"), user=request.user))
+
+
+def _queued(start) -> Response:
+    """201 with the job ``start()`` queued, or why not: 400 naming the input to fix, 503 when Redis refuses."""
     try:
-        job = launch_eval(benchmarks=body.get("benchmarks"), model=body.get("model"), checkpoint=body.get("checkpoint"),
-                          run=run, limit=body.get("limit"), search=body.get("search", False), corpus=body.get("corpus"),
-                          queue=body.get("queue"), max_new_tokens=body.get("max_new_tokens"), user=request.user)
+        job = start()
     except EvalLaunchError as exc:
         return error_response(str(exc), fields=exc.as_dict())
     except QueueUnavailable as exc:
@@ -309,15 +315,9 @@ def run_crossplay(request, run_id: int):
     if not can(request.user, "launch_run"):
         return _forbidden()
     body = request.data if isinstance(request.data, dict) else {}
-    try:
-        job = launch_crossplay(run, body.get("checkpoints"), n_tasks=body.get("n_tasks"),
-                               answers_per_task=body.get("answers_per_task"), temperature=body.get("temperature", 1.0),
-                               queue=body.get("queue"), user=request.user)
-    except EvalLaunchError as exc:
-        return error_response(str(exc), fields=exc.as_dict())
-    except QueueUnavailable as exc:
-        return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
-    return Response(job.as_dict(), status=status.HTTP_201_CREATED)
+    return _queued(lambda: launch_crossplay(
+        run, body.get("checkpoints"), n_tasks=body.get("n_tasks"), answers_per_task=body.get("answers_per_task"),
+        temperature=body.get("temperature", 1.0), queue=body.get("queue"), user=request.user))
 
 
 @extend_schema(operation_id="evals_crossplay_detail", summary="One cross-play matrix",

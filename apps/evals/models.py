@@ -22,8 +22,9 @@ from django.db import models
 from django.utils import timezone
 
 from apps.jobs.lifecycle import cancel_job
-from apps.jobs.waiting import wait_reason
+from apps.jobs.models import JobRow
 from apps.jobs.reaper import reap
+from apps.jobs.waiting import wait_reason
 from trainer.evaluate import SCORING
 
 
@@ -35,20 +36,14 @@ class Status(models.TextChoices):
     CANCELLED = "cancelled"
 
 
-class JobMixin(models.Model):
-    """Status, queue and timing of a background job, with its atomic claim."""
+class JobMixin(JobRow):
+    """Status, owner and creation of a background job (the rest of its row: apps/jobs/models.py),
+    with its atomic claim."""
 
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
-    queue = models.CharField(max_length=32, default="gpu")
-    job_id = models.CharField(max_length=64, blank=True)
-    worker_name = models.CharField(max_length=200, blank=True)
-    error = models.TextField(blank=True)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                               related_name="+")
     created = models.DateTimeField(default=timezone.now, db_index=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         abstract = True

@@ -20,9 +20,9 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from apps.runs.sealed import redact_overrides
-
+from apps.jobs.models import JobRow
 from apps.runs import live
+from apps.runs.sealed import redact_overrides
 
 log = logging.getLogger("selfplay.runs")
 
@@ -70,7 +70,7 @@ ALLOWED = {
 }
 
 
-class Run(models.Model):
+class Run(JobRow):
     method = models.CharField(max_length=32)
     model_name = models.CharField(max_length=500, help_text="Bundled model name, folder under the models dir, or path.")
     corpus = models.ForeignKey("corpora.Corpus", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
@@ -84,16 +84,9 @@ class Run(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                               related_name="runs")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    worker_name = models.CharField(max_length=200, blank=True)
     current_step = models.IntegerField(default=0)
     total_steps = models.IntegerField(default=0)
     checkpoint_path = models.CharField(max_length=1000, blank=True)
-    error = models.TextField(blank=True)
-    queue = models.CharField(max_length=32, default="gpu")
-    job_id = models.CharField(max_length=64, blank=True)
     run_dir = models.CharField(max_length=1000, blank=True)
     imported_from = models.CharField(max_length=1000, blank=True,
                                      help_text="The run folder it was loaded from (manage.py import_run); "
