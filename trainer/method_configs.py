@@ -61,6 +61,13 @@ def check_endpoint(value: str | None) -> str | None:
     return value
 
 
+def dotted(values: dict, path: str, default=0):
+    """``values["a"]["b"]`` for path "a.b", or ``default`` where it is missing."""
+    for part in path.split("."):
+        values = values.get(part) if isinstance(values, dict) else None
+    return default if values is None else values
+
+
 class Section(BaseModel):
     """A strict config section: unknown keys are errors, assignments are validated."""
 
@@ -86,7 +93,7 @@ class MethodSection(Section):
     # The role a checkpoint's evaluation loads, when each role has its own adapter.
     answer_role: ClassVar[str | None] = None
     needs_corpus: ClassVar[bool] = True  # reads documents and searches a corpus (the web's chosen corpus)
-    needs_prompt_set: ClassVar[bool] = False  # trains on a JSONL prompt set (data.path)
+    needs_prompt_set: ClassVar[bool] = False  # trains on a JSONL prompt set (data.path) checked by the `reward` verifier
     multi_update: ClassVar[bool] = False  # several optimizer steps on samples drawn before the first of them
     multi_rank: ClassVar[bool] = False  # shards a step's inputs over ranks (train.gpus > 1)
     has_harness: ClassVar[bool] = False  # an evaluator harness a person may edit during the run
@@ -97,6 +104,22 @@ class MethodSection(Section):
     def judged_by_frozen_base(self) -> bool:
         """A role is judged by the frozen base model (it must be kept next to the policy)."""
         return False
+
+    # Whether step_tokens counts every sequence a step generates (else judge calls and extra turns
+    # come on top of it: "at least").
+    step_tokens_exact: ClassVar[bool] = False
+
+    @classmethod
+    def step_tokens(cls, values: dict) -> tuple[int, int]:
+        """(sequences, most tokens generated) in one step of a config dict (nested keys, what the
+        launch form holds): by default every prompt's group at rollout.max_new_tokens each.
+
+        >>> MethodSection.step_tokens({"train": {"prompts_per_step": 2},
+        ...                            "rollout": {"group_size": 4, "max_new_tokens": 100}})
+        (8, 800)
+        """
+        prompts, group = int(dotted(values, "train.prompts_per_step", 1)), int(dotted(values, "rollout.group_size", 1))
+        return prompts * group, prompts * group * int(dotted(values, "rollout.max_new_tokens", 1))
 
     # Two-stage methods (SCOPE, pi-Play): the section fields whose iterations x (first + second)
     # steps make the run's default length (train.steps), as (iterations, first stage, second stage).
@@ -119,6 +142,7 @@ class GrpoSection(MethodSection):
     """Plain GRPO on a prompt set with a verifier (the baseline every paper compares against)."""
 
     display_name: ClassVar[str] = "GRPO"
+    step_tokens_exact: ClassVar[bool] = True
     needs_corpus: ClassVar[bool] = False
     needs_prompt_set: ClassVar[bool] = True
     multi_rank: ClassVar[bool] = True
@@ -141,6 +165,7 @@ class SpiceSection(MethodSection):
     """SPICE: a Challenger writes tasks from corpus documents, a Reasoner answers without them."""
 
     display_name: ClassVar[str] = "SPICE"
+    step_tokens_exact: ClassVar[bool] = True
     multi_rank: ClassVar[bool] = True
 
     shared_defaults: ClassVar[dict[str, object]] = {
@@ -199,6 +224,17 @@ class SpiceSection(MethodSection):
             raise ValueError(f"max_challenger_attempts ({self.max_challenger_attempts}) must be at least "
                              f"challenger_attempts ({self.challenger_attempts}), the attempts of one retry round")
         return self
+
+    @classmethod
+    def step_tokens(cls, values: dict) -> tuple[int, int]:
+        """Per document one Challenger round (challenger_attempts x (format_max_new_tokens +
+        max_new_tokens)) plus the Reasoner's reasoner_tasks_per_document x group_size answers."""
+        prompts, group = int(dotted(values, "train.prompts_per_step", 1)), int(dotted(values, "rollout.group_size", 1))
+        new = int(dotted(values, "rollout.max_new_tokens", 1))
+        attempts = int(dotted(values, "spice.challenger_attempts", 1))
+        fmt = int(dotted(values, "spice.format_max_new_tokens", 0))
+        tasks = int(dotted(values, "spice.reasoner_tasks_per_document", 1))
+        return prompts * (attempts + tasks * group), prompts * (attempts * (fmt + new) + tasks * group * new)
 
 
 class SspSection(MethodSection):

@@ -36,7 +36,7 @@ PRESETS = {
                    "spice.max_document_tokens": 256, "spice.format_max_new_tokens": 64},
     },
 }
-GRPO_DATA = "bundled:gsm8k"  # the prompt set a grpo form starts with
+GRPO_DATA = "bundled:gsm8k"  # the prompt set a form of a method that needs one starts with
 
 
 def field_name(path: str) -> str:
@@ -70,7 +70,7 @@ class LaunchForm(forms.Form):
             self.fields["corpus"].initial = names[0]
         for row in self.rows:
             self.fields[field_name(row["path"])] = _form_field(row)
-        if method == "grpo":
+        if SECTIONS[method].needs_prompt_set:
             self.fields[field_name("data.path")].initial = GRPO_DATA
         self._prefill(prefill or {})
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.urls import reverse
 
 from apps.corpora.models import Document
+from trainer.method_configs import SECTIONS
 from trainer.verify import compared_answer
 
 REASON_KEYS = ("invalid_reason", "filter_reason")
@@ -56,7 +57,7 @@ def answer_check(run, attempt, task) -> dict | None:
     if task is None or not task.answer:
         return None
     data = attempt.data if isinstance(attempt.data, dict) else {}
-    if run.method == "grpo":
+    if run.method in SECTIONS and SECTIONS[run.method].needs_prompt_set:  # the reward verifier read it
         return {"answer": compared_answer(attempt.text, task.answer, run.config.get("reward") or "math"),
                 "gold": task.answer}
     if "boxed" in data:

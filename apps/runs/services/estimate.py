@@ -1,11 +1,11 @@
 """What a run will cost, shown before it is launched (issue 20): tokens generated per step, and a
 rough time per step on the queue it goes to.
 
-- Tokens: the most a step can generate under the config (every sequence at ``max_new_tokens``):
-  GRPO ``prompts_per_step x group_size x max_new_tokens``; SPICE per document one Challenger round
-  (``challenger_attempts x (format_max_new_tokens + max_new_tokens)``) plus the Reasoner's
-  ``reasoner_tasks_per_document x group_size x max_new_tokens``; the other methods are counted
-  like GRPO (their extra turns and judge calls come on top, so it says "at least").
+- Tokens: the most a step can generate under the config (every sequence at ``max_new_tokens``),
+  as the method's config section counts it (``step_tokens`` in trainer/method_configs.py): GRPO
+  ``prompts_per_step x group_size x max_new_tokens``; SPICE per document one Challenger round
+  plus the Reasoner's answers; the other methods are counted like GRPO (their extra turns and
+  judge calls come on top, so it says "at least").
 - Time: measured, never assumed: the median ``step_seconds`` of the newest run of the same method
   and model on that queue (``metrics.step_estimate``), scaled by the ratio of the two configs'
   token budgets. Without such a run it says so; the run page then times the first step.
@@ -17,32 +17,20 @@ from __future__ import annotations
 
 from apps.runs import metrics as run_metrics
 from apps.runs.models import Run
-
-
-def _get(values: dict, dotted: str, default=0):
-    for part in dotted.split("."):
-        values = values.get(part) if isinstance(values, dict) else None
-    return default if values is None else values
+from trainer.method_configs import SECTIONS, dotted
 
 
 def step_tokens(method: str, values: dict) -> tuple[int, int, str]:
     """(sequences, most tokens generated, "exact" | "at least") of one step of a config dict."""
-    prompts = int(_get(values, "train.prompts_per_step", 1))
-    group = int(_get(values, "rollout.group_size", 1))
-    new = int(_get(values, "rollout.max_new_tokens", 1))
-    if method == "spice":
-        attempts = int(_get(values, "spice.challenger_attempts", 1))
-        fmt = int(_get(values, "spice.format_max_new_tokens", 0))
-        tasks = int(_get(values, "spice.reasoner_tasks_per_document", 1))
-        sequences = prompts * (attempts + tasks * group)
-        return sequences, prompts * (attempts * (fmt + new) + tasks * group * new), "exact"
-    return prompts * group, prompts * group * new, "exact" if method == "grpo" else "at least"
+    section = SECTIONS[method]
+    sequences, tokens = section.step_tokens(values)
+    return sequences, tokens, "exact" if section.step_tokens_exact else "at least"
 
 
 def estimate(method: str, model: str, values: dict, queue: str) -> dict:
     """{"sequences", "tokens", "tokens_kind", "step_seconds" | None, "total_seconds" | None, "basis", "text"}."""
     sequences, tokens, kind = step_tokens(method, values)
-    steps = int(_get(values, "train.steps", 1))
+    steps = int(dotted(values, "train.steps", 1))
     probe = Run(pk=None, method=method, model_name=model, queue=queue)
     timed = run_metrics.step_estimate(probe)
     out = {"sequences": sequences, "tokens": tokens, "tokens_kind": kind, "step_seconds": None, "total_seconds": None}
