@@ -23,8 +23,9 @@ from apps.evals import benchmarks as bench_service
 from apps.evals.launch import launch_eval
 from apps.evals.models import EvalJob
 from apps.jobs.reaper import REAPER_KEY, reap_job
+from tests.fault.conftest import wait_for_other_sessions_to_close
 from tests.web.evals.test_jobs import run_with_checkpoints, trained  # noqa: F401  (fixtures)
-from tests.web.runs.test_live_page_browser import _database_url, _wait_for_other_sessions_to_close
+from tests.web.runs.test_live_page_browser import _database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HEARTBEAT = 6  # seconds: the worker beats every 1.5 s (Heartbeat: a quarter of it), slack for a loaded CI box
@@ -89,7 +90,7 @@ def test_an_eval_whose_worker_is_killed_is_failed_by_the_periodic_reaper(
         reap_job()
     finally:
         _kill_tree(worker)
-        _wait_for_other_sessions_to_close()
+        wait_for_other_sessions_to_close()
     job.refresh_from_db()
     assert job.status == "failed" and job.finished_at is not None, log.read_text(errors="replace")[-3000:]
     assert job.error.startswith("worker stopped responding") and job.worker_name in job.error

@@ -16,6 +16,7 @@ from django.db import connection
 
 from apps.runs.models import Metric, Run
 from apps.runs.sink import DjangoSink
+from tests.fault.conftest import wait_for_other_sessions_to_close
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = [pytest.mark.django_db(transaction=True),
@@ -53,19 +54,7 @@ def server(private_redis):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-        _wait_for_other_sessions_to_close()
-
-
-def _wait_for_other_sessions_to_close(seconds: float = 15) -> None:
-    """The server's database sessions end a moment after its process; the test database is dropped later."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with connection.cursor() as cur:
-            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND pid <> pg_backend_pid()")
-            if cur.fetchone()[0] == 0:
-                return
-        time.sleep(0.2)
+        wait_for_other_sessions_to_close()
 
 
 def _report(run_id):
