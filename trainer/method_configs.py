@@ -217,6 +217,9 @@ class SpiceSection(MethodSection):
     reasoner_max_new_tokens: int | None = Field(
         None, ge=16, description="Token budget of one Reasoner answer (None = rollout.max_new_tokens, 8192 for SPICE: "
         "the paper's text gives none).")
+    worked_example: bool = Field(
+        True, description="Show the Challenger a filled-in task for another document after the task's JSON form "
+                          "(ours; the paper shows none). A task restating it is invalid either way.")
 
     @model_validator(mode="after")
     def _retry_cap(self) -> "SpiceSection":

@@ -249,7 +249,7 @@ import json  # noqa: E402
 
 from tests.trainer.taught import pair, teach  # noqa: E402
 from trainer.methods.spice_tasks import challenger_prompt, prefill_ids  # noqa: E402
-from trainer.methods.spice_tasks import MCQ_PROMPT, TASK_PREFILL  # noqa: E402
+from trainer.methods.spice_tasks import TASK_PREFILL  # noqa: E402
 from trainer.prompts import chat  # noqa: E402
 from trainer.runner import run  # noqa: E402
 from trainer.tools.corpus import Document, JsonlDocumentSource  # noqa: E402
@@ -302,7 +302,7 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
                      '"multiple_choice_correct": "D"}', add_special_tokens=False) + eos
     task = SpiceTask("mcq", "mcq", "Which is largest? A) one B) two C) three D) four", "D")
     conversation = [(challenger_prompt(tok, DOCS[0], sec), False), (choice, True),
-                    (continue_chat(tok, MCQ_PROMPT, True) + prefill_ids(tok, TASK_PREFILL["mcq"]), False),
+                    (continue_chat(tok, task_prompt(MCQ, sec.worked_example), True) + prefill_ids(tok, TASK_PREFILL["mcq"]), False),
                     (mcq, True)]  # both Challenger turns at once
     asked = chat(tok, None, reasoner_prompt(task))
     answers = [pair(asked, tok.encode(f"So \\boxed{{{x}}}", add_special_tokens=False) + eos) for x in "DB"]  # 50/50

@@ -64,7 +64,8 @@ plausible but wrong.
 
 Reply with ONLY this JSON object, nothing before or after it:
 {"multiple_choice_question": "<question> A) <option> B) <option> C) <option> D) <option>", \
-"multiple_choice_correct": "<A, B, C or D>"}
+"multiple_choice_correct": "<A, B, C or D>"}"""
+MCQ_EXAMPLE = """
 Example (for another document):
 {"multiple_choice_question": "Which river flows through both Vienna and Budapest? A) Rhine B) Danube C) Elbe \
 D) Vistula", "multiple_choice_correct": "B"}"""
@@ -83,7 +84,8 @@ correct answer, and must stand alone: the student never sees the document, so ne
 "the document".
 
 Reply with ONLY this JSON object, nothing before or after it:
-{{"question": "<the question>", "answer": <the answer>, "answer_type": "{answer_type}"}}
+{{"question": "<the question>", "answer": <the answer>, "answer_type": "{answer_type}"}}"""
+FREE_FORM_EXAMPLE = """
 Example (for another document):
 {{"question": "{example_question}", "answer": {example_answer}, "answer_type": "{answer_type}"}}"""
 
@@ -96,7 +98,7 @@ EXAMPLE_QUESTIONS = {  # each with the answer in ANSWER_RULES: 12*25+3*30=390; 1
 }
 
 MCQ_EXAMPLE_QUESTION = "Which river flows through both Vienna and Budapest? A) Rhine B) Danube C) Elbe D) Vistula"
-assert MCQ_EXAMPLE_QUESTION in MCQ_PROMPT
+assert MCQ_EXAMPLE_QUESTION in MCQ_EXAMPLE
 
 
 def _word_runs(text: str, n: int = 5) -> set[tuple[str, ...]]:
@@ -104,18 +106,107 @@ def _word_runs(text: str, n: int = 5) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
-_EXAMPLE_RUNS = [_word_runs(q) for q in [*EXAMPLE_QUESTIONS.values(), MCQ_EXAMPLE_QUESTION]]
+_UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+                                     "fourteen fifteen sixteen seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if i > 1}
+_STOP = set("""a an the and or but of in on at to for from by with without as is are was were be been being do does did
+has have had having it its this that these those there their they them he she his her we you your i my our what which
+who whom whose when where why how many much more most less than then so such both each every any all some no not
+only also into onto over under about after before between per if else whether can could would should will shall may
+might must one ones total number numbers question answer example through during while within among
+same other another following given called""".split())
+
+
+def _numbers(words: list[str]) -> set[str]:
+    """The numbers of a tokenized text, spelled-out ones included ("twenty five" -> "25"), commas dropped."""
+    found, i = set(), 0
+    while i < len(words):
+        w = words[i]
+        if re.fullmatch(r"\d+(?:\.\d+)?", w):
+            found.add(w.lstrip("0") or "0")
+        elif w in _TENS:
+            unit = _UNITS.get(words[i + 1], 0) if i + 1 < len(words) and _UNITS.get(words[i + 1], 10) < 10 else 0
+            found.add(str(_TENS[w] + unit))
+            i += 1 if unit else 0
+        elif w in _UNITS and w != "one":  # "one" is mostly a pronoun ("which one")
+            found.add(str(_UNITS[w]))
+        i += 1
+    return found
+
+
+def _stem(word: str) -> str:
+    """A crude suffix stem, enough for "classes" = "class", "hosted" = "hosts", "completed" = "complete"."""
+    if word.endswith(("sses", "xes", "ches", "shes", "zes")):
+        return word[:-2]
+    for suffix in ("ies", "s", "ed", "ing"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith(("ss", "us", "eed")):
+            word = word[:-len(suffix)] + ("y" if suffix == "ies" else "")
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+@dataclass(frozen=True)
+class ExampleSignature:
+    """What a question must not carry over from a worked example: its numbers and its content words."""
+
+    runs: frozenset  # the example's runs of 5 words
+    numbers: frozenset  # "12", "25", ...
+    words: frozenset  # stemmed content words, numbers and stop words left out
+
+    @classmethod
+    def of(cls, text: str) -> "ExampleSignature":
+        words = re.findall(r"[a-z]+|\d+(?:\.\d+)?", text.lower().replace(",", ""))
+        numbers = _numbers(words)
+        content = {_stem(w) for w in words if w.isalpha() and w not in _STOP and w not in _UNITS and w not in _TENS
+                   and len(w) > 1}
+        return cls(frozenset(_word_runs(text)), frozenset(numbers), frozenset(content))
+
+    def restated_by(self, question: "ExampleSignature") -> bool:
+        if self.runs & question.runs:
+            return True
+        shared_numbers = len(self.numbers & question.numbers)
+        shared_words = len(self.words & question.words)
+        if shared_words >= 5 and shared_words >= WORDS_SHARE * len(self.words):
+            return True  # the example's content, with or without its numbers
+        if self.numbers and 2 * shared_numbers < len(self.numbers):
+            return False  # the example's numbers make it: a question without most of them is another question
+        shared = (shared_numbers + shared_words) / (len(self.numbers) + len(self.words))
+        return shared >= RESTATES_SHARE and shared_numbers + shared_words >= 3
+
+
+RESTATES_SHARE = 0.5  # share of an example's numbers + content words that makes a question its restatement
+WORDS_SHARE = 0.6  # ... or of its content words alone (5 at least), numbers dropped
+
+
+def _signatures() -> list[ExampleSignature]:
+    return [ExampleSignature.of(q) for q in [*EXAMPLE_QUESTIONS.values(), MCQ_EXAMPLE_QUESTION]]
+
+
+_EXAMPLES = _signatures()
 
 
 def copies_example(question: str) -> bool:
-    """Does ``question`` reuse the prompt's worked example (any run of 5 words in common)?
+    """Does ``question`` restate one of the prompt's worked examples, reworded or not?
+
+    Restating = a run of 5 words in common with the example, or, paraphrases included, one of:
+    - at least half of the example's numbers (spelled-out numbers count) and, together with its
+      content words (stop words dropped, crude stems: "classes" = "class"), at least half of what
+      the example is made of (``RESTATES_SHARE``), 3 items or more;
+    - at least 60% of its content words, 5 or more (``WORDS_SHARE``), numbers or not.
+    "There are 12 classes with 25 students each and 3 classes with 30 students; how many students in
+    all?" shares the 4 numbers and "class" of the Integer example: 5 of its 7 items. "What is the
+    mean speed of the car in km per minute?" shares 5 of the Float example's 8 content words.
+    "How many pupils does the school founded in 1821 have?" (2 of 7) and "Which city hosted the
+    2012 Summer Olympics?" (none of the String example's numbers, 4 words) pass. Checked on
+    rewordings written by Qwen2.5-Coder-0.5B and on its own tasks (tests/trainer/test_spice_example_copies.py).
 
     The examples are there to show the JSON, not the content: a task built on one is not grounded
     in the document. On an H100 run SmolLM2-135M's valid tasks drifted to copies of the Integer
     example within 10 steps, because a valid task the Reasoner never solves still earns the
-    gaussian reward exp(-(0 - 0.25)^2 / 0.02) = 0.044 > the invalid penalty (benchmarks/RESULTS.md)."""
-    runs = _word_runs(question)
-    return any(runs & example for example in _EXAMPLE_RUNS)
+    gaussian reward exp(-(0 - 0.25)^2 / 0.02) = 0.044 > the invalid penalty (benchmarks/RESULTS.md);
+    Qwen2.5-Coder-0.5B wrote a reworded one with a wrong gold answer (issue 21)."""
+    mine = ExampleSignature.of(question)
+    return any(example.restated_by(mine) for example in _EXAMPLES)
 
 
 # Both Challenger turns open with the start of their JSON (prompt tokens, never trained; parsed
@@ -159,14 +250,15 @@ def format_prompt(document: str, formats: Sequence[str], answer_types: Sequence[
     return FORMAT_PROMPT.format(document=document, format_rule=rule, answer_type_choices=choices)
 
 
-def task_prompt(choice: FormatChoice) -> str:
-    """Turn two of the Challenger (Figure 10 structure) for the chosen format."""
+def task_prompt(choice: FormatChoice, worked_example: bool = True) -> str:
+    """Turn two of the Challenger (Figure 10 structure) for the chosen format; ``worked_example`` adds
+    a filled-in task for another document after the JSON form (``spice.worked_example``)."""
     if choice.format == "mcq":
-        return MCQ_PROMPT
+        return MCQ_PROMPT + (MCQ_EXAMPLE if worked_example else "")
     kind = choice.answer_type.capitalize()
     rule, example = ANSWER_RULES[kind]
-    return FREE_FORM_PROMPT.format(answer_type=kind, answer_rule=rule, example_question=EXAMPLE_QUESTIONS[kind],
-                                   example_answer=example)
+    fields = dict(answer_type=kind, answer_rule=rule, example_question=EXAMPLE_QUESTIONS[kind], example_answer=example)
+    return FREE_FORM_PROMPT.format(**fields) + (FREE_FORM_EXAMPLE.format(**fields) if worked_example else "")
 
 
 def reasoner_prompt(task: SpiceTask) -> str:
@@ -434,7 +526,7 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
         except TaskError as err:
             a.reason = f"format: {err}"
             continue
-        user = task_prompt(a.choice)
+        user = task_prompt(a.choice, sec.worked_example)
         a.extend(continue_chat(tok, user, c.finish_reason == "eos") + prefill_ids(tok, TASK_PREFILL[a.choice.format]),
                  [], trained=False)
         a.turns.append({"role": "user", "text": user})

@@ -115,7 +115,8 @@ def test_a_flagged_question_is_not_trained_on_in_the_next_step(tiny_config, tiny
     from tests.trainer.taught import pair, teach
 
     from trainer.config import load_config
-    from trainer.methods.spice_tasks import MCQ_PROMPT, SpiceTask, challenger_prompt, continue_chat, reasoner_prompt
+    from trainer.methods.spice_tasks import (FormatChoice, SpiceTask, challenger_prompt, continue_chat,
+                                             reasoner_prompt, task_prompt)
     from trainer.prompts import chat
     from trainer.tools.corpus import Document as TrainerDocument
 
@@ -128,7 +129,7 @@ def test_a_flagged_question_is_not_trained_on_in_the_next_step(tiny_config, tiny
     sequences = []
     for doc in Document.objects.filter(corpus=corpus):  # both Challenger turns of one conversation per document
         first = challenger_prompt(tok, TrainerDocument(str(doc.pk), doc.title, doc.text), sec)
-        sequences.append([(first, False), (choice, True), (continue_chat(tok, MCQ_PROMPT, True), False), (mcq, True)])
+        sequences.append([(first, False), (choice, True), (continue_chat(tok, task_prompt(FormatChoice("mcq", None), sec.worked_example), True), False), (mcq, True)])
     task = SpiceTask("mcq", "mcq", QUESTION, "D")
     sequences.append(pair(chat(tok, None, reasoner_prompt(task)),
                           tok.encode("So \\boxed{D}", add_special_tokens=False) + eos))
