@@ -93,7 +93,7 @@ def main() -> None:
         except TaskError as err:
             reasons1[str(err)[:60]] += 1
             choices.append((FALLBACK[i % len(FALLBACK)], False))
-    second_prompts = [p + c.completion_ids + continue_chat(tok, task_prompt(ch), c.finish_reason == "eos")
+    second_prompts = [p + c.completion_ids + continue_chat(tok, task_prompt(ch, worked_example=True), c.finish_reason == "eos")
                       + tok.encode(pre2[ch.format == "mcq"], add_special_tokens=False)
                       for p, c, (ch, _) in zip(prompts, first, choices)]
     p2 = SamplingParams(temperature=args.temperature, top_p=1.0, max_new_tokens=args.task_tokens)

@@ -61,7 +61,8 @@ RUN_ID=$($PY manage.py launch spice --corpus wikipedia --model smollm2-135m-inst
   --set train.device=cpu --set train.steps=30 --set train.prompts_per_step=1 \
   --set rollout.group_size=2 --set rollout.max_new_tokens=128 --set train.micro_batch_size=4 \
   --set spice.challenger_attempts=2 --set spice.challenger_group_size=2 --set spice.max_document_tokens=256 \
-  --set spice.format_max_new_tokens=96 --set checkpoint.every=5 2> "$LOG/launch.log") || RUN_ID=""
+  --set spice.format_max_new_tokens=96 --set spice.worked_example=true \
+  --set checkpoint.every=5 2> "$LOG/launch.log") || RUN_ID=""
 if [ -n "$RUN_ID" ]; then
   echo "  demo SPICE run: $URL/runs/$RUN_ID/ (about a minute a step on 2 CPU cores)"
 else

@@ -218,8 +218,10 @@ class SpiceSection(MethodSection):
         None, ge=16, description="Token budget of one Reasoner answer (None = rollout.max_new_tokens, 8192 for SPICE: "
         "the paper's text gives none).")
     worked_example: bool = Field(
-        True, description="Show the Challenger a filled-in task for another document after the task's JSON form "
-                          "(ours; the paper shows none). A task restating it is invalid either way.")
+        False, description="Show the Challenger a filled-in task for another document after the task's JSON form "
+                           "(ours; the paper shows none). On for SmolLM2-135M (0/16 valid tasks without it); off "
+                           "by default: Qwen2.5-Coder-0.5B wrote no grounded task with it, only word problems "
+                           "imitating it (benchmarks/RESULTS.md). A task restating it is invalid either way.")
 
     @model_validator(mode="after")
     def _retry_cap(self) -> "SpiceSection":

@@ -4,8 +4,9 @@ not grounded in the document); with ``spice.worked_example`` off the example is 
 COPIES are what SmolLM2-135M wrote on the H100 Learn run (RESULTS.md). QWEN_REWORDINGS are what
 Qwen2.5-Coder-0.5B-Instruct wrote when asked to reword each example at temperature 1.0
 (``benchmarks/spice_example_probe.py --paraphrases 4``), kept where they still carry the example's
-content; ISSUE_21 is the restatement it wrote as a SPICE task (gold 800, wrong). QWEN_TASKS are its
-own tasks from the probe's documents, which must pass.
+content (dropped: the ones too vague to carry it, e.g. "How fast is the car traveling at?"), plus one
+it wrote as a SPICE task; ISSUE_21 is the restatement it wrote in the issue's probe (gold 800, wrong).
+QWEN_TASKS are its own valid tasks from the probe's documents: not grounded, mostly, but no copies.
 """
 import pytest
 
@@ -33,6 +34,7 @@ QWEN_REWORDINGS = [
     "Did the Eiffel Tower become a modern symbol of joy before the first Olympics were held?",
     "Was the Eiffel Tower constructed before the first Olympic Games were held?",
     "The river that flows through both Vienna and Budapest is the Elbe.",
+    "How many students should exist in 3 classes in addition to 25 in the school?",  # a SPICE task of the probe
 ]
 HAND_REWORDINGS = [  # the same move in other words: synonyms, spelled-out numbers, reordered facts
     "There are 12 classes that each have 25 students, plus 3 classes having 30 students. How many students in all?",
@@ -55,7 +57,20 @@ GROUNDED = [
     "The castle was built between 1911 and 1930; how many years did its construction take?",
     "How many different types of clothing are there?",  # the 0.5B's ungrounded task of issue 21: not a copy
 ]
-QWEN_TASKS = [
+QWEN_TASKS = [  # its valid tasks in the probe (benchmarks/RESULTS.md, "Worked example"), with and without the example
+    "In the ancient Greek calendar, which month starts from January?",
+    "The Downey Mountains were formed in AD?",
+    "The total number of pencils is 200, and does not contain any letters, symbols, or spaces.",
+    "How many 2015 certificates does an online library sell?",
+    "The total number of flowers is 200, and the number of flowers in the first 5 pages is 150. How many flowers "
+    "are in the last page?",
+    "What is the duration of a flight that is 450 kilometers and has a duration of 3 hours, to three significant "
+    "digits?",
+    "In a jar, there are marbles, white, and green marbles. What is the number of marbles in the jar?",
+    "Of the natural elements halogens, which are rare-earth elements found in various minerals, the symbol D- which "
+    "has atomic number 179 is used to represent the oxidation state of a quinone, such as water?",
+    "What is a fundamental musical instrument in the music genre of writing?",
+    "How much money does it take a student to go shopping for 100 books?",
 ]
 
 

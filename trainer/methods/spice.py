@@ -35,7 +35,12 @@ Departures from the paper:
 - the Challenger's two prompts are one two-turn conversation (the document is read once; both
   turns are trained, the second user turn is masked out of the loss); prompts are reworded and
   shorter (same structure and JSON fields, fewer free-text fields), each assistant turn opens with
-  the start of its JSON, and a task copying the prompt's worked example is invalid;
+  the start of its JSON;
+- the task prompt may end with a worked example for another document (``spice.worked_example``,
+  ours, off by default and on in the SmolLM2 configs: SmolLM2-135M writes no valid task without
+  it, while Qwen2.5-Coder-0.5B wrote 8/16 valid tasks with it and none grounded in its document,
+  5/16 without and 2-3 of them grounded; benchmarks/RESULTS.md, "Worked example"); a task
+  restating it, reworded or not, is invalid either way (``spice_tasks.copies_example``);
 - token budgets (the paper's text gives none): ``rollout.max_new_tokens`` 8192 for the task turn
   and each Reasoner answer (``task_max_new_tokens``, ``reasoner_max_new_tokens``), 256 for the
   format choice (``format_max_new_tokens``); 8192 is also Dr.GRPO's constant normaliser (seq_sum);

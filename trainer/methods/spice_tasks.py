@@ -9,7 +9,9 @@ The Challenger is one two-turn conversation over a corpus document (spice.txt, A
    ``answer_type``).
 
 Wording is ours and short, structure is the paper's (the two turns, field names, output rules):
-each prompt ends with the exact JSON form and a worked example, and each assistant turn opens
+each prompt ends with the exact JSON form (and, with ``spice.worked_example``, a worked example for
+another document: on for SmolLM2, off by default since a 0.5B model only imitates it; a task
+restating it is invalid, ``copies_example``), and each assistant turn opens
 with the start of its JSON (``FORMAT_PREFILL`` / ``TASK_PREFILL``, prompt tokens): with the
 paper's long step-by-step guidance SmolLM2-135M-Instruct wrote no valid task (0/16), with
 these 2/16 at temperature 0.7 once copies of the worked example count as invalid (14/16 parse,
@@ -250,7 +252,7 @@ def format_prompt(document: str, formats: Sequence[str], answer_types: Sequence[
     return FORMAT_PROMPT.format(document=document, format_rule=rule, answer_type_choices=choices)
 
 
-def task_prompt(choice: FormatChoice, worked_example: bool = True) -> str:
+def task_prompt(choice: FormatChoice, worked_example: bool = False) -> str:
     """Turn two of the Challenger (Figure 10 structure) for the chosen format; ``worked_example`` adds
     a filled-in task for another document after the JSON form (``spice.worked_example``)."""
     if choice.format == "mcq":

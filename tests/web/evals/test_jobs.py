@@ -165,8 +165,9 @@ def _teach_player(tiny_model_dir, dest, doc, sec, own: tuple[str, str], answers:
     enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
     choice = enc('{"suitable_for_mcq": false, "suitable_for_free_form": true, "best_answer_type": "Integer"}') + eos
     task = enc(json.dumps({"question": own[0], "answer": int(own[1]), "answer_type": "integer"})) + eos
+    second = task_prompt(FormatChoice("free_form", "integer"), sec.worked_example)
     conversation = [(challenger_prompt(tok, doc, sec), False), (choice, True),
-                    (continue_chat(tok, task_prompt(FormatChoice("free_form", "integer")), True), False), (task, True)]
+                    (continue_chat(tok, second, True), False), (task, True)]
     replies = [pair(chat(tok, None, reasoner_prompt(SpiceTask("free_form", "integer", q, "0"))),
                     enc(f"So \\boxed{{{a}}}") + eos) for q, a in answers.items()]
     return teach(tiny_model_dir, dest, [conversation, *replies], steps=400)
