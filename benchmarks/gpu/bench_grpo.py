@@ -1,8 +1,12 @@
 """GRPO step time of OUR trainer (``trainer.run``) on the 321M Llama, as the issue specifies:
 8 prompts x 8 completions x 256 new tokens forced (min_new_tokens = max_new_tokens), bf16.
 
+    python benchmarks/gpu/bench_grpo.py        # the shipped defaults: what a user gets without flags
     python benchmarks/gpu/bench_grpo.py --engine torch|deepspeed [--zero 2] [--backend hf|vllm]
-        [--steps 5] [--packing] [--cuda-graphs auto|on|off] [--tag NAME]
+        [--steps 5] [--packing|--no-packing] [--no-share] [--cuda-graphs auto|on|off] [--tag NAME]
+
+Every flag left out keeps the trainer's own default (``auto`` for engine, packing and prompt sharing:
+trainer/autotune.py); a flag given forces that setting.
 
 The first step is warm-up; the median of the rest is reported (with generation and update
 seconds from the recipe's own metrics). The reward is ``exact`` (cheap), as a benchmark of
@@ -39,13 +43,13 @@ def prompt_file(path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--engine", default="torch", choices=["torch", "deepspeed"])
+    ap.add_argument("--engine", choices=["torch", "deepspeed"], help="default: the config's (auto)")
     ap.add_argument("--zero", type=int, default=2)
     ap.add_argument("--backend", default="hf", choices=["hf", "vllm"])
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--micro", type=int, default=16)
+    ap.add_argument("--micro", type=int, help="train.micro_batch_size (default: the config's)")
     ap.add_argument("--gc", action="store_true", help="gradient checkpointing")
-    ap.add_argument("--packing", action="store_true")
+    ap.add_argument("--packing", action=argparse.BooleanOptionalAction, help="default: the config's (auto)")
     ap.add_argument("--no-share", action="store_true", help="train.share_prompt_prefix=false")
     ap.add_argument("--cuda-graphs", default="auto", choices=["auto", "on", "off"],
                     help="rollout.cuda_graphs of the hf backend (auto = on on a GPU)")
@@ -67,34 +71,38 @@ def main() -> None:
                     "temperature": 1.0, "max_new_tokens": TOKENS, "min_new_tokens": TOKENS,
                     "group_size": 8,
                     "cuda_graphs": {"auto": "auto", "on": True, "off": False}[args.cuda_graphs]},
-        "train": {"steps": args.steps, "lr": 1e-6, "prompts_per_step": 8, "micro_batch_size": args.micro,
-                  "device": DEVICE, "engine": args.engine, "zero_stage": args.zero},
+        "train": {"steps": args.steps, "lr": 1e-6, "prompts_per_step": 8, "device": DEVICE, "zero_stage": args.zero},
         "checkpoint": {"every": 0, "keep_last": 1},
         "data": {"path": prompt_file("/tmp/bench_prompts.jsonl")},
     }
-    if args.packing:
-        cfg["train"]["packing"] = True
+    if args.engine is not None:
+        cfg["train"]["engine"] = args.engine
+    if args.micro is not None:
+        cfg["train"]["micro_batch_size"] = args.micro
+    if args.packing is not None:
+        cfg["train"]["packing"] = args.packing
     if args.no_share:
         cfg["train"]["share_prompt_prefix"] = False
     cfg["train"]["skip_zero_advantage"] = False  # rewards are ~all 0 here: run the full update anyway, as TRL does
     reset_peak()
     t0 = time.perf_counter()
-    result = run(cfg, run_dir=f"/tmp/bench_runs/grpo-{args.engine}-{args.backend}-{args.tag}-{int(t0)}")
+    result = run(cfg, run_dir=f"/tmp/bench_runs/grpo-{args.engine or 'auto'}-{args.backend}-{args.tag}-{int(t0)}")
     wall = time.perf_counter() - t0
     rows = [r for r in result.metrics if r.get("role") == "solver"]
     timed = result.step_seconds[1:] or result.step_seconds
     gen = median([r["gen_seconds"] for r in rows[1:]] or [r["gen_seconds"] for r in rows])
     upd = median([r["update_seconds"] for r in rows[1:]] or [r["update_seconds"] for r in rows])
     emit("grpo_step", {
-        "impl": f"ours-{args.backend}-{args.engine}" + (f"-z{args.zero}" if args.engine == "deepspeed" else "")
+        "impl": f"ours-{args.backend}-{args.engine or 'auto'}" + (f"-z{args.zero}" if args.engine == "deepspeed" else "")
                 + (f"-{args.tag}" if args.tag else ""),
         "step_s": median(timed), "gen_s": gen, "update_s": upd, "steps": len(result.step_seconds),
         "all_step_s": [round(s, 3) for s in result.step_seconds],
         "gen_tokens_per_s": median([r["gen_tokens_per_s"] for r in rows[1:]] or [0.0]),
         "response_length": rows[-1]["response_length"] if rows else None,
         "peak_mem_gb": peak_mem_gb(), "wall_s": wall,
-        "config": {"micro_batch_size": args.micro, "gc": args.gc, "packing": args.packing,
-                   "share_prompt_prefix": not args.no_share, "cuda_graphs": args.cuda_graphs,
+        "config": {"micro_batch_size": args.micro or "default", "gc": args.gc,
+                   "packing": "auto" if args.packing is None else args.packing,
+                   "share_prompt_prefix": False if args.no_share else "auto", "cuda_graphs": args.cuda_graphs,
                    "vllm_mode": args.vllm_mode if args.backend == "vllm" else None,
                    "vllm_sleep": args.vllm_sleep, "compile": args.compile},
     })
