@@ -188,8 +188,10 @@ class SpiceSection(MethodSection):
     challenger_token_budget: int | None = Field(
         None, ge=1, description="Safety bound of the retry loop: most Challenger tokens a step may generate per "
         "document, pooled over the step's documents and checked at the worst case before each round (the first "
-        "round always runs). None = one round's worst case, challenger_attempts x (format_max_new_tokens + "
-        "rollout.max_new_tokens): retries then spend only what early stops saved (ours).")
+        "round always runs). None = one round's worst case on a GPU, challenger_attempts x "
+        "(format_max_new_tokens + task budget): retries then spend only what early stops saved; on a CPU none "
+        "(latency-bound decoding: a retry round of one document costs as long as the first), so a step keeps its "
+        "one-round time (ours).")
     challenger_group_size: int = Field(
         8, ge=1, description="Challenger trajectories kept per document, preserving the valid:invalid ratio (paper: 8).")
     reasoner_tasks_per_document: int = Field(

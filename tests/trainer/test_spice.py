@@ -388,15 +388,24 @@ def test_challenger_retries_in_rounds_until_the_cap_when_no_task_is_valid(tiny_c
     assert sum(t["data"]["kept"] for t in tasks) == 4  # 2 documents x challenger_group_size, from any round
 
 
-def test_the_default_token_budget_keeps_a_step_to_one_rounds_worst_case(tiny_config, tiny_model_dir, tmp_path):
-    """Unset, the budget is one round's worst case: retries spend only what early stops saved, so a step
-    never generates more Challenger tokens than a single round could (the CPU demo's step time)."""
+def test_the_default_token_budget_keeps_a_cpu_step_to_one_round(tiny_config, tiny_model_dir, tmp_path):
+    """Unset, the budget on a CPU allows no retry (a retry round there costs as long as the first), so the
+    CPU demo's step keeps its one-round time; a budget given explicitly lets the rounds run."""
     cfg = _spice_config(tiny_config, tiny_model_dir, challenger_attempts=2, challenger_group_size=2)
     cfg["train"]["steps"] = 2
     run(cfg, documents=JsonlDocumentSource(DOCS), run_dir=tmp_path / "run")
     rows = [m for m in _rows(tmp_path / "run", "metrics.jsonl") if m["role"] == "challenger"]
-    assert all(m["retry_tokens"] <= 2 * 2 * (24 + 48) for m in rows)  # documents x attempts x (format + task)
+    assert [(m["retry_rounds"], m["attempts"]) for m in rows] == [(1, 4), (1, 4)]
     assert all(m["budget_stop"] == 1.0 and m["documents_dropped"] == 2 for m in rows)  # a random model: never valid
+
+
+def test_the_default_budget_is_one_rounds_worst_case_off_the_cpu_and_none_on_it():
+    from trainer.methods.spice import token_budget
+
+    sec = load_config({"method": "spice", "spice": {"challenger_attempts": 8}}).spice
+    assert token_budget(sec, 300, "cuda") == 8 * 300 and token_budget(sec, 300, "cpu") == 0
+    given = load_config({"method": "spice", "spice": {"challenger_token_budget": 5000}}).spice
+    assert token_budget(given, 300, "cpu") == token_budget(given, 300, "cuda") == 5000
 
 
 def test_a_retry_cap_below_one_round_is_a_config_error():
