@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.utils import timezone
+
 from apps.evals.benchmarks import ensure_builtins
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, Status
 from apps.runs.importer import IMPORTED_QUEUE
@@ -24,7 +26,7 @@ BINARY_SCORING = ("math", "mcq", "exact")  # a sample scores 0 or 1: correct = s
 
 def import_evaluations(run: Run, folder: Path) -> dict:
     """The evaluations and cross-play of the run folder as rows of ``run``; {"evals": n, "crossplay": bool}."""
-    when = run.finished_at
+    when = timezone.now()  # when they arrived here (the folder does not say when they ran)
     records = read_evals(folder)
     crossplay = read_crossplay(folder)
     _import_evals(run, records, when)

@@ -21,7 +21,6 @@ as it was. Every problem is a ``RunImportError`` that names the file, the line a
 """
 from __future__ import annotations
 
-import datetime as dt
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,28 +78,21 @@ def _config(folder: Path):
         raise RunFolderError(f"config.yaml cannot be read ({exc})") from None
 
 
-def _mtime(path: Path) -> dt.datetime:
-    return dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.timezone.utc)
-
-
 def _import(folder: Path, cfg, user) -> ImportSummary:
     own = Run.objects.filter(run_dir=str(folder), imported_from="").first()
     if own is not None:
         raise RunImportError(f"{folder} is the folder of run {own.pk} of this site, which has its rows already "
                              f"(see /runs/{own.pk}/); copy the folder elsewhere to import it as another run")
-    files = [folder / n for n in ("config.yaml", "metrics.jsonl", "samples.jsonl", "checkpoints.jsonl",
-                                  "evals.jsonl", "crossplay.json") if (folder / n).is_file()]
-    started, finished = _mtime(folder / "config.yaml"), max(_mtime(f) for f in files)
     fields = {"method": cfg.method, "model_name": cfg.model.name_or_path[:500], "config": cfg.to_dict(),
               "overrides": {"imported_from": str(folder)}, "status": Status.FINISHED, "requested": "",
               "resumable": False, "total_steps": cfg.train.steps, "queue": IMPORTED_QUEUE, "worker_name": "",
-              "run_dir": str(folder), "error": "", "started_at": started, "finished_at": finished,
-              "heartbeat_at": finished,
+              "run_dir": str(folder), "error": "", "started_at": None, "finished_at": None,
+              "heartbeat_at": None,  # unknown: a folder's file times are those of its last copy
               "corpus_name": Path(cfg.corpus.path).name[:200] if cfg.corpus.path else ""}
     run = Run.objects.select_for_update().filter(imported_from=str(folder)).first()
     created = run is None
     if created:
-        run = Run.objects.create(imported_from=str(folder), created_at=started,
+        run = Run.objects.create(imported_from=str(folder),
                                  owner=user if getattr(user, "is_authenticated", False) else None, **fields)
     else:
         Run.objects.filter(pk=run.pk).update(**fields)

@@ -8,7 +8,7 @@
     const data = JSON.parse(node.textContent);
     const config = {responsive: true, displaylogo: false};
     const chart = document.getElementById("run-evals-chart");
-    if (data.series.length) {
+    if (chart && data.series.length) {
       const pct = v => v === null ? null : 100 * v;
       const traces = data.series.map(s => ({
         x: s.steps, y: s.scores.map(pct), name: s.benchmark, mode: "lines+markers", type: "scatter",
@@ -21,11 +21,11 @@
                                      yaxis: {title: {text: "score (%)"}, rangemode: "tozero"},
                                      legend: {orientation: "h", y: 1.02, yanchor: "bottom"}, showlegend: true}, config);
     }
-    const cross = data.crossplay;
-    if (cross) {
+    const cross = data.crossplay, heatmap = document.getElementById("run-crossplay-heatmap");
+    if (cross && heatmap) {
       const text = cross.matrix.map(row => row.map(v => v === null ? "" : v.toFixed(2)));
       const counts = cross.counts && cross.counts.length ? cross.counts : cross.matrix.map(row => row.map(() => ""));
-      Plotly.newPlot(document.getElementById("run-crossplay-heatmap"), [{
+      Plotly.newPlot(heatmap, [{
         z: cross.matrix, x: cross.columns, y: cross.rows, type: "heatmap", colorscale: "Viridis", zmin: 0, zmax: 1,
         text: text, texttemplate: "%{text}", customdata: counts,
         hovertemplate: "challenger %{y}<br>reasoner %{x}<br>pass rate %{z}<br>n %{customdata}<extra></extra>"}],

@@ -230,7 +230,7 @@ def _evals_chart(client, run) -> dict:
     page = client.get(f"/runs/{run.pk}/")
     assert page.status_code == 200
     html = page.content.decode()
-    assert 'id="run-evals-chart"' in html and 'id="run-crossplay-heatmap"' in html
+    assert 'id="run-evals-card"' in html
     start = html.index('<script id="run-evals-chart-data" type="application/json">') + \
         len('<script id="run-evals-chart-data" type="application/json">')
     return json.loads(html[start:html.index("</script>", start)])
@@ -252,6 +252,8 @@ def test_the_run_page_carries_the_eval_chart_and_the_heatmap(db, folder, client,
         (["base", "step 3"], ["base", "step 3"], PASS, [[32, 32], [24, 0]])
     html = client.get(f"/runs/{run.pk}/").content.decode()
     assert "Imported from" in html and str(folder) in html
+    card = html.split('id="run-evals-card"')[1].split("</section>")[0]  # chart and heatmap side by side
+    assert 'class="grid2"' in card and 'id="run-evals-chart"' in card and 'id="run-crossplay-heatmap"' in card
     # a newer evaluation of the same base model from elsewhere (e.g. with a --limit) does not replace
     # the run's own step 0
     other = EvalJob.objects.create(model_spec=f"base:{run.model_name}", status="finished")
@@ -370,3 +372,28 @@ def test_token_ids_go_to_postgres_as_one_array_literal(db):
     assert "{0,2147483647,-5}" in sent and "{0,1,1}" in sent and "{}" in sent
     assert not any(isinstance(p, list) and len(p) == 3 and p[0] == 0 for p in sent)
     assert {a.key: (a.token_ids, a.loss_mask) for a in Attempt.objects.filter(run=run)} == rows
+
+
+EXAMPLES = sorted(p for p in (settings.BASE_DIR / "examples" / "runs").glob("*") if (p / "config.yaml").is_file()) \
+    if (settings.BASE_DIR / "examples" / "runs").is_dir() else []
+
+
+@pytest.mark.skipif(not EXAMPLES, reason="no run folder under examples/runs/")
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_the_shipped_example_runs_import_and_show_their_evaluations(db, example, client, researcher):
+    """The GPU runs' folders that `make demo` imports (examples/runs/*/: no weights)."""
+    summary = json.loads(_import(example, "--json"))
+    run = Run.objects.get(pk=summary["run"])
+    assert run.status == "finished" and run.imported_from == str(example.resolve())
+    assert summary["metrics"] == len(_lines(example / "metrics.jsonl")) > 0
+    lines = _lines(example / "evals.jsonl") if (example / "evals.jsonl").is_file() else []
+    assert summary["evals"] == len({(r["step"], r["benchmark"]) for r in lines})
+    client.force_login(researcher)
+    if lines:
+        latest = {(r["step"], r["benchmark"]): r["score"] for r in lines}  # the last line of a pair wins
+        series = _evals_chart(client, run)["series"]
+        html = client.get(f"/runs/{run.pk}/").content.decode()
+        assert 'id="run-evals-chart"' in html
+        assert ('id="run-crossplay-heatmap"' in html) == (example / "crossplay.json").is_file()
+        assert {(step, s["benchmark"]): score for s in series for step, score in zip(s["steps"], s["scores"])} \
+            == latest
