@@ -113,7 +113,9 @@ def documents(request, pk: int):
     OpenApiParameter("mode", str, enum=["hybrid", "dense", "lexical"])])
 @api_view(["GET"])
 def corpus_search(request, pk: int):
-    """`?q=&k=5&mode=hybrid|dense|lexical` -> {"results": [{document_id, chunk_id, title, text, score}]}."""
+    """`?q=&k=5&mode=hybrid|dense|lexical` -> {"results": [{document_id, chunk_id, title, text, score, matched,
+    ranks}]}: ``matched`` the query's word stems the chunk holds, ``ranks`` its rank by meaning (dense) and by
+    words (lexical)."""
     corpus = get_object_or_404(Corpus, pk=pk)
     params = request.query_params
     try:

@@ -13,11 +13,18 @@ strict_order` so filtering on the corpus never returns fewer than n rows when ot
 share the index.
 Lexical: websearch_to_tsquery parses the query (quotes, -negation); its AND between words is
 turned into OR so a natural-language question still matches, and ts_rank_cd (cover density)
-ranks documents that hold more of the words, closer together, first.
+ranks documents that hold more of the words, closer together, first, divided by the chunk's
+length (normalization 2): without it a long chunk that repeats one common word of the question
+("painting") outranked the chunk about the question's subject ("who painted the Mona Lisa" put
+the Qingming Festival scroll, which says "painting" five times, before the Mona Lisa). Each hit
+also names the query's words (stems) it holds (``matched``).
+Hybrid: reciprocal-rank fusion; a tie (one hit first by meaning, the other first by words) goes
+to the better rank by meaning, then the lower chunk id. Each fused hit keeps its rank in each
+list (``ranks``), which the search page shows instead of the fused score.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from django.db import connection
@@ -42,6 +49,8 @@ class Hit:
     title: str
     text: str
     score: float
+    matched: list[str] = field(default_factory=list)  # the query's stems the chunk holds (lexical)
+    ranks: dict[str, int] = field(default_factory=dict)  # mode -> this hit's rank there (from 1)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,13 +73,15 @@ ORDER BY q.i, c.dist, c.id
 """.format(dim=EMBEDDING_DIM)
 
 LEXICAL_SQL = """
-SELECT q.i, c.id, c.document_id, d.title, c.text, c.rank AS score
+SELECT q.i, c.id, c.document_id, d.title, c.text, c.rank AS score,
+       ARRAY(SELECT unnest(tsvector_to_array(c.tsv)) INTERSECT SELECT unnest(tsvector_to_array(w.words)) ORDER BY 1)
 FROM unnest(%s::text[]) WITH ORDINALITY AS q(t, i)
 CROSS JOIN LATERAL (
-    SELECT replace(websearch_to_tsquery('english', q.t)::text, ' & ', ' | ')::tsquery AS tsq
+    SELECT replace(websearch_to_tsquery('english', q.t)::text, ' & ', ' | ')::tsquery AS tsq,
+           to_tsvector('english', q.t) AS words
 ) w
 CROSS JOIN LATERAL (
-    SELECT id, document_id, text, ts_rank_cd(tsv, w.tsq) AS rank
+    SELECT id, document_id, text, tsv, ts_rank_cd(tsv, w.tsq, 2) AS rank
     FROM corpora_chunk WHERE corpus_id = %s AND tsv @@ w.tsq
     ORDER BY rank DESC, id LIMIT %s
 ) c
@@ -79,10 +90,12 @@ ORDER BY q.i, c.rank DESC, c.id
 """
 
 
-def _group(rows, n_queries: int) -> list[list[Hit]]:
+def _group(rows, n_queries: int, mode: str) -> list[list[Hit]]:
     out: list[list[Hit]] = [[] for _ in range(n_queries)]
-    for i, chunk_id, document_id, title, text, score in rows:
-        out[i - 1].append(Hit(document_id, chunk_id, title, text, float(score)))
+    for i, chunk_id, document_id, title, text, score, *matched in rows:
+        ranking = out[i - 1]
+        ranking.append(Hit(document_id, chunk_id, title, text, float(score), list(matched[0]) if matched else [],
+                           {mode: len(ranking) + 1}))
     return out
 
 
@@ -109,25 +122,39 @@ def dense_by_vectors(corpus_id: int, vectors: np.ndarray, n: int, ef_search: int
     with connection.cursor() as cur:
         _vector_settings(cur, max(ef_search, 2 * n))
         cur.execute(DENSE_SQL, [[vector_literal(v) for v in vectors], corpus_id, n])
-        return _group(cur.fetchall(), len(vectors))
+        return _group(cur.fetchall(), len(vectors), "dense")
 
 
 def lexical(corpus, queries: list[str], n: int) -> list[list[Hit]]:
     with connection.cursor() as cur:
         cur.execute(LEXICAL_SQL, [list(queries), corpus.pk, n])
-        return _group(cur.fetchall(), len(queries))
+        return _group(cur.fetchall(), len(queries), "lexical")
 
 
 def fuse(rankings: list[list[Hit]], k: int, rrf_k: int = RRF_K) -> list[Hit]:
-    """Reciprocal-rank fusion: score(chunk) = sum over rankings of 1 / (rrf_k + rank), rank from 1."""
+    """Reciprocal-rank fusion: score(chunk) = sum over rankings of 1 / (rrf_k + rank), rank from 1.
+
+    A tie goes to the better rank in the first ranking (dense: by meaning), then the lower chunk
+    id. Two hits ranked 1 and 2 in swapped order tie exactly (1/61 + 1/62 each)::
+
+    >>> a, b = Hit(1, 10, "A", "", 0.6, ranks={"dense": 1}), Hit(2, 5, "B", "", 0.4, ranks={"dense": 2})
+    >>> la, lb = Hit(1, 10, "A", "", 0.1, ["a"], {"lexical": 2}), Hit(2, 5, "B", "", 0.2, ["b"], {"lexical": 1})
+    >>> [(h.title, h.ranks, h.matched) for h in fuse([[a, b], [lb, la]], 2)]
+    [('A', {'dense': 1, 'lexical': 2}, ['a']), ('B', {'dense': 2, 'lexical': 1}, ['b'])]
+    """
     scores: dict[int, float] = {}
     hits: dict[int, Hit] = {}
     for ranking in rankings:
         for rank, hit in enumerate(ranking, start=1):
             scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (rrf_k + rank)
-            hits.setdefault(hit.chunk_id, hit)
-    best = sorted(scores, key=lambda cid: (-scores[cid], cid))[:k]
-    return [Hit(hits[c].document_id, c, hits[c].title, hits[c].text, round(scores[c], 6)) for c in best]
+            first = hits.setdefault(hit.chunk_id, Hit(hit.document_id, hit.chunk_id, hit.title, hit.text, 0.0))
+            first.ranks.update(hit.ranks)
+            first.matched = first.matched or hit.matched
+    lead = next(iter(rankings[0][0].ranks), None) if rankings and rankings[0] else None
+    best = sorted(scores, key=lambda cid: (-round(scores[cid], 12), hits[cid].ranks.get(lead, MAX_K * 10), cid))[:k]
+    for c in best:
+        hits[c].score = round(scores[c], 6)
+    return [hits[c] for c in best]
 
 
 def validate(queries, k, mode) -> tuple[list[str], int, str]:

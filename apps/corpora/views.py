@@ -88,7 +88,26 @@ def search_partial(request, pk: int):
     else:
         error = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
     # 200 even for an error: htmx swaps only 2xx responses, and the message must show in #results
-    return render(request, "corpora/_results.html", {"hits": hits, "error": error, "corpus": corpus})
+    mode = (form.cleaned_data.get("mode") or "hybrid") if form.is_valid() else ""
+    return render(request, "corpora/_results.html", {
+        "hits": hits, "error": error, "corpus": corpus, "mode": mode,
+        "pending": "" if hits or error else _not_searchable_yet(corpus)})
+
+
+def _not_searchable_yet(corpus) -> str:
+    """Why a search finds nothing in a corpus that is not ready ("" when it is)."""
+    Status = Corpus.Status
+    if corpus.status == Status.QUEUED:
+        return (f"No results yet: this corpus's ingest is queued ({corpus.progress_done} of {corpus.progress_total} "
+                "documents); its documents become searchable once a worker takes it. Search again then.")
+    if corpus.status == Status.INGESTING:
+        return (f"No results yet: this corpus is being ingested ({corpus.progress_done} of {corpus.progress_total} "
+                "documents so far); search again when it is ready.")
+    if corpus.status == Status.EMPTY or not corpus.doc_count:
+        return "No results: this corpus has no documents yet. Upload some first."
+    if corpus.status == Status.FAILED:
+        return "No results: this corpus's last ingest failed (see its errors above); fix the upload and try again."
+    return ""
 
 
 def document(request, pk: int, doc_id: int):

@@ -100,7 +100,7 @@ def test_upload_returns_202_and_a_real_worker_ingests_it(client, rq_queues, samp
     job = django_rq.get_queue("short").fetch_job(body["job_id"])
     assert job.is_finished and job.return_value()["documents"] == 6
     results = client.get(f"/api/v1/corpora/{corpus.pk}/search/?q=wild+yeast+starter&k=2").json()["results"]
-    assert set(results[0]) == {"document_id", "chunk_id", "title", "text", "score"}
+    assert set(results[0]) == {"document_id", "chunk_id", "title", "text", "score", "matched", "ranks"}
     assert results[0]["title"] == "Sourdough baking"
 
 

@@ -38,7 +38,7 @@ def test_detail_shows_documents_progress_and_searches_through_htmx(client, reade
     corpus.finish_ingest()
     assert "every 1s" not in client.get(f"/corpora/{corpus.pk}/progress/").content.decode()  # polling stops
     results = client.get(f"/corpora/{corpus.pk}/search/?q=chess+opening&mode=hybrid&k=2").content.decode()
-    assert results.index("The Sicilian Defence") < results.index("score")
+    assert results.index("The Sicilian Defence") < results.index("#1 · by meaning: #")  # its rank, not a score
     bad = client.get(f"/corpora/{corpus.pk}/search/?q=chess&mode=fuzzy")
     assert 'class="error"' in bad.content.decode() and "mode" in bad.content.decode()  # shown in #results
     doc = Document.objects.get(title="Sourdough baking")
