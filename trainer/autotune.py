@@ -22,7 +22,8 @@ update pass, the engine factory and the run's start resolve them with the rules 
   (P prompt tokens, C_i completion tokens, chunks of ``train.micro_batch_size`` samples, each
   running the prompt once). For G = 8 and 256-token completions: a 40-token prompt (the 321M GRPO
   benchmark) gains 1.13x and does not share; a 700-token SPICE Challenger prompt (a 512-token
-  document) gains 2.8x and shares on a GPU; a 100-token GSM8K prompt with 64-token completions
+  document) gains 2.8x, below the GPU's measured 4.26, and is packed instead; a 6,000-token document
+  shares; a 100-token GSM8K prompt with 64-token completions
   (the CPU benchmark) gains 2.1x and shares on a CPU.
 
 ``benchmarks/gpu/bench_share_crossover.py`` measures the update with and without sharing over a
@@ -34,14 +35,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 # Token-count gain a group's shared prompt must bring before it is shared, per device type.
-# cuda: PROVISIONAL, awaiting benchmarks/gpu/bench_share_crossover.py on an H100. What is known:
-# at a gain of 1.13 (321M GRPO benchmark, 40-token prompts, G=8, 256 tokens) sharing made the
-# update 3.9x SLOWER than packing (2.28 s vs 0.59 s), so the crossover lies well above 1.13.
+# cuda: measured on an H100 (bench_share_crossover.py, 321M Llama, ZeRO-2, 256-token completions,
+# 2026-11-26, benchmarks/RESULTS.md): sharing was slower at gains 1.13 (3.9x slower), 3.0, 3.33 and 3.4
+# (0.70x / 0.90x / 0.98x) and faster at 4.5 (1.27x with G=8, 1.06x with G=16) and 5.67 (2.4x / 1.9x);
+# interpolated crossovers: gain 3.67 (G=8, prompt ~1,270 tokens) and 4.26 (G=16, ~1,780). The threshold
+# is the larger, so a shared prompt is never the slower path on the measured grid.
 # cpu: measured here (bench_share_crossover.py, SmolLM2-135M shape, G=8, 64-token completions,
 # 2-core box under load ~10): sharing was faster at every measured length, 1.38x / 1.28x / 1.24x /
 # 3.93x at gains 1.21 / 1.78 / 2.4 / 3.33 (prompts 16 / 64 / 128 / 256); the threshold sits just
 # below the smallest gain measured to pay.
-SHARE_MIN_GAIN = {"cuda": 2.0, "cpu": 1.2}
+SHARE_MIN_GAIN = {"cuda": 4.26, "cpu": 1.2}
 _OTHER_DEVICE_GAIN = SHARE_MIN_GAIN["cuda"]  # an accelerator without its own measurement
 
 
