@@ -20,7 +20,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from apps.corpora.models import Corpus, Document
-from apps.episodes.models import Attempt
+from apps.episodes.models import Attempt, Task
 from apps.evals.models import CrossPlay, EvalJob
 from apps.review.models import ReviewItem
 from apps.runs.models import Run
@@ -79,6 +79,7 @@ RULES = {
     "runs:samples": "open",
     "runs:ledger": "open",
     "runs:trajectory": "open",
+    "runs:task": "open",  # a read: the task, its attempts and source document
     "runs:control": "owner_post",
     "review:index": "review",
     "review:item": "post_review",
@@ -99,6 +100,7 @@ RULES = {
     "api-corpus": "open",
     "api-corpus-documents": "post_corpus_admin",
     "api-corpus-search": "open",
+    "api-models": "open",  # GET only: the model catalog
     "api-runs": "read_launch_post",
     "api-run": "open",
     "api-run-metrics": "open",
@@ -163,7 +165,8 @@ def _url(pattern: str, ids: dict) -> str:
 @pytest.fixture
 def world(researcher, reviewer, admin_user, reader):
     run = Run.objects.create(method="score", model_name="tiny", config={}, owner=researcher, status="finished")
-    Attempt.objects.create(run=run, key="1:0", role="solver", step=1, text="an answer")
+    task = Task.objects.create(run=run, key="1:0", role="challenger", step=1, question="a question", answer="4")
+    Attempt.objects.create(run=run, key="1:0", role="solver", step=1, text="an answer", task=task, task_key=task.key)
     other = Run.objects.create(method="grpo", model_name="tiny", config={}, owner=admin_user, status="finished")
     corpus = Corpus.objects.create(name="access-corpus")
     doc = Document.objects.create(corpus=corpus, title="d", content_hash="h", text="some text")
