@@ -43,12 +43,14 @@ async def test_metric_and_sample_messages_arrive(reader):
     assert snapshot["type"] == "status" and snapshot["status"] == "running" and snapshot["snapshot"]
 
     await sync_to_async(_report)(run.pk)
-    received = await _messages(comm, 3)
+    received = await _messages(comm, 4)
     seqs = [m.pop("seq") for m in received]  # the run's message counter: one number each, none skipped
-    assert seqs == list(range(snapshot["seq"] + 1, snapshot["seq"] + 4))
+    assert seqs == list(range(snapshot["seq"] + 1, snapshot["seq"] + 5))
     by_type = {}
     for m in received:
         by_type.setdefault(m["type"], []).append(m)
+    # the queue is short, so the step's one task goes to review (review.min_per_step; attempts are not sampled)
+    assert by_type["review"] == [{"type": "review", "event": "queued", "count": 1}]
     assert by_type["metric"] == [{"type": "metric", "step": 1, "role": "reasoner",
                                   "values": {"loss": None, "reward_mean": 0.75}}]
     samples = {m["kind"]: m for m in by_type["sample"]}
