@@ -165,3 +165,37 @@ def test_load_rejects_a_foreign_checkpoint():
     engine = _ds_engine(_model(), 2)
     with pytest.raises(ValueError, match="not a DeepSpeed engine checkpoint"):
         engine.load_state_dict({"optimizer": {}, "scheduler": {}, "steps": 1})
+
+
+@needs_deepspeed
+def test_a_lora_policy_update_under_zero2_matches_the_torch_engine(tiny_config):
+    """train.engine auto picks ZeRO-2 for LoRA policies on a GPU: the whole update pass (shared
+    prompt, packing off) gives the torch engine's LoRA weights after one optimizer step."""
+    from trainer.config import load_config
+    from trainer.engine import make_engine
+    from trainer.models import load_policy
+    from trainer.update import Sample, policy_update
+
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(5, 900, (12,), generator=g).tolist()
+    samples = [Sample(prompt, torch.randint(5, 900, (n,), generator=g).tolist(), [1] * n, [-3.0] * n, advantage=a)
+               for n, a in ((6, 1.0), (4, -1.0), (5, 0.5), (3, -0.5))]
+    after = {}
+    for engine_name in ("torch", "deepspeed"):
+        cfg = load_config(tiny_config(model={"lora": {"r": 4}, "dtype": "float32"},
+                                      train={"engine": engine_name, "lr": 1e-2, "grad_clip": 0.5}))
+        torch.manual_seed(0)
+        policy = load_policy(cfg)
+        if engine_name == "deepspeed":
+            _no_shm_build()
+        engine = make_engine(cfg, policy)
+        assert (getattr(engine, "zero_stage", None) == 2) == (engine_name == "deepspeed")
+        metrics = policy_update(policy, engine, samples, cfg)["policy"]
+        assert metrics["prompt_shared"] == 1.0 and metrics["grad_norm"] > 0
+        after[engine_name] = ({n: p.detach().float().clone() for n, p in policy.model.named_parameters()
+                               if "lora_" in n}, metrics["grad_norm"])
+    (torch_w, torch_norm), (ds_w, ds_norm) = after["torch"], after["deepspeed"]
+    assert ds_norm == pytest.approx(torch_norm, rel=1e-4)
+    assert len(torch_w) >= 4 and set(torch_w) == set(ds_w)
+    for name, value in torch_w.items():
+        torch.testing.assert_close(ds_w[name], value, atol=2e-6, rtol=1e-4, msg=name)
