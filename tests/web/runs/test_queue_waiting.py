@@ -73,7 +73,8 @@ def test_a_queued_run_tells_its_place_behind_the_run_that_holds_the_only_worker(
     watcher.join()
     assert seen[second.pk] == f"1st in line on cpu, behind run {first.pk} on the only cpu worker"
     assert seen[third.pk] == f"2nd in line on cpu, behind run {first.pk} on the only cpu worker"
-    assert all(Run.objects.get(pk=r.pk).status == "finished" for r in (first, second, third))
+    ended = [Run.objects.get(pk=r.pk) for r in (first, second, third)]
+    assert [r.status for r in ended] == ["finished"] * 3, [r.error for r in ended]
 
 
 def test_the_next_job_of_a_free_worker_and_a_lost_job_are_told(roles, researcher, tiny_grpo):
