@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and Redoc served from our static files (no CDN)
     "selfplay_web",  # the platform's commands: serve, services
     "apps.accounts",
     "apps.corpora",
@@ -156,6 +157,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "apps.runs.models.Status", "CorpusStatusEnum": "apps.corpora.models.Corpus.Status"},
+    "SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR", "REDOC_DIST": "SIDECAR",
 }
 
 # Security (docs/SECURITY.md). Always: HttpOnly session cookie, nosniff, no framing, same-origin referrers.

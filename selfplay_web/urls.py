@@ -11,6 +11,7 @@ urlpatterns = [
     path("review/", include("apps.review.urls")),
     path("evals/", include("apps.evals.urls")),
     path("api/v1/", include("apps.api.urls")),
+    path("api-docs/", include("apps.api.docs_urls")),
     path("admin/", admin.site.urls),
     path("django-rq/", include("django_rq.urls")),
 ]

@@ -3,7 +3,8 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from rest_framework import exceptions, status
+from drf_spectacular.utils import inline_serializer
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
@@ -21,6 +22,15 @@ def _flatten(detail, prefix="") -> list[str]:
             out += _flatten(item, prefix)
         return out
     return [f"{prefix}{detail}"]
+
+
+# The OpenAPI schema of every error answer (``responses={**ERRORS, 200: ...}`` in extend_schema).
+ERROR = inline_serializer("Error", {
+    "error": serializers.CharField(help_text="What is wrong and how to fix it."),
+    "fields": serializers.DictField(child=serializers.CharField(), required=False,
+                                    help_text="Per field, what is wrong with it (bad launches and forms)."),
+})
+ERRORS = {code: ERROR for code in (400, 401, 403, 404, 409, 413, 503)}
 
 
 def error_response(message: str, code: int = status.HTTP_400_BAD_REQUEST, **extra) -> Response:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from django.core.exceptions import RequestDataTooBig
 from django.shortcuts import get_object_or_404
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view, parser_classes, permission_classes
@@ -16,7 +15,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from apps.accounts.roles import can, denied_message
-from apps.api.errors import error_response
+from apps.api.errors import ERRORS, error_response
 from apps.corpora.embedder import EmbedderError
 from apps.corpora.models import Corpus
 from apps.corpora.parsing import IngestError
@@ -25,7 +24,33 @@ from apps.corpora.serializers import corpus_json
 from apps.corpora.uploads import accept_file, add_document, create_corpus, read_upload
 
 
-OBJECT = {200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT}
+# Response schemas (OpenAPI): what corpus_json, the upload and the search answer.
+PROGRESS = inline_serializer("CorpusProgress", {
+    "status": serializers.CharField(), "documents_done": serializers.IntegerField(),
+    "documents_total": serializers.IntegerField(), "skipped_duplicates": serializers.IntegerField(),
+    "errors": serializers.ListField(child=serializers.CharField()), "percent": serializers.IntegerField(),
+    "job_id": serializers.CharField(), "waiting_for": serializers.CharField(allow_null=True)})
+_CORPUS_FIELDS = {
+    "id": serializers.IntegerField(), "name": serializers.CharField(), "description": serializers.CharField(),
+    "embedder": serializers.CharField(), "embedding_dim": serializers.IntegerField(),
+    "chunk_tokens": serializers.IntegerField(), "chunk_overlap": serializers.IntegerField(),
+    "status": serializers.ChoiceField(choices=[c for c, _ in Corpus.Status.choices]),
+    "doc_count": serializers.IntegerField(), "chunk_count": serializers.IntegerField(), "progress": PROGRESS,
+    "created_at": serializers.DateTimeField()}
+CORPUS = inline_serializer("Corpus", _CORPUS_FIELDS)
+CORPUS_LIST = inline_serializer("CorpusList", {"results": inline_serializer("CorpusListItem", _CORPUS_FIELDS, many=True)})
+UPLOAD_QUEUED = inline_serializer("UploadQueued", {
+    "job_id": serializers.CharField(), "progress": PROGRESS, "warnings": serializers.ListField(child=serializers.CharField())})
+DOCUMENT_ADDED = inline_serializer("DocumentAdded", {
+    "documents": serializers.IntegerField(), "chunks": serializers.IntegerField(),
+    "skipped_duplicates": serializers.IntegerField(), "errors": serializers.ListField(child=serializers.CharField()),
+    "corpus": inline_serializer("DocumentAddedCorpus", _CORPUS_FIELDS)})
+SEARCH_RESULTS = inline_serializer("SearchResults", {"results": inline_serializer("SearchHit", {
+    "document_id": serializers.IntegerField(), "chunk_id": serializers.IntegerField(), "title": serializers.CharField(),
+    "text": serializers.CharField(), "score": serializers.FloatField(help_text="mode's own score (fused RRF for hybrid)"),
+    "matched": serializers.ListField(child=serializers.CharField(), help_text="the query's word stems the chunk holds"),
+    "ranks": serializers.DictField(child=serializers.IntegerField(), help_text="rank by dense and lexical search"),
+}, many=True)})
 CREATE = inline_serializer("CorpusCreate", {
     "name": serializers.CharField(max_length=100), "description": serializers.CharField(required=False),
     "embedder": serializers.CharField(required=False, help_text="bundled name or a local sentence-transformers folder"),
@@ -53,8 +78,8 @@ def _data(request) -> dict | Response:
     return data
 
 
-@extend_schema(methods=["GET"], operation_id="corpora_list", responses=OBJECT)
-@extend_schema(methods=["POST"], operation_id="corpora_create", request=CREATE, responses={**OBJECT, 201: OpenApiTypes.OBJECT})
+@extend_schema(methods=["GET"], operation_id="corpora_list", responses={200: CORPUS_LIST, **ERRORS})
+@extend_schema(methods=["POST"], operation_id="corpora_create", request=CREATE, responses={201: CORPUS, **ERRORS})
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
 def corpora(request):
@@ -75,14 +100,14 @@ def corpora(request):
     return Response(corpus_json(corpus), status=status.HTTP_201_CREATED)
 
 
-@extend_schema(operation_id="corpora_detail", responses=OBJECT)
+@extend_schema(operation_id="corpora_detail", responses={200: CORPUS, **ERRORS})
 @api_view(["GET"])
 def corpus_detail(request, pk: int):
     return Response(corpus_json(get_object_or_404(Corpus, pk=pk)))
 
 
 @extend_schema(operation_id="corpora_documents_add", request={"multipart/form-data": DOCUMENT, "application/json": DOCUMENT},
-               responses={**OBJECT, 201: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT})
+               responses={201: DOCUMENT_ADDED, 202: UPLOAD_QUEUED, **ERRORS})
 @api_view(["POST"])
 @parser_classes([MultiPartParser, FormParser, JSONParser])
 def documents(request, pk: int):
@@ -108,7 +133,7 @@ def documents(request, pk: int):
     return Response({**stats, "corpus": corpus_json(corpus)}, status=status.HTTP_201_CREATED)
 
 
-@extend_schema(operation_id="corpora_search", responses=OBJECT, parameters=[
+@extend_schema(operation_id="corpora_search", responses={200: SEARCH_RESULTS, **ERRORS}, parameters=[
     OpenApiParameter("q", str, required=True), OpenApiParameter("k", int, description="1..50, default 5"),
     OpenApiParameter("mode", str, enum=["hybrid", "dense", "lexical"])])
 @api_view(["GET"])

@@ -24,7 +24,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from apps.accounts.roles import HasRole, can
-from apps.api.errors import error_response
+from apps.api.errors import ERROR, error_response
 from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
 from apps.evals.compare import comparison
@@ -82,7 +82,7 @@ def _forbidden():
 @extend_schema(methods=["POST"], operation_id="evals_benchmarks_create",
                summary="Upload a JSONL benchmark, or freeze a held-out cloze QA set from a corpus",
                request={"multipart/form-data": BENCHMARK_CREATE, "application/json": BENCHMARK_CREATE},
-               responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+               responses={201: OpenApiTypes.OBJECT, 400: ERROR, 403: ERROR},
                examples=[OpenApiExample("held-out", value={"name": "wiki-cloze", "corpus": "wikipedia", "n": 200},
                                         request_only=True),
                          OpenApiExample("created", value=BENCHMARK_EXAMPLE, response_only=True, status_codes=["201"]),
@@ -137,7 +137,7 @@ def _corpus(value) -> Corpus:
                responses={200: OpenApiTypes.OBJECT},
                examples=[OpenApiExample("evaluations", value={"results": [EVAL_EXAMPLE]}, response_only=True)])
 @extend_schema(methods=["POST"], operation_id="evals_launch", summary="Evaluate a checkpoint or a base model",
-               request=LAUNCH, responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+               request=LAUNCH, responses={201: OpenApiTypes.OBJECT, 400: ERROR, 403: ERROR},
                examples=[OpenApiExample("checkpoint", value={"checkpoint": 31, "benchmarks": ["gsm8k"], "limit": 100},
                                         request_only=True),
                          OpenApiExample("base", value={"model": "base:smollm2-135m-instruct",
@@ -203,7 +203,7 @@ def eval_detail(request, job_id: int):
 
 
 @extend_schema(operation_id="evals_cancel", summary="Cancel a queued evaluation", request=None,
-               responses={200: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT},
+               responses={200: OpenApiTypes.OBJECT, 403: ERROR, 409: ERROR},
                examples=[OpenApiExample("not queued", response_only=True, status_codes=["409"], value={
                    "error": "Cannot cancel evaluation 12: it is finished; only a queued evaluation can be cancelled."})])
 @api_view(["POST"])
@@ -297,7 +297,7 @@ CROSSPLAY_EXAMPLE = {"id": 2, "url": "/evals/crossplay/2/", "run": 7, "status": 
                examples=[OpenApiExample("matrices", value={"results": [CROSSPLAY_EXAMPLE]}, response_only=True)])
 @extend_schema(methods=["POST"], operation_id="runs_crossplay_launch",
                summary="Cross-play: challenger i's tasks answered by solver j, for chosen checkpoints",
-               request=CROSSPLAY, responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+               request=CROSSPLAY, responses={201: OpenApiTypes.OBJECT, 400: ERROR, 403: ERROR},
                examples=[OpenApiExample("launch", value={"checkpoints": [31, 32, 33], "n_tasks": 16},
                                         request_only=True),
                          OpenApiExample("queued", value={**CROSSPLAY_EXAMPLE, "status": "queued", "cells_done": 0,

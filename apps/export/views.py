@@ -11,7 +11,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiRespo
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.permissions import IsAuthenticated
 
-from apps.api.errors import error_response
+from apps.api.errors import ERROR, error_response
 from apps.export import stream as export
 from apps.export.stream import (
     CONTENT_TYPES, FORMATS, KINDS, REVIEW_VALUES, ExportError, columns, headers, parse_filters, plan, stream,
@@ -131,10 +131,10 @@ def _schema():
                           OpenApiExample("pairs.jsonl line", value=EXAMPLE_PAIR, media_type="application/x-ndjson")]),
             (200, "application/vnd.apache.parquet"): OpenApiResponse(
                 OpenApiTypes.BINARY, description="A Parquet file with the same columns, one row group per 4,000 rows."),
-            400: OpenApiResponse(OpenApiTypes.OBJECT, description="A bad filter, kind or format.", examples=[
+            400: OpenApiResponse(ERROR, description="A bad filter, kind or format.", examples=[
                 OpenApiExample("bad filter", value={"error": "step_min must be an integer, got 'abc'"})]),
-            401: OpenApiResponse(OpenApiTypes.OBJECT, description="Not logged in / no token."),
-            404: OpenApiResponse(OpenApiTypes.OBJECT, description="No such run."),
+            401: OpenApiResponse(ERROR, description="Not logged in / no token."),
+            404: OpenApiResponse(ERROR, description="No such run."),
         },
     )
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
 from django.views.decorators.debug import sensitive_variables
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view, permission_classes
@@ -21,7 +20,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from apps.accounts.roles import HasRole, can, can_control_run
-from apps.api.errors import error_response
+from apps.api.errors import ERRORS, error_response
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.jobs.waiting import no_worker_warning, wait_reason
 from apps.runs import metrics as run_metrics
@@ -58,6 +57,49 @@ def run_dict(run: Run, full: bool = True) -> dict:
     return out
 
 
+# Response schemas (OpenAPI): what run_dict and the views answer.
+_RUN_FIELDS = {
+    "id": serializers.IntegerField(), "url": serializers.CharField(), "method": serializers.CharField(),
+    "model": serializers.CharField(), "corpus": serializers.CharField(allow_null=True),
+    "status": serializers.ChoiceField(choices=["queued", "running", "paused", "finished", "failed", "cancelled"]),
+    "requested": serializers.CharField(allow_null=True, help_text="pause | cancel asked for, taking effect at the next step"),
+    "resumable": serializers.BooleanField(), "owner": serializers.CharField(allow_null=True),
+    "queue": serializers.CharField(), "current_step": serializers.IntegerField(), "total_steps": serializers.IntegerField(),
+    "last_reward": serializers.FloatField(allow_null=True), "created_at": serializers.DateTimeField(),
+    "started_at": serializers.DateTimeField(allow_null=True), "finished_at": serializers.DateTimeField(allow_null=True),
+    "heartbeat_at": serializers.DateTimeField(allow_null=True), "error": serializers.CharField(allow_null=True),
+    "waiting_for": serializers.CharField(allow_null=True, help_text="what a queued run waits for"),
+}
+_FULL_FIELDS = {
+    **_RUN_FIELDS, "worker": serializers.CharField(allow_null=True), "job_id": serializers.CharField(allow_null=True),
+    "run_dir": serializers.CharField(), "imported_from": serializers.CharField(allow_null=True),
+    "checkpoint_path": serializers.CharField(allow_null=True),
+    "config": serializers.DictField(help_text="the resolved trainer config (secrets hidden)"),
+    "overrides": serializers.DictField(help_text="what the launcher set (secrets hidden)"),
+    "checkpoints": inline_serializer("RunCheckpoint", {"step": serializers.IntegerField(), "path": serializers.CharField(),
+                                                       "created": serializers.DateTimeField()}, many=True),
+}
+RUN_FULL = inline_serializer("RunDetail", _FULL_FIELDS)
+RUN_LAUNCHED = inline_serializer("RunLaunched", {
+    **_FULL_FIELDS, "warnings": serializers.ListField(child=serializers.CharField()),
+    "estimate": inline_serializer("RunEstimate", {
+        "sequences": serializers.IntegerField(), "tokens": serializers.IntegerField(),
+        "step_seconds": serializers.FloatField(allow_null=True), "total_seconds": serializers.FloatField(allow_null=True),
+        "text": serializers.CharField()}),
+})
+RUN_LIST = inline_serializer("RunList", {"results": inline_serializer("RunListItem", _RUN_FIELDS, many=True)})
+SERIES = inline_serializer("MetricSeries", {
+    "name": serializers.CharField(), "role": serializers.CharField(),
+    "steps": serializers.ListField(child=serializers.IntegerField()),
+    "values": serializers.ListField(child=serializers.FloatField(allow_null=True)),
+    "total": serializers.IntegerField(help_text="points stored"), "downsampled": serializers.BooleanField()}, many=True)
+METRICS = inline_serializer("RunMetrics", {
+    "run": serializers.IntegerField(), "status": serializers.CharField(), "current_step": serializers.IntegerField(),
+    "since_step": serializers.IntegerField(allow_null=True), "points": serializers.IntegerField(), "series": SERIES})
+MODELS = inline_serializer("ModelCatalog", {"models": serializers.ListField(
+    child=serializers.DictField(), help_text="one object per model: name, installed, params, sizes, install command")})
+
+
 LAUNCH = inline_serializer("RunLaunch", {
     "method": serializers.ChoiceField(choices=list(METHOD_NAMES)),
     "model": serializers.CharField(help_text="a bundled model (GET models/ lists them: smollm2-135m-instruct, "
@@ -71,11 +113,11 @@ LAUNCH = inline_serializer("RunLaunch", {
 })
 
 
-@extend_schema(methods=["GET"], operation_id="runs_list", summary="List runs", responses={200: OpenApiTypes.OBJECT},
+@extend_schema(methods=["GET"], operation_id="runs_list", summary="List runs", responses={200: RUN_LIST, **ERRORS},
                parameters=[OpenApiParameter("status", str), OpenApiParameter("method", str),
                            OpenApiParameter("mine", bool), OpenApiParameter("limit", int)])
 @extend_schema(methods=["POST"], operation_id="runs_launch", summary="Launch a run", request=LAUNCH,
-               responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT})
+               responses={201: RUN_LAUNCHED, **ERRORS})
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
 def runs(request):
@@ -114,7 +156,7 @@ def _launch(request):
                     status=status.HTTP_201_CREATED)
 
 
-@extend_schema(operation_id="runs_detail", summary="One run", responses={200: OpenApiTypes.OBJECT})
+@extend_schema(operation_id="runs_detail", summary="One run", responses={200: RUN_FULL, **ERRORS})
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def run_detail(request, run_id: int):
@@ -124,7 +166,7 @@ def run_detail(request, run_id: int):
 
 
 @extend_schema(operation_id="runs_control", summary="Pause, resume or cancel a run (action: pause | resume | cancel)",
-               request=None, responses={200: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT})
+               request=None, responses={200: RUN_FULL, **ERRORS})
 @api_view(["POST"])
 @permission_classes([IsAuthenticated])
 def run_action(request, run_id: int, action: str):
@@ -143,7 +185,7 @@ def run_action(request, run_id: int, action: str):
 
 
 @extend_schema(operation_id="runs_metrics", summary="Metric series of a run, downsampled server-side",
-               responses={200: OpenApiTypes.OBJECT},
+               responses={200: METRICS, **ERRORS},
                parameters=[OpenApiParameter("name", str, description="metric name(s), comma-separated or repeated"),
                            OpenApiParameter("role", str), OpenApiParameter("since_step", int),
                            OpenApiParameter("points", int, description="most points per series (min/max buckets)")])
@@ -185,7 +227,7 @@ def _int_param(request, name: str, default: int, low: int, high: int) -> int:
                            "and the model folders of the models directory. ``params`` is the nominal size, "
                            "``parameters`` the count of an imported checkpoint, ``package_bytes`` the GGUF as "
                            "shipped, ``disk_bytes`` the imported float32 checkpoint.",
-               responses={200: OpenApiTypes.OBJECT})
+               responses={200: MODELS, **ERRORS})
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def models(request):
