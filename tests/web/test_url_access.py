@@ -98,7 +98,6 @@ RULES = {
     "api-me": "open",
     "api-docs": "open",
     "api-redoc": "open",
-    "api-models": "open",
     "api-corpora": "corpus_admin_post_read",
     "api-corpus": "open",
     "api-corpus-documents": "post_corpus_admin",
