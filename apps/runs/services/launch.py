@@ -17,7 +17,8 @@ the ``allow_remote_code`` permission.
 
 Queue: a run goes to the ``cpu`` queue when its config says ``train.device: cpu``, else to
 ``gpu``; an explicit ``queue`` ("cpu" | "gpu") wins. Workers choose what they serve
-(``rqworker gpu`` on GPU hosts, ``rqworker cpu`` anywhere).
+(``rqworker gpu`` on GPU hosts, ``rqworker cpu`` anywhere; uploads and CPU evaluations go to
+``short``, served by a worker of its own: apps/jobs/waiting.py tells what a queued job waits for).
 """
 from __future__ import annotations
 
