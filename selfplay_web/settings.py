@@ -157,7 +157,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
-    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "apps.runs.models.Status", "CorpusStatusEnum": "apps.corpora.models.Corpus.Status"},
+    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": ["queued", "running", "paused", "finished", "failed", "cancelled"], "CorpusStatusEnum": "apps.corpora.models.Corpus.Status",
+                            "ReviewStatusEnum": ["pending", "approved", "flagged"],
+                            "EvalStatusEnum": ["queued", "running", "finished", "failed", "cancelled"]},
     "SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR", "REDOC_DIST": "SIDECAR",
 }
 

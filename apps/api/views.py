@@ -30,6 +30,7 @@ class SchemaView(SpectacularAPIView):
     """/api/v1/schema/: the OpenAPI document (JSON, or YAML with ?format=yaml); a browser that asks for
     a page (Accept: text/html, no ?format) is sent to the Swagger UI page that reads it."""
 
+    @extend_schema(exclude=True)  # the schema's own address is not an API operation
     def get(self, request, *args, **kwargs):
         if "text/html" in request.headers.get("Accept", "") and "format" not in request.GET:
             return redirect("api-docs")

@@ -16,7 +16,6 @@ role (``launch_run``).
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view, permission_classes
@@ -24,7 +23,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from apps.accounts.roles import HasRole, can
-from apps.api.errors import ERROR, error_response
+from apps.api.errors import ERRORS, error_response
 from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
 from apps.evals.compare import comparison
@@ -72,17 +71,77 @@ CROSSPLAY = inline_serializer("CrossPlayLaunch", {
 })
 
 
+# Response schemas (OpenAPI): the models' as_dict and compare.comparison.
+_BENCHMARK_FIELDS = {
+    "id": serializers.IntegerField(), "name": serializers.CharField(), "title": serializers.CharField(),
+    "kind": serializers.CharField(), "scoring": serializers.CharField(), "size": serializers.IntegerField(),
+    "corpus": serializers.CharField(allow_null=True), "description": serializers.CharField(),
+    "meta": serializers.DictField(), "created": serializers.DateTimeField()}
+BENCHMARK = inline_serializer("Benchmark", _BENCHMARK_FIELDS)
+BENCHMARKS = inline_serializer("BenchmarkList", {"results": inline_serializer("BenchmarkListItem", _BENCHMARK_FIELDS, many=True)})
+RESULT = inline_serializer("EvalResult", {
+    "benchmark": serializers.CharField(), "scoring": serializers.CharField(), "n": serializers.IntegerField(),
+    "correct": serializers.IntegerField(), "score": serializers.FloatField(allow_null=True),
+    "ci_low": serializers.FloatField(allow_null=True), "ci_high": serializers.FloatField(allow_null=True),
+    "seconds": serializers.FloatField(allow_null=True), "complete": serializers.BooleanField()}, many=True)
+_JOB_FIELDS = {
+    "id": serializers.IntegerField(), "url": serializers.CharField(),
+    "status": serializers.ChoiceField(choices=["queued", "running", "finished", "failed", "cancelled"]),
+    "model": serializers.CharField(), "label": serializers.CharField(), "run": serializers.IntegerField(allow_null=True),
+    "checkpoint": serializers.IntegerField(allow_null=True), "step": serializers.IntegerField(allow_null=True),
+    "benchmarks": serializers.ListField(child=serializers.CharField()), "limit": serializers.IntegerField(allow_null=True),
+    "search": serializers.BooleanField(), "corpus": serializers.CharField(allow_null=True),
+    "max_new_tokens": serializers.IntegerField(), "auto": serializers.BooleanField(), "queue": serializers.CharField(),
+    "done": serializers.IntegerField(), "total": serializers.IntegerField(), "error": serializers.CharField(allow_null=True),
+    "owner": serializers.CharField(allow_null=True), "created": serializers.DateTimeField(),
+    "started_at": serializers.DateTimeField(allow_null=True), "finished_at": serializers.DateTimeField(allow_null=True),
+    "waiting_for": serializers.CharField(allow_null=True)}
+JOB = inline_serializer("EvalJob", {**_JOB_FIELDS, "results": RESULT})
+JOB_LAUNCHED = inline_serializer("EvalLaunched", {**_JOB_FIELDS, "results": RESULT,
+                                                  "warnings": serializers.ListField(child=serializers.CharField())})
+JOBS = inline_serializer("EvalJobList", {"results": inline_serializer("EvalJobListItem", {**_JOB_FIELDS, "results": RESULT},
+                                                                      many=True)})
+SAMPLES = inline_serializer("EvalSamples", {"count": serializers.IntegerField(), "results": inline_serializer("EvalSample", {
+    "benchmark": serializers.CharField(), "index": serializers.IntegerField(), "id": serializers.CharField(),
+    "question": serializers.CharField(), "gold": serializers.CharField(), "prediction": serializers.CharField(allow_null=True),
+    "output": serializers.CharField(), "correct": serializers.BooleanField(), "score": serializers.FloatField(),
+    "data": serializers.DictField()}, many=True)})
+COMPARISON = inline_serializer("EvalComparison", {
+    "benchmarks": serializers.ListField(child=serializers.CharField()),
+    "runs": serializers.ListField(child=serializers.IntegerField()),
+    "rows": serializers.ListField(child=serializers.DictField(), help_text="label, run, step, cells (one per benchmark)"),
+    "series": serializers.ListField(child=serializers.DictField(), help_text="per run and benchmark: steps, scores, CIs")})
+_CROSSPLAY_FIELDS = {
+    "id": serializers.IntegerField(), "url": serializers.CharField(), "run": serializers.IntegerField(),
+    "status": serializers.CharField(), "steps": serializers.ListField(child=serializers.IntegerField()),
+    "checkpoints": serializers.ListField(child=serializers.DictField()),
+    "column_steps": serializers.ListField(child=serializers.IntegerField()),
+    "labels": serializers.ListField(child=serializers.CharField()),
+    "column_labels": serializers.ListField(child=serializers.CharField()),
+    "counts": serializers.ListField(child=serializers.ListField(child=serializers.IntegerField(allow_null=True))),
+    "imported": serializers.BooleanField(), "n_tasks": serializers.IntegerField(),
+    "answers_per_task": serializers.IntegerField(), "temperature": serializers.FloatField(),
+    "matrix": serializers.ListField(child=serializers.ListField(child=serializers.FloatField(allow_null=True)),
+                                    help_text="matrix[i][j]: pass rate of solver j on challenger i's tasks"),
+    "cells_done": serializers.IntegerField(), "cells_total": serializers.IntegerField(),
+    "tasks": serializers.ListField(child=serializers.DictField()), "error": serializers.CharField(allow_null=True),
+    "queue": serializers.CharField(), "created": serializers.DateTimeField(),
+    "started_at": serializers.DateTimeField(allow_null=True), "finished_at": serializers.DateTimeField(allow_null=True)}
+CROSSPLAY_OUT = inline_serializer("CrossPlay", _CROSSPLAY_FIELDS)
+CROSSPLAYS = inline_serializer("CrossPlayList", {"results": inline_serializer("CrossPlayListItem", _CROSSPLAY_FIELDS, many=True)})
+
+
 def _forbidden():
     return error_response(HasRole("launch_run").message, status.HTTP_403_FORBIDDEN)
 
 
 @extend_schema(methods=["GET"], operation_id="evals_benchmarks", summary="List benchmarks",
-               responses={200: OpenApiTypes.OBJECT},
+               responses={200: BENCHMARKS, **ERRORS},
                examples=[OpenApiExample("benchmarks", value={"results": [BENCHMARK_EXAMPLE]}, response_only=True)])
 @extend_schema(methods=["POST"], operation_id="evals_benchmarks_create",
                summary="Upload a JSONL benchmark, or freeze a held-out cloze QA set from a corpus",
                request={"multipart/form-data": BENCHMARK_CREATE, "application/json": BENCHMARK_CREATE},
-               responses={201: OpenApiTypes.OBJECT, 400: ERROR, 403: ERROR},
+               responses={201: BENCHMARK, **ERRORS},
                examples=[OpenApiExample("held-out", value={"name": "wiki-cloze", "corpus": "wikipedia", "n": 200},
                                         request_only=True),
                          OpenApiExample("created", value=BENCHMARK_EXAMPLE, response_only=True, status_codes=["201"]),
@@ -134,10 +193,10 @@ def _corpus(value) -> Corpus:
 
 @extend_schema(methods=["GET"], operation_id="evals_list", summary="List evaluations",
                parameters=[OpenApiParameter("run", int), OpenApiParameter("status", str), OpenApiParameter("limit", int)],
-               responses={200: OpenApiTypes.OBJECT},
+               responses={200: JOBS, **ERRORS},
                examples=[OpenApiExample("evaluations", value={"results": [EVAL_EXAMPLE]}, response_only=True)])
 @extend_schema(methods=["POST"], operation_id="evals_launch", summary="Evaluate a checkpoint or a base model",
-               request=LAUNCH, responses={201: OpenApiTypes.OBJECT, 400: ERROR, 403: ERROR},
+               request=LAUNCH, responses={201: JOB_LAUNCHED, **ERRORS},
                examples=[OpenApiExample("checkpoint", value={"checkpoint": 31, "benchmarks": ["gsm8k"], "limit": 100},
                                         request_only=True),
                          OpenApiExample("base", value={"model": "base:smollm2-135m-instruct",
@@ -192,7 +251,7 @@ def _queued(start) -> Response:
 
 
 @extend_schema(operation_id="evals_detail", summary="One evaluation with its results per benchmark",
-               responses={200: OpenApiTypes.OBJECT},
+               responses={200: JOB, **ERRORS},
                examples=[OpenApiExample("evaluation", value=EVAL_EXAMPLE, response_only=True)])
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
@@ -203,7 +262,7 @@ def eval_detail(request, job_id: int):
 
 
 @extend_schema(operation_id="evals_cancel", summary="Cancel a queued evaluation", request=None,
-               responses={200: OpenApiTypes.OBJECT, 403: ERROR, 409: ERROR},
+               responses={200: JOB, **ERRORS},
                examples=[OpenApiExample("not queued", response_only=True, status_codes=["409"], value={
                    "error": "Cannot cancel evaluation 12: it is finished; only a queued evaluation can be cancelled."})])
 @api_view(["POST"])
@@ -220,7 +279,7 @@ def eval_cancel(request, job_id: int):
 @extend_schema(operation_id="evals_samples", summary="Sample-level outputs of an evaluation",
                parameters=[OpenApiParameter("benchmark", str), OpenApiParameter("correct", bool),
                            OpenApiParameter("offset", int), OpenApiParameter("limit", int)],
-               responses={200: OpenApiTypes.OBJECT},
+               responses={200: SAMPLES, **ERRORS},
                examples=[OpenApiExample("samples", response_only=True, value={"count": 1, "results": [
                    {"benchmark": "gsm8k", "index": 0, "id": "gsm8k-0", "question": "Janet's ducks ...", "gold": "18",
                     "prediction": "18", "output": "... \\boxed{18}", "correct": True, "score": 1.0, "data": {}}]})])
@@ -250,7 +309,7 @@ def eval_samples(request, job_id: int):
 @extend_schema(operation_id="evals_compare", summary="Base vs checkpoints vs other runs on the same benchmarks",
                parameters=[OpenApiParameter("run", int, many=True, description="Run ids (repeat or comma-separate)"),
                            OpenApiParameter("benchmark", str, many=True, description="Benchmark names")],
-               responses={200: OpenApiTypes.OBJECT},
+               responses={200: COMPARISON, **ERRORS},
                examples=[OpenApiExample("comparison", response_only=True, value={
                    "benchmarks": ["gsm8k"], "runs": [7], "rows": [
                        {"label": "base:smollm2-135m-instruct", "run": None, "step": None,
@@ -293,11 +352,11 @@ CROSSPLAY_EXAMPLE = {"id": 2, "url": "/evals/crossplay/2/", "run": 7, "status": 
 
 
 @extend_schema(methods=["GET"], operation_id="runs_crossplay_list", summary="Cross-play matrices of a run",
-               responses={200: OpenApiTypes.OBJECT},
+               responses={200: CROSSPLAYS, **ERRORS},
                examples=[OpenApiExample("matrices", value={"results": [CROSSPLAY_EXAMPLE]}, response_only=True)])
 @extend_schema(methods=["POST"], operation_id="runs_crossplay_launch",
                summary="Cross-play: challenger i's tasks answered by solver j, for chosen checkpoints",
-               request=CROSSPLAY, responses={201: OpenApiTypes.OBJECT, 400: ERROR, 403: ERROR},
+               request=CROSSPLAY, responses={201: CROSSPLAY_OUT, **ERRORS},
                examples=[OpenApiExample("launch", value={"checkpoints": [31, 32, 33], "n_tasks": 16},
                                         request_only=True),
                          OpenApiExample("queued", value={**CROSSPLAY_EXAMPLE, "status": "queued", "cells_done": 0,
@@ -321,7 +380,7 @@ def run_crossplay(request, run_id: int):
 
 
 @extend_schema(operation_id="evals_crossplay_detail", summary="One cross-play matrix",
-               responses={200: OpenApiTypes.OBJECT},
+               responses={200: CROSSPLAY_OUT, **ERRORS},
                examples=[OpenApiExample("matrix", response_only=True, value=CROSSPLAY_EXAMPLE)])
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])

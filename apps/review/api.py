@@ -19,7 +19,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from apps.accounts.roles import HasRole, can, can_control_run
-from apps.api.errors import error_response
+from apps.api.errors import ERRORS, error_response
 from apps.review import agreement
 from apps.review import harness as run_harness
 from apps.review.models import Kind, ReviewError, ReviewItem, ReviewStatus
@@ -62,7 +62,44 @@ def filtered(params) -> tuple[dict, object]:
     return {"run": run, "kind": kind, "status": state}, qs.order_by("id")
 
 
-@extend_schema(summary="The review queue, filtered and paginated", parameters=QUEUE_PARAMS, responses={200: dict})
+# Response schemas (OpenAPI): ReviewItem.as_dict, agreement.run_agreement, the harness view.
+_ITEM_FIELDS = {
+    "id": serializers.IntegerField(), "run": serializers.IntegerField(), "run_exists": serializers.BooleanField(),
+    "kind": serializers.ChoiceField(choices=["task", "rubric", "grade"]), "key": serializers.CharField(),
+    "step": serializers.IntegerField(), "task_key": serializers.CharField(),
+    "priority": serializers.CharField(allow_null=True), "judge_score": serializers.FloatField(allow_null=True),
+    "status": serializers.ChoiceField(choices=["pending", "approved", "flagged"]),
+    "verdict": serializers.CharField(allow_null=True), "sampled": serializers.BooleanField(),
+    "suspicious": serializers.ListField(child=serializers.CharField()), "reason": serializers.CharField(),
+    "edit": serializers.CharField(allow_null=True), "reviewer": serializers.CharField(allow_null=True),
+    "reviewed_at": serializers.DateTimeField(allow_null=True), "applied_at": serializers.DateTimeField(allow_null=True),
+    "created": serializers.DateTimeField(),
+    "snapshot": serializers.DictField(help_text="the sample as it was queued (question, answer, rubric, grade ...)")}
+ITEM = inline_serializer("ReviewItem", _ITEM_FIELDS)
+QUEUE_PAGE = inline_serializer("ReviewQueuePage", {
+    "count": serializers.IntegerField(), "page": serializers.IntegerField(), "pages": serializers.IntegerField(),
+    "next": serializers.URLField(allow_null=True), "previous": serializers.URLField(allow_null=True),
+    "results": inline_serializer("ReviewQueueItem", _ITEM_FIELDS, many=True)})
+_KAPPA = {"n": serializers.IntegerField(), "agreement": serializers.FloatField(allow_null=True),
+          "kappa": serializers.FloatField(allow_null=True), "judge_pass_rate": serializers.FloatField(allow_null=True),
+          "human_pass_rate": serializers.FloatField(allow_null=True),
+          "table": serializers.DictField(child=serializers.IntegerField())}
+AGREEMENT = inline_serializer("ReviewAgreement", {
+    "run": serializers.IntegerField(), "overall": inline_serializer("Kappa", _KAPPA),
+    "by_priority": serializers.DictField(help_text="priority (critical, important, bonus, overall) -> the same "
+                                         "fields as overall"),
+    "bucket": serializers.IntegerField(),
+    "trend": inline_serializer("KappaBucket", {"from_step": serializers.IntegerField(), "to_step": serializers.IntegerField(),
+                                               **_KAPPA}, many=True)})
+HARNESS = inline_serializer("ScoreHarness", {
+    "harness": serializers.DictField(), "version": serializers.IntegerField(allow_null=True),
+    "driver": serializers.CharField(allow_null=True), "step": serializers.IntegerField(allow_null=True),
+    "source": serializers.ChoiceField(choices=["recipe", "config"]),
+    "pool": serializers.ListField(child=serializers.CharField(), help_text="dimensions a harness may use"),
+    "pending_edit": serializers.DictField(allow_null=True, help_text="a person's edit the recipe has not taken yet")})
+
+
+@extend_schema(summary="The review queue, filtered and paginated", parameters=QUEUE_PARAMS, responses={200: QUEUE_PAGE, **ERRORS})
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def queue(request):
@@ -85,8 +122,8 @@ def queue(request):
                      "results": [i.as_dict() for i in items]})
 
 
-@extend_schema(summary="Review one item: approve or flag, optionally edit a rubric", request=VERDICT_BODY,
-               responses={200: dict})
+@extend_schema(summary="Review one item: approve or flag (a flag needs a reason), optionally edit a rubric",
+               request=VERDICT_BODY, responses={200: ITEM, **ERRORS})
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
 def item(request, item_id: int):
@@ -110,7 +147,7 @@ def item(request, item_id: int):
 
 @extend_schema(summary="Judge-human agreement of a run (Cohen's kappa), overall, per priority, over steps",
                parameters=[OpenApiParameter("run", int, required=True), OpenApiParameter("bucket", int)],
-               responses={200: dict})
+               responses={200: AGREEMENT, **ERRORS})
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def agreement_view(request):
@@ -122,7 +159,7 @@ def agreement_view(request):
 
 
 @extend_schema(summary="A SCORE run's evaluator harness; POST a person's edit", request=HARNESS_BODY,
-               responses={200: dict, 201: dict})
+               responses={200: HARNESS, 201: HARNESS, **ERRORS})
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
 def harness_view(request, run_id: int):
