@@ -464,14 +464,7 @@ class Judge:
             convs = [(None, GATE_RELEVANCE.format(document=self._cut(d), task=t)) for t, d in zip(tasks, documents)]
         else:
             convs = [(None, GATE_ENTITY.format(task=t)) for t in tasks]
-        texts = self._ask("gate", convs)
-        scores = []
-        for text in texts:
-            s = parse_score(text)
-            if s is None and text is not None:
-                self.stats["gate_format_failures"] += 1
-            scores.append(s or 0)
-        return list(zip(scores, texts)) if with_texts else scores
+        return self._scored("gate", convs, with_texts)
 
     def write_rubrics(self, task: str, documents, n_min: int = 3, n_max: int = 5,
                       task_type: str = "open-ended task") -> list[Rubric]:
@@ -505,12 +498,17 @@ class Judge:
         """(task, response, rubric text or Rubric) items -> 0/1 each, in one backend call."""
         convs = [(None, GRADE_USER.format(task=t, response=self._cut(r), rubric=getattr(rb, "text", rb)))
                  for t, r, rb in items]
-        texts = self._ask("grade", convs)
+        return self._scored("grade", convs, with_texts)
+
+    def _scored(self, kind: str, convs, with_texts: bool):
+        """Ask ``convs`` as ``kind`` ("gate" / "grade") and read a 0/1 score from each answer; an answer
+        without a readable score counts 0 and as a ``<kind>_format_failures``."""
+        texts = self._ask(kind, convs)
         scores = []
         for text in texts:
             s = parse_score(text)
             if s is None and text is not None:
-                self.stats["grade_format_failures"] += 1
+                self.stats[f"{kind}_format_failures"] += 1
             scores.append(s or 0)
         return list(zip(scores, texts)) if with_texts else scores
 
