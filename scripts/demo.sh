@@ -52,10 +52,10 @@ if [ -x scripts/demo_data.sh ]; then bash scripts/demo_data.sh now; fi
 $PY manage.py reap_runs > /dev/null 2>&1 || true
 # The demo run: a small SPICE run of SmolLM2-135M-Instruct on the CPU over the Wikipedia corpus
 # (the first worker serves the cpu queue). Re-running `make demo` reuses an active demo run.
-# Sized for 2 cores, about a minute a step: one document a step, 2 Challenger attempts (a 96-token
-# format turn + 128 tokens) and 2 Reasoner answers of 128 tokens, at most 704 generated tokens a
-# step (the 50-step demo before generated 5,120 and took about 4.5 min a step), so the reward chart
-# has several points within 10 minutes.
+# Sized for 2 cores: one document a step, 2 Challenger attempts (a 96-token format turn + 128
+# tokens) and 2 Reasoner answers of 128 tokens, at most 704 generated tokens a step; the 50-step
+# demo before generated 5,120 and took about 4.5 min a step, so this one should take about a
+# minute on 2 free cores (not re-measured on a free machine: README).
 RUN_ID=$($PY manage.py launch spice --corpus wikipedia --model smollm2-135m-instruct --user admin \
   --queue cpu --reuse-active \
   --set train.device=cpu --set train.steps=30 --set train.prompts_per_step=1 \
@@ -64,7 +64,7 @@ RUN_ID=$($PY manage.py launch spice --corpus wikipedia --model smollm2-135m-inst
   --set spice.format_max_new_tokens=96 --set spice.worked_example=true \
   --set checkpoint.every=5 2> "$LOG/launch.log") || RUN_ID=""
 if [ -n "$RUN_ID" ]; then
-  echo "  demo SPICE run: $URL/runs/$RUN_ID/ (about a minute a step on 2 CPU cores)"
+  echo "  demo SPICE run: $URL/runs/$RUN_ID/ (a small SPICE run on the CPU; the run page times its steps)"
 else
   echo "  the demo run was not launched: $(tail -n 3 "$LOG/launch.log")"
 fi
