@@ -65,10 +65,12 @@ def _pause_after_step_one(run_id: int) -> threading.Thread:
 
 
 def _paused_after_step_one(researcher, data_dir: Path) -> Run:
-    """A 2-step grpo run of the bundled model, paused after step 1 (its first job imported the model)."""
+    """A 3-step grpo run of the bundled model, paused once step 1 is reported (at the step boundary
+    after step 1 or 2: the request may land just after the first boundary's check); its first job
+    imported the model."""
     config = {"seed": 0, "data": {"path": str(data_dir / "prompts" / "arith.jsonl")}, "reward": "exact",
               "rollout": {"max_new_tokens": 4, "group_size": 2},
-              "train": {"steps": 2, "lr": 1e-6, "prompts_per_step": 1, "micro_batch_size": 2, "device": "cpu"},
+              "train": {"steps": 3, "lr": 1e-6, "prompts_per_step": 1, "micro_batch_size": 2, "device": "cpu"},
               "checkpoint": {"every": 10, "keep_last": 1}}
     run = launch("grpo", BUNDLED, None, config=config, user=researcher)
     pauser = _pause_after_step_one(run.pk)
@@ -76,23 +78,25 @@ def _paused_after_step_one(researcher, data_dir: Path) -> Run:
     pauser.join()
     run.refresh_from_db()
     assert run.status == "paused", run.error
-    assert Path(run.checkpoint_path).name == "step-000001"
+    assert 1 <= run.current_step < 3
+    assert Path(run.checkpoint_path).name == f"step-{run.current_step:06d}"
     assert (data_dir / "models" / BUNDLED / "config.json").is_file()  # imported by the first job
     return run
 
 
-def _finishes(run: Run) -> None:
+def _finishes(run: Run, paused_at: int) -> None:
     burst("cpu")
     run.refresh_from_db()
     assert run.status == "finished", run.error
-    assert run.current_step == 2
-    assert any(m.startswith("resuming from step-000001") for m in run.events.values_list("message", flat=True))
+    assert run.current_step == 3
+    messages = run.events.values_list("message", flat=True)
+    assert any(m.startswith(f"resuming from step-{paused_at:06d}") for m in messages)
 
 
 def test_a_bundled_model_run_on_a_fresh_data_dir_pauses_and_resumes_to_the_end(roles, researcher, fresh_data_dir):
     run = _paused_after_step_one(researcher, fresh_data_dir)
     lifecycle.resume(run, researcher)
-    _finishes(run)
+    _finishes(run, paused_at=run.current_step)
 
 
 def test_a_bundled_model_run_failed_by_a_ctrl_c_resumes_to_the_end(roles, researcher, fresh_data_dir):
@@ -104,7 +108,7 @@ def test_a_bundled_model_run_failed_by_a_ctrl_c_resumes_to_the_end(roles, resear
     run.refresh_from_db()
     assert run.status == "failed" and run.resumable, run.error
     lifecycle.resume(run, researcher)
-    _finishes(run)
+    _finishes(run, paused_at=run.current_step)
 
 
 def test_model_identity_is_what_the_model_is_not_its_spelling(fresh_data_dir, tmp_path):
