@@ -21,6 +21,7 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from apps.corpora.models import Corpus
+from apps.evals.models import EvalJob
 from apps.review.models import ReviewItem
 from apps.runs.models import Run
 from tests.web.test_url_access import _url, routes
@@ -65,6 +66,11 @@ def _token(page, via: str) -> str:
 
 # ---- every page route: no token -> 403 -------------------------------------------------------
 
+# Pages served by DRF views (the API docs, apps/api/docs_urls.py): DRF exempts them from Django's
+# middleware check and makes its own (SessionAuthentication), whose 403 is not Django's CSRF page.
+DRF_PAGES = {"api-docs", "api-redoc"}
+
+
 def test_every_page_route_refuses_a_post_without_the_token(world, boss):
     client = _client(boss)
     ids = {"run_id": world["run"].pk, "pk": world["corpus"].pk, "item_id": world["item"].pk, "doc_id": 1,
@@ -79,7 +85,10 @@ def test_every_page_route_refuses_a_post_without_the_token(world, boss):
         url = _url(pattern, ids)
         response = client.post(url, {"verdict": "approve", "name": "x"})
         checked += 1
-        if response.status_code != 403 or CSRF_PAGE not in response.content:
+        if key in DRF_PAGES:  # DRF's SessionAuthentication refuses it (test_the_api_docs_pages_take_no_post)
+            if response.status_code != 403:
+                problems.append(f"POST {url} ({key}) without a token: {response.status_code}")
+        elif response.status_code != 403 or CSRF_PAGE not in response.content:
             problems.append(f"POST {url} ({key}) without a token: {response.status_code}")
     assert checked > 30
     assert not problems, "\n".join(problems)
@@ -167,6 +176,23 @@ def _benchmark(client, w):
     assert response.status_code == 302 and response["Location"] == "/evals/"
 
 
+def _estimate(client, w):
+    page = client.get("/runs/new/?method=grpo")
+    assert b'hx-post="/runs/new/estimate/"' in page.content
+    response = client.post("/runs/new/estimate/", {"method": "grpo"}, HTTP_HX_REQUEST="true",
+                           HTTP_X_CSRFTOKEN=_token(page, "htmx"))
+    assert response.status_code == 200 and b'id="estimate"' in response.content
+
+
+def _eval_cancel(client, w):
+    job = EvalJob.objects.create(model_spec="base:tiny", owner=w["user"], status="queued")
+    page = client.get(f"/evals/jobs/{job.pk}/")
+    assert f'action="/evals/jobs/{job.pk}/cancel/"'.encode() in page.content
+    response = client.post(f"/evals/jobs/{job.pk}/cancel/", {"csrfmiddlewaretoken": _token(page, "form")})
+    job.refresh_from_db()
+    assert response.status_code == 302 and job.status == "cancelled", response.content[:300]
+
+
 def _logout(client, w):
     page = client.get("/runs/")
     assert b'action="/accounts/logout/"' in page.content
@@ -185,12 +211,23 @@ ACTIONS = {  # route -> the check that fetches the page offering it and posts wi
     "evals:launch": _eval_launch,
     "evals:crossplay-launch": _crossplay_launch,
     "evals:create-benchmark": _benchmark,
+    "evals:cancel": _eval_cancel,
+    "runs:estimate": _estimate,
     "logout": _logout,  # last: it ends the session
 }
 READ_ONLY = {"home", "login", "corpora:index", "corpora:detail", "corpora:progress", "corpora:search",
              "corpora:document", "runs:index", "runs:workers", "runs:compare", "runs:detail", "runs:controls",
-             "runs:samples", "runs:ledger", "runs:trajectory", "review:index", "review:run-panel", "evals:index",
-             "evals:job", "evals:compare", "evals:crossplay", "evals:run-panel"}
+             "runs:samples", "runs:ledger", "runs:trajectory", "runs:task", "review:index", "review:run-panel",
+             "evals:index", "evals:job", "evals:compare", "evals:crossplay", "evals:run-panel", *DRF_PAGES}
+
+
+def test_the_api_docs_pages_take_no_post(boss):
+    """Their 403 without a token is DRF's CSRF check: with the token a POST gets no further than 405."""
+    client = _client(boss)
+    token = _token(client.get("/"), "htmx")
+    for url in ("/api-docs/", "/api-docs/redoc/"):
+        assert client.post(url, {}).status_code == 403, url
+        assert client.post(url, {}, HTTP_X_CSRFTOKEN=token).status_code == 405, url
 
 
 def test_every_page_route_is_either_an_action_or_read_only():
