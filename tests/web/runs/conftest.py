@@ -82,6 +82,33 @@ def roles(db):
     import_module("apps.accounts.migrations.0001_roles").create_roles(apps, None)
 
 
+def pause_after_step_one(run_id: int, seconds: float = 600):
+    """A started thread that asks run ``run_id`` to pause once it is running and reported step 1
+    (its own database connection, closed at the end); join it after the worker is done."""
+    import threading
+    import time
+
+    from django.db import connection
+
+    from apps.runs.models import Run
+
+    def pause():
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                current = Run.objects.get(pk=run_id)
+                if current.status == "running" and current.current_step >= 1:
+                    current.request_pause()
+                    return
+                time.sleep(0.02)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=pause)
+    thread.start()
+    return thread
+
+
 def burst(*queues: str) -> None:
     """Drain the queues with a real RQ worker in this process (SimpleWorker: no fork next to torch)."""
     import django_rq

@@ -8,19 +8,16 @@ The same holds for a run failed (resumable) by the reaper after a Ctrl-C.
 
 Transactional: the job's heartbeat thread and the pause thread use their own DB connections.
 """
-import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from apps.runs.models import Run
 from apps.runs.services import lifecycle
 from apps.runs.services.launch import launch
-from tests.web.runs.conftest import burst
+from tests.web.runs.conftest import burst, pause_after_step_one
 from trainer.checkpoint import check_compatible
 from trainer.config import load_config
 from trainer.models import model_identity
@@ -46,24 +43,6 @@ def fresh_data_dir(settings, tmp_path, monkeypatch, tiny_prompts_path):  # noqa:
     return root
 
 
-def _pause_after_step_one(run_id: int) -> threading.Thread:
-    def pause():
-        deadline = time.monotonic() + 600
-        try:
-            while time.monotonic() < deadline:
-                current = Run.objects.get(pk=run_id)
-                if current.status == "running" and current.current_step >= 1:
-                    current.request_pause()
-                    return
-                time.sleep(0.05)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=pause)
-    thread.start()
-    return thread
-
-
 def _paused_after_step_one(researcher, data_dir: Path) -> Run:
     """A 3-step grpo run of the bundled model, paused once step 1 is reported (at the step boundary
     after step 1 or 2: the request may land just after the first boundary's check); its first job
@@ -73,7 +52,7 @@ def _paused_after_step_one(researcher, data_dir: Path) -> Run:
               "train": {"steps": 3, "lr": 1e-6, "prompts_per_step": 1, "micro_batch_size": 2, "device": "cpu"},
               "checkpoint": {"every": 10, "keep_last": 1}}
     run = launch("grpo", BUNDLED, None, config=config, user=researcher)
-    pauser = _pause_after_step_one(run.pk)
+    pauser = pause_after_step_one(run.pk)
     burst("cpu")
     pauser.join()
     run.refresh_from_db()

@@ -2,12 +2,10 @@
 
 Transactional: the job's heartbeat thread and the pause thread use their own DB connections.
 """
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from apps.episodes.models import Attempt, Task
 from apps.jobs.lifecycle import Heartbeat
@@ -15,7 +13,7 @@ from apps.runs.jobs import execute_run
 from apps.runs.models import Checkpoint, Metric, Run
 from apps.runs.services import lifecycle
 from apps.runs.services.launch import launch
-from tests.web.runs.conftest import burst
+from tests.web.runs.conftest import burst, pause_after_step_one
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,21 +47,7 @@ def test_a_launched_run_trains_to_the_end(roles, researcher, tiny_grpo):
 
 def test_pause_at_a_step_boundary_then_resume_from_the_checkpoint_without_duplicates(roles, researcher, tiny_grpo):
     run = _launch(researcher, tiny_grpo, steps=4)
-
-    def pause_after_first_step():
-        deadline = time.monotonic() + 120
-        try:
-            while time.monotonic() < deadline:
-                current = Run.objects.get(pk=run.pk)
-                if current.status == "running" and current.current_step >= 1:
-                    current.request_pause()
-                    return
-                time.sleep(0.02)
-        finally:
-            connection.close()
-
-    pauser = threading.Thread(target=pause_after_first_step)
-    pauser.start()
+    pauser = pause_after_step_one(run.pk, seconds=120)
     burst("cpu")
     pauser.join()
     run.refresh_from_db()
