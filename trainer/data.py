@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import json
 from pathlib import Path
+
+from trainer.jsonl import json_objects
 
 BUNDLED_SETS = ("gsm8k", "aime2025", "gpqa")
 
@@ -31,19 +32,9 @@ def bench_data_dir() -> Path:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
     with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{n} is not valid JSON ({exc.msg}); each line must be one JSON object") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{n} must be a JSON object with the prompt and answer fields")
-            rows.append(row)
-    return rows
+        return [row for _, row in json_objects(f, str(path), DataError, "each line must be one JSON object with "
+                                                "the prompt and answer fields")]
 
 
 def gsm8k() -> list[dict]:

@@ -48,6 +48,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from trainer.runfolder import BENCHMARK_NAME, append_eval, write_crossplay  # noqa: F401  (evaluation scripts' writers)
+from trainer.jsonl import json_objects
 from trainer.verify import SCORING, exact_match, extract_boxed, extract_tag, f1, math_equal, mcq_letter, mcq_match
 
 LETTERS = "ABCDEFGHIJ"
@@ -187,19 +188,8 @@ def read_jsonl(source, name: str = "benchmark") -> list[Item]:
         with open(path, "rb") as fh:
             return read_jsonl(list(fh), str(path))
     items, ids = [], set()
-    for n, line in enumerate(source, 1):
-        if isinstance(line, bytes):
-            try:
-                line = line.decode("utf-8")
-            except UnicodeDecodeError:
-                raise BenchmarkError(f"{name}:{n}: not UTF-8 text; save the file as UTF-8 JSONL") from None
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BenchmarkError(f"{name}:{n}: not valid JSON ({exc.msg}); each line must be one JSON object "
-                                 'like {"question": "...", "answer": "..."}') from None
+    for n, row in json_objects(source, name, BenchmarkError,
+                               'each line must be one JSON object like {"question": "...", "answer": "..."}'):
         item = parse_row(row, f"{name}:{n}", len(items))
         if item.id in ids:
             raise BenchmarkError(f"{name}:{n}: duplicate id {item.id!r}; ids must be unique")

