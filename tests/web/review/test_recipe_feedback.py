@@ -104,6 +104,8 @@ def test_a_flag_between_steps_reaches_the_spice_recipe(tiny_config, tiny_model_d
     item = ReviewItem.objects.get(run_number=run.pk, key=sink.flagged)
     assert item.applied_at is not None
     assert run.events.filter(kind="verdict", message__startswith=f"review: task {sink.flagged} flagged").exists()
+    # 2 documents x challenger_attempts 3: one round, as a CPU step makes no retry round (spice.token_budget);
+    # a retry round would add the valid attempts it finds
     assert Task.objects.filter(run=run, step=2).count() == 2 * 3 and not Task.objects.filter(run=run, step=2,
                                                                                             key=sink.flagged).exists()
 
