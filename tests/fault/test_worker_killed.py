@@ -17,6 +17,7 @@ from django.db.models import Count
 
 from apps.episodes.models import Attempt, Task
 from apps.runs.models import Checkpoint, Metric, Run, RunEvent
+from apps.jobs.reaper import reaper_interval
 from apps.runs.services import lifecycle
 from apps.runs.services.launch import launch
 from tests.fault.conftest import HEARTBEAT_SECONDS, wait_for
@@ -74,7 +75,7 @@ def test_a_sigkilled_worker_is_reaped_and_the_resumed_run_loses_and_duplicates_n
     silent_for = time.monotonic() - killed_at
     assert failed.resumable and failed.error.startswith("worker stopped responding"), failed.error
     # within the heartbeat window plus a reaper period (and the second worker's start-up on a busy machine)
-    assert silent_for <= HEARTBEAT_SECONDS + lifecycle.reaper_interval() + 20, silent_for
+    assert silent_for <= HEARTBEAT_SECONDS + reaper_interval() + 20, silent_for
 
     lifecycle.resume(failed, researcher)
     resumed = worker("cpu")

@@ -83,7 +83,8 @@ def test_ssp_runs_three_steps_with_the_pgvector_search_tool(pg_corpus, tiny_conf
     passages = [p for r in samples if r["kind"] == "attempt" for p in r["passages"]]
     assert all(p["title"] in {d.title for d in DOCS} for p in passages)  # if it ever searched, Postgres answered
     roles = {m["role"] for m in _rows(tmp_path / "run", "metrics.jsonl")}
-    assert roles == {"proposer", "solver", "system"}  # system: the run's own costs
+    # system: the run's own costs; judge: the frozen-base judge's truncation rate (issue 18, item 3)
+    assert roles == {"proposer", "solver", "system", "judge"}
 
 
 def test_ssp_valid_path_searches_postgres(pg_corpus, tiny_config, tiny_model_dir, tmp_path):
