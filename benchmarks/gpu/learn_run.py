@@ -27,12 +27,11 @@ from pathlib import Path
 
 from common import OUT, ROOT, emit
 
+from trainer.runfolder import append_eval, read_evals
+
 
 def evaluated(run: Path) -> set[tuple[int, str]]:
-    path = run / "evals.jsonl"
-    if not path.is_file():
-        return set()
-    return {(r["step"], r["benchmark"]) for r in map(json.loads, path.read_text().splitlines())}
+    return {(r["step"], r["benchmark"]) for r in read_evals(run)}
 
 
 def train_seconds_at(run: Path, step: int) -> float | None:
@@ -75,8 +74,7 @@ def eval_one(run: Path, step: int, spec: str, bench: str, max_new_tokens: int, s
            "score": round(result.score, 4), "ci_low": round(result.ci_low, 4), "ci_high": round(result.ci_high, 4),
            "seconds": round(result.seconds, 1), "train_seconds": train_seconds_at(run, step) if step else 0.0,
            "tokens_per_s": round(tokens / max(result.seconds, 1e-9)), "boxed_rate": round(boxed, 3)}
-    with (run / "evals.jsonl").open("a") as f:
-        f.write(json.dumps(row) + "\n")
+    row = append_eval(run, row)  # checked against the format import_run reads (trainer/runfolder.py)
     with (OUT / f"eval_samples_step{step}.jsonl").open("w") as f:
         for s in result.samples[:40]:
             f.write(json.dumps(s, default=str) + "\n")

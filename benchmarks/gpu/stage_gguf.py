@@ -35,15 +35,12 @@ MIB = 1 << 20
 
 
 def gguf_source(name: str) -> tuple[list[Path], int]:
-    """The installed parts of a bundled model (one file for SmolLM2), and the GGUF's size."""
-    from trainer import models
+    """The installed part files of bundled model ``name`` (the catalog, trainer.models.BUNDLED; one file for
+    SmolLM2), in order, sizes checked, and the joined GGUF's size."""
+    from trainer.models import BUNDLED, part_files
 
-    finder = getattr(models, "bundled_parts", None)
-    if finder is not None:  # the model catalog: several package parts make one GGUF
-        parts = finder(name)
-        return parts, sum(p.stat().st_size for p in parts)
-    one = models.bundled_gguf(name)
-    return [one], one.stat().st_size
+    parts = part_files(BUNDLED[name])
+    return parts, sum(p.stat().st_size for p in parts)
 
 
 def cmd_split(args) -> None:
