@@ -49,7 +49,8 @@ import numpy as np
 
 from trainer.runfolder import BENCHMARK_NAME, append_eval, write_crossplay  # noqa: F401  (evaluation scripts' writers)
 from trainer.jsonl import json_objects
-from trainer.verify import SCORING, exact_match, extract_boxed, extract_tag, f1, math_equal, mcq_letter, mcq_match
+from trainer.verify import (LAST_NUMBER, SCORING, exact_match, extract_boxed, extract_tag, f1, math_equal, mcq_letter,
+                            mcq_match)
 
 LETTERS = "ABCDEFGHIJ"
 
@@ -299,7 +300,6 @@ def prompt_messages(item: Item, scoring: str, search: bool) -> tuple[str | None,
     return None, template.format(question=question_text(item))
 
 
-_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _ANSWER_LINE = re.compile(r"(?im)^\s*(?:final\s+)?answer\s*[:\-]\s*(.+?)\s*$")
 
 
@@ -317,7 +317,7 @@ def extract_prediction(text: str | None, scoring: str, final: str | None = None)
     if scoring == "mcq":
         return mcq_letter(text)
     if scoring == "math":
-        numbers = _LAST_NUMBER.findall(text)
+        numbers = LAST_NUMBER.findall(text)
         return numbers[-1].replace(",", "") if numbers else None
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else None

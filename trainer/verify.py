@@ -376,18 +376,11 @@ def final_answer(text: str) -> str | None:
     return extract_boxed(text) or extract_tag(text, "answer")
 
 
-_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def _as_number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", "").strip().rstrip("."))
-    except ValueError:
-        return None
+LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")  # a text's numbers; the last one is its answer
 
 
 def _last_number_rule(found: str | None, gold: str, reward: str) -> bool:
-    return found is None and reward == "math" and _as_number(gold) is not None
+    return found is None and reward == "math" and plain_number(gold) is not None
 
 
 def compared_answer(text: str, gold: str, reward: str) -> str:
@@ -400,7 +393,7 @@ def compared_answer(text: str, gold: str, reward: str) -> str:
     """
     found = final_answer(text)
     if _last_number_rule(found, gold, reward):
-        numbers = _LAST_NUMBER.findall(text)
+        numbers = LAST_NUMBER.findall(text)
         return numbers[-1] if numbers else ""
     return found if found is not None else text
 
@@ -413,7 +406,7 @@ def score_answer(text: str, gold: str, reward: str) -> float:
     math-verify to parse the whole text (about 50 ms a call, most of a CPU step's scoring)."""
     answer = compared_answer(text, gold, reward)
     if _last_number_rule(final_answer(text), gold, reward):
-        return float(bool(answer) and _as_number(answer) == _as_number(gold))
+        return float(bool(answer) and plain_number(answer) == plain_number(gold))
     return float(VERIFIERS[reward](answer, gold))
 
 
