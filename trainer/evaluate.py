@@ -627,11 +627,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from trainer.rollout import SamplingParams
 
+    from trainer.models import ModelNotFound
+
     try:
         record = _record_fields(args) if args.record else None
         items, scoring = load_benchmark(args.benchmark, args.scoring)
         loaded = load_model(args.checkpoint)
-    except (BenchmarkError, ModelSpecError) as exc:
+    except (BenchmarkError, ModelSpecError, ModelNotFound) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     items = items[: args.limit] if args.limit else items

@@ -253,6 +253,9 @@ def test_the_command_line_prints_one_json_line(tmp_path, tiny_model_dir, capsys)
     assert line["n"] == 1 and line["scoring"] == "exact"
     assert json.loads((tmp_path / "s.jsonl").read_text())["gold"] == "hi"
     assert main(["base:", "--benchmark", "gsm8k"]) == 2
+    # a model name that resolves to nothing: the message, not a traceback
+    assert main(["base:no-such-model", "--benchmark", str(bench)]) == 2
+    assert "not found" in capsys.readouterr().err
 
 
 def test_library_code_never_imports_a_recipe():
