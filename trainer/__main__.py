@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
             return code
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if os.environ.get("SELFPLAY_LOG"):  # e.g. SELFPLAY_LOG=info: one line per generate call (rows, steps, captures)
+        import logging
+
+        logging.basicConfig(level=os.environ["SELFPLAY_LOG"].upper(), format="%(asctime)s %(name)s %(message)s")
 
     from trainer.config import ConfigError, load_config, method_fields
 

@@ -14,7 +14,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export OUT=${OUT:-/tmp/bench_out}; mkdir -p "$OUT"
 python3 - <<'PY'
 import importlib, torch, transformers
-mods = ["deepspeed", "trl", "datasets", "pydantic", "math_verify", "hjson", "yaml", "trainer.runner", "trainer.packing"]
+mods = ["deepspeed", "trl", "datasets", "pydantic", "math_verify", "hjson", "yaml", "gguf", "trainer.runner", "trainer.packing"]
 bad = []
 for m in mods:
     try:

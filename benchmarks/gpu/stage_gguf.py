@@ -6,10 +6,11 @@ warm: the next call must come within its idle window), and is joined and importe
 
 HERE (the dev machine, repository root)::
 
-    python benchmarks/gpu/stage_gguf.py split qwen2.5-coder-0.5b-instruct        # -> .gpu_assets/stage/p01 ... pNN
-    # prints how many calls it takes; benchmarks/gpu/stage/<name>.manifest gets sha256, size and part sizes
+    python benchmarks/gpu/stage_gguf.py split qwen2.5-coder-0.5b-instruct  # -> .gpu_assets/stage/<name>/p01 ... pNN
+    # prints how many calls it takes; benchmarks/gpu/stage/<name>.json gets sha256, size and part sizes.
+    # Several models can be split side by side (each in its own folder, part files named after the model).
 
-THERE (each call carries the next .gpu_assets/stage/pNN)::
+THERE (each call carries the next .gpu_assets/stage/<name>/pNN, or one part of each of two models)::
 
     python3 benchmarks/gpu/stage_gguf.py collect                 # copies the carried part(s) into /tmp/gguf_parts
     python3 benchmarks/gpu/stage_gguf.py join qwen2.5-coder-0.5b-instruct --dest /tmp/models/qwen2.5-coder-0.5b-instruct
@@ -48,7 +49,8 @@ def cmd_split(args) -> None:
         sources, total = [Path(args.file)], Path(args.file).stat().st_size
     else:
         sources, total = gguf_source(args.name)
-    shutil.rmtree(STAGE, ignore_errors=True)
+    stage = STAGE / args.name
+    shutil.rmtree(stage, ignore_errors=True)
     sizes = [args.first_mib * MIB] + [args.mib * MIB] * (total // (args.mib * MIB) + 1)
     digest, written, index = hashlib.sha256(), [], 0
     out = None
@@ -59,9 +61,9 @@ def cmd_split(args) -> None:
         if out is not None:
             out.close()
         index += 1
-        folder = STAGE / f"p{index:02d}"
+        folder = stage / f"p{index:02d}"
         folder.mkdir(parents=True)
-        path = folder / f"part{index:02d}"
+        path = folder / f"{args.name}.part{index:02d}"
         written.append(path)
         left = sizes[index - 1]
         out = path.open("wb")
@@ -82,13 +84,14 @@ def cmd_split(args) -> None:
                 "parts": [[p.name, p.stat().st_size] for p in written]}
     MANIFESTS.mkdir(parents=True, exist_ok=True)
     (MANIFESTS / f"{args.name}.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"{args.name}: {total / MIB:.1f} MiB in {len(written)} parts (.gpu_assets/stage/p01 .. p{len(written):02d}), "
+    print(f"{args.name}: {total / MIB:.1f} MiB in {len(written)} parts (.gpu_assets/stage/{args.name}/p01 .. "
+          f"p{len(written):02d}), "
           f"sha256 {manifest['sha256'][:16]}...; carry one folder per call")
 
 
 def cmd_collect(args) -> None:
     PARTS.mkdir(parents=True, exist_ok=True)
-    found = sorted(STAGE.glob("p*/part*"))
+    found = sorted(STAGE.glob("*/p*/*.part*"))
     for part in found:
         shutil.copy(part, PARTS / part.name)
     have = sorted(p.name for p in PARTS.iterdir())

@@ -8,7 +8,7 @@ P="--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --pla
    --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .gpu_wheels/"
 .venv/bin/pip download $P hjson pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
   typing_extensions==4.16.0 math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 \
-  trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+  trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gguf==0.19.0
 # SmolLM2's tokenizer files (~3.5 MB), exported from the bundled GGUF
 HF_HUB_OFFLINE=1 .venv/bin/python -c "
 from transformers import AutoTokenizer

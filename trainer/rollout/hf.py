@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -474,9 +475,12 @@ class HFGenerator:
         max_steps = max(limits[r] for r in todo)
         width = max(len(k) for k in unique)
         capacity = width + min(max_steps, 64) if mode == "eager" else width
+        t0 = time.perf_counter()
         cache, logits, mask, next_pos = self._prefill(unique, capacity)
         self.last_stats["prefill_rows"] = len(unique)
+        self.last_stats["prefill_width"] = width
         captured_before = self._static.captures if self._static is not None else 0
+        capture_seconds_before = self._static.capture_seconds if self._static is not None else 0.0
         stepper, logits = self._stepper(mode, cache, logits, mask, next_pos, expand, len(todo), max_steps,
                                         use_adapter)
 
@@ -523,6 +527,11 @@ class HFGenerator:
             logits = next_logits if next_logits is not None else stepper.forward(tokens)
         if self._static is not None and mode != "eager":  # graphs captured by this call (0: all reused)
             self.last_stats["graph_captures"] = self._static.captures - captured_before
+            self.last_stats["capture_seconds"] = self._static.capture_seconds - capture_seconds_before
+        self.last_stats["seconds"] = time.perf_counter() - t0  # prefill + decode (the host's view)
+        self.last_stats["tokens"] = sum(len(x) for x in out_ids)
+        log.info("HFGenerator: %s", " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                             for k, v in self.last_stats.items()))
         return out_ids, out_lps, reasons, stops
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -280,6 +281,7 @@ class StaticDecoder:
         self.autocast_dtype = autocast_dtype
         self.storages: list[_Storage] = []  # most recently used last
         self.captures = 0
+        self.capture_seconds = 0.0  # spent capturing (warm-up, capture, replay check), over the decoder's life
         self.overlap: bool | None = None  # run step t+1 before reading step t (None = with graphs)
         self.config = _inner_config(model)
         self.pack_gqa = _impl(self.config) == "sdpa" and _register_packed_attention()
@@ -371,6 +373,7 @@ class StaticDecoder:
         full_key = (bucket, key)
         if full_key in st.graphs:
             return st.graphs[full_key]
+        t0 = time.perf_counter()
         try:
             graph, logits = self._capture(st, bucket)
         except Exception:  # noqa: BLE001 - try once more with transformers' own sdpa path
@@ -382,6 +385,7 @@ class StaticDecoder:
             graph, logits = self._capture(st, bucket)
         st.graphs[full_key] = (graph, logits)
         self.captures += 1
+        self.capture_seconds += time.perf_counter() - t0
         return graph, logits
 
     def _capture(self, st: _Storage, bucket: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
