@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Issue 21 (b)-(d) in one machine session: the Qwen GGUFs staged part by part on a WARM machine, then the learning
+# runs started DETACHED (setsid: they outlive the call that starts them, until the machine goes back), so staging,
+# runs and evaluations overlap and no run is cut by the 10-minute call limit. One phase per device call:
+#   first              carry .gpu_wheels, .gpu_assets/*.jsonl and the first GGUF part: wheels into /tmp/site
+#   part               carry the next part folder(s) (.gpu_assets/stage/<model>/pNN)
+#   join MODEL         check + import a staged model into /tmp/models/MODEL
+#   start JOB [MIN]    start a job in the background (see `job` below), MIN = its training minutes
+#   watch SECS         wait SECS while the jobs run; then status, curves and the packed run folders in $OUT
+#   run(command="bash benchmarks/gpu/session_learn.sh first", carry=[...])
+cd "$(dirname "$0")/../.."
+phase=${1:?phase}
+source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
+export SELFPLAY_DATA_DIR=/tmp/selfplay_data SELFPLAY_LOG=info
+LOGS=/tmp/logs RUNS=/tmp/runs MODELS=/tmp/models
+mkdir -p $LOGS $RUNS $MODELS
+Q15=$MODELS/qwen2.5-coder-1.5b-instruct Q05=$MODELS/qwen2.5-coder-0.5b-instruct
+A=$PWD/.gpu_assets
+
+detach() {  # detach NAME GPU command...: runs on after this call returns; its log in $LOGS/NAME.log
+  local name=$1 gpu=$2; shift 2
+  CUDA_VISIBLE_DEVICES=$gpu OUT=$LOGS/$name setsid nohup "$@" > $LOGS/$name.log 2>&1 < /dev/null &
+  echo "$!" > $LOGS/$name.pid
+  echo "started $name on GPU $gpu (pid $!): $*"
+}
+
+job() {
+  local name=$1 min=${2:-13}
+  mkdir -p $LOGS/$name
+  case $name in
+    spice15) detach $name 0 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml \
+               --run $RUNS/$name --minutes $min --deadline 1200 --bench $A/gsm8k_test.jsonl --scoring math \
+               --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl ;;
+    spice05) detach $name 1 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml \
+               --run $RUNS/$name --minutes $min --deadline 1200 --bench $A/gsm8k_test.jsonl --scoring math \
+               --set model.name_or_path=$Q05 --set corpus.path=$A/wiki.jsonl ;;
+    *) echo "unknown job $name"; return 1 ;;
+  esac
+}
+
+status() {
+  nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader
+  for pidf in $LOGS/*.pid; do
+    [ -f "$pidf" ] || continue
+    local n; n=$(basename "$pidf" .pid)
+    if kill -0 "$(cat "$pidf")" 2>/dev/null; then echo "== $n running"; else echo "== $n ended"; fi
+    grep -hE "^RESULT|Error|error" $LOGS/$n.log 2>/dev/null | tail -4 | cut -c1-400
+    tail -n 2 $LOGS/$n/train_*.log 2>/dev/null | cut -c1-300
+  done
+  for r in $RUNS/*/; do
+    [ -f "$r/metrics.jsonl" ] || continue
+    python3 - "$r" <<'PY'
+import json, sys
+from pathlib import Path
+run = Path(sys.argv[1])
+rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+steps = sorted({r["step"] for r in rows})
+last = {}
+for r in rows:
+    if r["step"] == steps[-1]:
+        last.update({f"{r['role'][:4]}/{k}": round(v, 3) for k, v in r.items()
+                     if k in ("valid_rate", "accuracy", "pass_rate_mean", "reward_mean", "step_seconds", "rollout_seconds",
+                              "update_seconds", "other_seconds", "overhead_ratio", "graph_captures",
+                              "graph_capture_seconds", "rollout_calls", "truncated_rate", "documents_dropped")})
+evals = [json.loads(l) for l in (run / "evals.jsonl").read_text().splitlines()] if (run / "evals.jsonl").exists() else []
+print(run.name, "steps", len(steps), json.dumps(last))
+for e in evals:
+    print("  eval", e["benchmark"], "step", e["step"], e["score"], [e["ci_low"], e["ci_high"]])
+PY
+  done
+}
+
+pack() {  # run folders (no weights) + logs, one archive: $OUT holds at most 8 files
+  tar -czf $OUT/runs.tgz --exclude='checkpoints/*/model*' --exclude='*.safetensors' --exclude='*.pt' \
+      --exclude='*.bin' -C /tmp runs logs 2>/dev/null
+  ls -la $OUT | tail -n +2 | awk '{print $5, $9}'
+}
+
+case $phase in
+  first)
+    tail -2 /tmp/setup.log
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
+    python3 benchmarks/gpu/stage_gguf.py collect ;;
+  part) python3 benchmarks/gpu/stage_gguf.py collect ;;
+  join) python3 benchmarks/gpu/stage_gguf.py join "$2" --dest $MODELS/$2 ;;
+  start) shift; job "$@" ;;
+  watch)
+    end=$((SECONDS + ${2:-60}))
+    while [ $SECONDS -lt $end ]; do sleep 20; done
+    status; pack ;;
+  *) echo "unknown phase $phase"; exit 2 ;;
+esac
