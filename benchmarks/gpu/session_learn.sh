@@ -5,11 +5,12 @@
 #   first              carry .gpu_wheels, .gpu_assets/*.jsonl and the first GGUF part: wheels into /tmp/site
 #   part               carry the next part folder(s) (.gpu_assets/stage/<model>/pNN)
 #   join MODEL         check + import a staged model into /tmp/models/MODEL
-#   start JOB [MIN]    start a job in the background (see `job` below), MIN = its training minutes
+#   start JOB...       start jobs in the background (see `job` below); MIN=13 (env) = a run's training minutes
 #   watch SECS         wait SECS while the jobs run; then status, curves and the packed run folders in $OUT
 #   run(command="bash benchmarks/gpu/session_learn.sh first", carry=[...])
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
+if [ "$phase" = part ]; then python3 benchmarks/gpu/stage_gguf.py collect; exit; fi  # a staging call: no setup
 source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
 export SELFPLAY_DATA_DIR=/tmp/selfplay_data SELFPLAY_LOG=info
 LOGS=/tmp/logs RUNS=/tmp/runs MODELS=/tmp/models
@@ -34,6 +35,20 @@ job() {
     spice05) detach $name 1 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml \
                --run $RUNS/$name --minutes $min --deadline 1200 --bench $A/gsm8k_test.jsonl --scoring math \
                --set model.name_or_path=$Q05 --set corpus.path=$A/wiki.jsonl ;;
+    ssp15) detach $name 1 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml \
+               --run $RUNS/$name --minutes $min --deadline 1200 \
+               --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl ;;
+    sspq) detach $name 1 python3 benchmarks/gpu/ssp_eval.py make-questions --model base:$Q15 \
+               --config benchmarks/gpu/learn_ssp.yaml --n 200 --out $A/ssp_heldout.jsonl ;;
+    speval15|speval05)  # cross-play base vs the run's last checkpoint, cloze, GSM8K (skipped where recorded)
+      local run=$RUNS/spice${name#speval} gpu=0 base=$Q15
+      [ "$name" = speval05 ] && { gpu=1; base=$Q05; }
+      detach $name $gpu python3 benchmarks/gpu/spice_eval.py --run $run \
+               --models base:$base "$(ls -d $run/checkpoints/step-* | tail -1)" --docs $A/wiki_heldout.jsonl \
+               --tasks ${TASKS:-96} --answers 4 --gsm8k $A/gsm8k_test.jsonl --gsm8k-name gsm8k_test --cloze 300 \
+               --max-new-tokens 1024 ;;
+    sspeval15) detach $name 1 python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 \
+               --bench $A/ssp_heldout.jsonl --judged ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
 }
@@ -70,9 +85,16 @@ PY
   done
 }
 
-pack() {  # run folders (no weights) + logs, one archive: $OUT holds at most 8 files
-  tar -czf $OUT/runs.tgz --exclude='checkpoints/*/model*' --exclude='*.safetensors' --exclude='*.pt' \
-      --exclude='*.bin' -C /tmp runs logs 2>/dev/null
+pack() {  # run folders without weights (samples cut to ~${SAMPLES_MB:-8} MB each) + logs, one archive ($OUT: <= 8 files)
+  rm -rf /tmp/pack && mkdir -p /tmp/pack/runs
+  for r in $RUNS/*/; do
+    local n; n=$(basename "$r"); mkdir -p /tmp/pack/runs/$n
+    find "$r" -maxdepth 1 -type f ! -name samples.jsonl -exec cp {} /tmp/pack/runs/$n/ \;
+    [ -d "$r/eval_samples" ] && cp -r "$r/eval_samples" /tmp/pack/runs/$n/
+    [ -f "$r/samples.jsonl" ] && head -c $((${SAMPLES_MB:-8} * 1000000)) "$r/samples.jsonl" | sed '$d' > /tmp/pack/runs/$n/samples.jsonl
+  done
+  cp -r $LOGS /tmp/pack/logs
+  tar -czf $OUT/runs.tgz -C /tmp/pack runs logs
   ls -la $OUT | tail -n +2 | awk '{print $5, $9}'
 }
 
@@ -81,9 +103,11 @@ case $phase in
     tail -2 /tmp/setup.log
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
     python3 benchmarks/gpu/stage_gguf.py collect ;;
-  part) python3 benchmarks/gpu/stage_gguf.py collect ;;
   join) python3 benchmarks/gpu/stage_gguf.py join "$2" --dest $MODELS/$2 ;;
-  start) shift; job "$@" ;;
+  start) shift; for j in "$@"; do job $j ${MIN:-13}; done ;;
+  stop)  # stop jobs (their runs end at the next step boundary with a checkpoint: SIGINT is not that, so the
+         # time limit is what ends a run; this is for a job gone wrong)
+    shift; for j in "$@"; do pkill -TERM -s "$(ps -o sid= -p "$(cat $LOGS/$j.pid)" | tr -d ' ')" 2>/dev/null; echo "stopped $j"; done ;;
   watch)
     end=$((SECONDS + ${2:-60}))
     while [ $SECONDS -lt $end ]; do sleep 20; done
