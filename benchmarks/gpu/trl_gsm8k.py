@@ -8,6 +8,15 @@ Run from the repository root after ``source benchmarks/gpu/setup.sh``:
     python3 benchmarks/gpu/trl_gsm8k.py pack --run /tmp/runs/trl       # run folder (no weights) -> $OUT
     python3 benchmarks/gpu/trl_gsm8k.py compare --trl examples/runs/trl-grpo-gsm8k-qwen05   # here, no GPU
 
+The CPU check (a random-init 2-layer Qwen2 with the real tokenizer; 2 steps of 2 prompts x 2, 32 tokens, a
+checkpoint after each step, 4 held-out items; about 3 minutes on 2 cores):
+
+    python benchmarks/gpu/trl_gsm8k.py tiny --tokenizer var/models/qwen2.5-coder-0.5b-instruct --out /tmp/tiny
+    head -4 .gpu_assets/gsm8k_heldout.jsonl > /tmp/gsm8k_heldout.jsonl
+    python benchmarks/gpu/trl_gsm8k.py train --run /tmp/trl-smoke --model /tmp/tiny --minutes 5 --save-every 1 \
+        --prompts 2 --group 2 --micro-batch 2 --max-new-tokens 32 --max-steps 2 --bench /tmp/gsm8k_heldout.jsonl \
+        --eval-tokens 32
+
 ``train`` writes RUN/config.yaml (our config's terms for the matched settings; TRL's own arguments in
 RUN/trl_args.json), starts TRL's training in a child process, and meanwhile evaluates the base model (t = 0)
 and each new checkpoint on ``--bench`` with learn_run.py's evaluator (trainer.evaluate: greedy, 512 tokens,
