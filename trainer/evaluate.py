@@ -19,8 +19,9 @@ the Search-R1 prompt of SSP (``<answer>``) and ``multi_turn_rollout``.
 
 Cross-play (SPICE Figure 3): ``challenger_tasks(model_i, documents)`` writes tasks with the SPICE
 Challenger of checkpoint i (``challenge`` of trainer/methods/spice_tasks.py, which the recipe
-uses too), ``solve_rate(model_j, tasks)`` answers them with checkpoint j as Reasoner (``answer`` + ``is_correct``); the pass rate of
-cell (i, j) is the share of correct answers.
+uses too), ``solve_rate(model_j, tasks)`` answers them with checkpoint j as Reasoner (``answer`` +
+``is_correct``; ``reasoner_answers`` gives each answer's details); the pass rate of cell (i, j) is
+the share of correct answers. benchmarks/gpu/spice_eval.py runs the whole matrix on a GPU.
 
 Command line::
 
@@ -561,14 +562,20 @@ def spice_section(overrides: dict | None = None):
     return SECTIONS["spice"](**(overrides or {}))
 
 
-def challenger_tasks(loaded: LoadedModel, documents, n_tasks: int, sampling, section=None,
-                     max_rounds: int = 3) -> tuple[list[dict], int]:
+def challenger_tasks(loaded: LoadedModel, documents, n_tasks: int, sampling, section=None, max_rounds: int = 3,
+                     batch_size: int | None = None, attempts_log: list | None = None) -> tuple[list[dict], int]:
     """(up to ``n_tasks`` valid SPICE tasks written by ``loaded`` as Challenger, attempts made).
 
     One Challenger attempt per document per round (spice_tasks' ``challenge``), over the given
-    documents in turn, for at most ``max_rounds`` rounds."""
+    documents in turn, for at most ``max_rounds`` rounds; a round takes twice as many documents as
+    tasks are still missing. ``batch_size``: documents per ``challenge`` call (default: the whole
+    round in one call); the loop stops between calls once ``n_tasks`` are written.
+    ``attempts_log``: a list that receives one record per attempt (document_id, document_title,
+    round, valid, reason = why invalid, truncated = a turn ended at its token budget)."""
     from trainer.methods.spice_tasks import challenge
 
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     section = section or spice_section()
     section = section.model_copy(update={"challenger_attempts": 1})
     ctx = _spice_ctx(loaded, section, sampling)
@@ -577,30 +584,58 @@ def challenger_tasks(loaded: LoadedModel, documents, n_tasks: int, sampling, sec
         if len(tasks) >= n_tasks:
             break
         take = min(len(docs), 2 * (n_tasks - len(tasks)))
-        attempts = challenge(ctx, docs[:take], step=round_)
-        tried += len(attempts)
-        for a in attempts:
-            if a.valid and len(tasks) < n_tasks:
-                t = a.task
-                tasks.append({"question": t.question, "answer": t.answer, "format": t.format,
-                              "answer_type": t.answer_type, "document_id": a.doc_id, "document_title": a.doc_title})
+        for start in range(0, take, batch_size or take):
+            if len(tasks) >= n_tasks:
+                break
+            attempts = challenge(ctx, docs[start:min(take, start + (batch_size or take))], step=round_)
+            tried += len(attempts)
+            for a in attempts:
+                if attempts_log is not None:
+                    attempts_log.append({"document_id": a.doc_id, "document_title": a.doc_title, "round": round_,
+                                         "valid": a.valid, "reason": a.reason, "truncated": a.truncated})
+                if a.valid and len(tasks) < n_tasks:
+                    t = a.task
+                    tasks.append({"question": t.question, "answer": t.answer, "format": t.format,
+                                  "answer_type": t.answer_type, "document_id": a.doc_id, "document_title": a.doc_title})
         docs = docs[take:] + docs[:take]  # the next round starts with documents not used yet
     return tasks, tried
 
 
-def solve_rate(loaded: LoadedModel, tasks: list[dict], sampling, answers_per_task: int = 4) -> tuple[float | None, list]:
-    """(pass rate of ``loaded`` as SPICE Reasoner over ``tasks``, per-task correct lists);
-    None when there are no tasks."""
+def reasoner_answers(loaded: LoadedModel, tasks: list[dict], sampling, answers_per_task: int = 4, section=None,
+                     batch_size: int | None = None) -> list[dict]:
+    """``answers_per_task`` answers of ``loaded`` as SPICE Reasoner to each task (spice_tasks'
+    ``answer``, graded by ``is_correct``), per task: {"correct", "boxed", "truncated" (the answer
+    ended at its token budget), "tokens", "predictions" (the boxed text or None)}, one entry per
+    answer. ``section``: the SPICE section whose Reasoner budget applies (default: the defaults,
+    i.e. ``sampling.max_new_tokens``). ``batch_size``: answers per generate call, whole tasks
+    (at least one task a call); default all in one call."""
     from trainer.methods.spice_tasks import Attempt, SpiceTask, answer
 
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    ctx = _spice_ctx(loaded, section or spice_section(), sampling, answers=answers_per_task)
+    per_call = max(1, (batch_size or len(tasks) * answers_per_task) // answers_per_task)
+    out = []
+    for start in range(0, len(tasks), per_call):
+        attempts = [Attempt(doc_id=t.get("document_id", ""), doc_title="", index=i, key=str(i), prompt_ids=[],
+                            task=SpiceTask(t["format"], t["answer_type"], t["question"], t["answer"]))
+                    for i, t in enumerate(tasks[start:start + per_call], start)]
+        answer(ctx, attempts)
+        for a in attempts:
+            boxed = [extract_boxed(c.text) for c in a.answers]
+            out.append({"correct": list(a.correct), "boxed": [b is not None for b in boxed],
+                        "truncated": [c.finish_reason == "length" for c in a.answers],
+                        "tokens": [len(c.completion_ids) for c in a.answers], "predictions": boxed})
+    return out
+
+
+def solve_rate(loaded: LoadedModel, tasks: list[dict], sampling, answers_per_task: int = 4, section=None,
+               batch_size: int | None = None) -> tuple[float | None, list]:
+    """(pass rate of ``loaded`` as SPICE Reasoner over ``tasks``, per-task correct lists);
+    None when there are no tasks. ``section`` / ``batch_size``: as in ``reasoner_answers``."""
     if not tasks:
         return None, []
-    ctx = _spice_ctx(loaded, spice_section(), sampling, answers=answers_per_task)
-    attempts = [Attempt(doc_id=t.get("document_id", ""), doc_title="", index=i, key=str(i), prompt_ids=[],
-                        task=SpiceTask(t["format"], t["answer_type"], t["question"], t["answer"]))
-                for i, t in enumerate(tasks)]
-    answer(ctx, attempts)
-    correct = [list(a.correct) for a in attempts]
+    correct = [d["correct"] for d in reasoner_answers(loaded, tasks, sampling, answers_per_task, section, batch_size)]
     flat = [c for row in correct for c in row]
     return sum(flat) / len(flat), correct
 

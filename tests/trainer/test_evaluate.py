@@ -10,6 +10,7 @@ from tests.trainer.test_judge import server  # noqa: F401  (a real OpenAI-compat
 from trainer.evaluate import (
     BenchmarkError,
     Item,
+    challenger_tasks,
     ModelSpecError,
     bootstrap_ci,
     cloze_items,
@@ -21,9 +22,11 @@ from trainer.evaluate import (
     load_model,
     prompt_messages,
     read_jsonl,
+    reasoner_answers,
     score_batch,
     score_prediction,
     solve_rate,
+    spice_section,
     write_jsonl,
 )
 from trainer.judge import Judge
@@ -240,6 +243,66 @@ def test_solve_rate_answers_given_tasks_as_the_spice_reasoner(tiny):
     assert [len(c) for c in correct] == [3, 3]
     assert rate == sum(map(sum, correct)) / 6
     assert solve_rate(tiny, [], SamplingParams()) == (None, [])
+
+
+class CountingGenerator:
+    """The real generator, counting the rows of each call (how the work was batched)."""
+
+    def __init__(self, generator):
+        self.generator, self.calls = generator, []
+
+    def generate(self, prompts, params, **kw):
+        if prompts:
+            self.calls.append(len(prompts))
+        return self.generator.generate(prompts, params, **kw)
+
+
+def test_reasoner_answers_batches_whole_tasks_and_gives_each_answers_details(tiny):
+    from dataclasses import replace
+
+    tasks = [{"question": f"What is {i}+2?", "answer": str(i + 2), "format": "free_form", "answer_type": "integer"}
+             for i in range(3)]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=5)
+    counting = replace(tiny, generator=CountingGenerator(tiny.generator))
+    details = reasoner_answers(counting, tasks, greedy, answers_per_task=2, batch_size=3)
+    assert counting.generator.calls == [2, 2, 2]  # 3 answers a call hold one whole task of 2
+    assert [len(d["correct"]) for d in details] == [2, 2, 2]
+    for d in details:
+        assert set(d) == {"correct", "boxed", "truncated", "tokens", "predictions"}
+        assert all(0 < n <= 5 for n in d["tokens"])
+        assert d["truncated"] == [n == 5 for n in d["tokens"]]
+        assert d["boxed"] == [p is not None for p in d["predictions"]]
+        assert d["predictions"][0] == d["predictions"][1]  # greedy: both answers alike
+    counting.generator.calls.clear()
+    rate, correct = solve_rate(counting, tasks, greedy, answers_per_task=2)
+    assert counting.generator.calls == [6]  # no batch size: one call
+    assert correct == [d["correct"] for d in details]
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        reasoner_answers(tiny, tasks, greedy, batch_size=0)
+
+
+def test_challenger_tasks_batches_documents_and_logs_every_attempt(tiny):
+    from dataclasses import replace
+
+    counting = replace(tiny, generator=CountingGenerator(tiny.generator))
+    section = spice_section({"format_max_new_tokens": 16})
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=8)
+    log = []
+    tasks, tried = challenger_tasks(counting, DOCS, 4, sampling, section, max_rounds=2, batch_size=2,
+                                    attempts_log=log)
+    assert tried == len(log) == 6  # 2 rounds of the 3 documents (a round takes 2 x 4 missing, at most all 3)
+    assert counting.generator.calls[0] == 2 and max(counting.generator.calls) == 2  # never more than 2 documents
+    counting.generator.calls.clear()
+    challenger_tasks(counting, DOCS, 4, sampling, section, max_rounds=1)
+    assert counting.generator.calls[0] == 3  # no batch size: the round's 3 documents in one call
+    assert [r["round"] for r in log] == [0, 0, 0, 1, 1, 1]
+    assert [r["document_id"] for r in log] == ["d1", "d2", "d3"] * 2
+    for r in log:
+        assert set(r) == {"document_id", "document_title", "round", "valid", "reason", "truncated"}
+        assert r["valid"] == (r["reason"] == "")
+    assert len(tasks) == sum(r["valid"] for r in log)  # a random tiny model writes no valid task in practice
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        challenger_tasks(tiny, DOCS, 1, sampling, section, batch_size=0)
 
 
 def test_the_command_line_prints_one_json_line(tmp_path, tiny_model_dir, capsys):
