@@ -170,7 +170,8 @@ def cmd_pack(args) -> None:
     run = Path(args.run)
     dest = OUT / run.name
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("config.yaml", "metrics.jsonl", "evals.jsonl", "crossplay.json", "checkpoints.jsonl"):
+    for name in ("config.yaml", "metrics.jsonl", "evals.jsonl", "crossplay.json", "crossplay_tasks.jsonl",
+                 "checkpoints.jsonl"):
         if (run / name).is_file():
             shutil.copy(run / name, dest / name)
     samples = run / "samples.jsonl"
