@@ -379,3 +379,44 @@ def test_the_rag_check_samples_at_the_reference_codes_temperature():
 
     sec = load_config({"method": "ssp"}).ssp
     assert (sec.rag_temperature, sec.rag_max_new_tokens, sec.judge_max_new_tokens) == (0.1, 256, 1024)
+
+
+# ---- issue 21 (4c): the Proposer's half outside a run (benchmarks/gpu/ssp_eval.py make-questions) ----------
+
+def test_propose_questions_is_the_recipes_proposer_half_callable_on_a_loaded_model(tiny_config, tiny_model_dir,
+                                                                                   tmp_path):
+    """The held-out question set is made by the recipe's own code on a model loaded for evaluation (no
+    RecipeContext): search trajectories, rule filter, RAG check; ``Slot.valid`` marks what a run keeps."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from tests.trainer.taught import teach
+    from trainer.config import load_config
+    from trainer.evaluate import load_model
+    from trainer.methods.ssp import propose_questions
+    from trainer.rollout import SamplingParams
+    from trainer.tools.search import SearchTool
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    retriever = InMemoryRetriever(DOCS)
+    taught = teach(tiny_model_dir, tmp_path / "taught", ssp_lessons(tok, retriever))
+    cfg = load_config(taught_ssp_config(tiny_config, taught, tmp_path))
+    loaded = load_model(str(taught), device="cpu")
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=cfg.rollout.max_new_tokens, logprobs=False)
+    ctx = SimpleNamespace(config=SimpleNamespace(ssp=cfg.ssp, rollout=cfg.rollout), generator=loaded.generator,
+                          policy=SimpleNamespace(tokenizer=loaded.tokenizer),
+                          sampling_params=lambda **kw: replace(sampling, **kw))
+    review = ReviewState()
+    slots = propose_questions(ctx, SearchTool(retriever, k=1, tokenizer=loaded.tokenizer), None,
+                              [("Castle Drogo", "d1"), ("Devon", "d4")], random.Random(0), step=7, review=review)
+    assert [s.key for s in slots] == ["7:0", "7:1"] and [s.n_searches for s in slots] == [2, 2]
+    good, short = slots
+    assert good.valid and good.question == QUESTION and good.rag_ok is True and good.rag_answer == "Castle Drogo"
+    assert good.proposer.queries == ["lutyens garden", "home colonial stores"] and good.doc_id == "d1"
+    assert not short.valid and short.filter.reason == "too_short" and short.rag_ok is None
+    review.apply([Verdict(kind="task", key="7:0", verdict="flag")])  # a flagged question is filtered when written again
+    again = propose_questions(ctx, SearchTool(retriever, k=1, tokenizer=loaded.tokenizer), None,
+                              [("Castle Drogo", "d1")], random.Random(0), step=8, review=review)
+    assert again[0].question == QUESTION and not again[0].valid and again[0].filter.reason == "flagged"

@@ -204,6 +204,33 @@ def rag_check(ctx, judge, slots: list[Slot], rng: random.Random) -> None:
         s.rag_ok = ok
 
 
+def new_slots(step: int, seeds: list[tuple[str, str | None]], sec, rng: random.Random) -> list[Slot]:
+    """``sec.proposer_samples`` slots per (answer, document id), each asked for a number of searches
+    drawn from ``sec.required_searches``; keys are ``step:index``."""
+    return [Slot(f"{step}:{g * sec.proposer_samples + j}", a, rng.choice(sec.required_searches), g, doc)
+            for g, (a, doc) in enumerate(seeds) for j in range(sec.proposer_samples)]
+
+
+def propose_questions(ctx, tool, judge, seeds: list[tuple[str, str | None]], rng: random.Random, step: int = 0,
+                      review: ReviewState | None = None) -> list[Slot]:
+    """The Proposer's half of a step for ``seeds`` (``draw_answers``): search trajectories ending in
+    ``<question>``, the rule filter, questions a reviewer flagged filtered out (``review``), then the
+    RAG check; ``Slot.valid`` says which questions the Solver gets.
+
+    ``ctx`` needs ``config.ssp``, ``config.rollout``, ``policy.tokenizer``, ``generator`` and
+    ``sampling_params(**overrides)``: a RecipeContext, or a namespace around a loaded model (the
+    held-out question set of benchmarks/gpu/ssp_eval.py is made by this same code)."""
+    slots = new_slots(step, seeds, ctx.config.ssp, rng)
+    propose(ctx, tool, slots)
+    for s in slots:
+        if review is not None:
+            review.remember(s.key, s.question)
+            if s.filter.ok and review.is_flagged(question=s.question):
+                s.filter = FilterResult(False, "flagged")
+    rag_check(ctx, judge, slots, rng)
+    return slots
+
+
 def assign_questions(slots: list[Slot], buffer: ReplayBuffer, sec, rng: random.Random) -> None:
     """A slot solves its own validated question, else one replayed from the buffer (if any)."""
     for s in slots:
@@ -270,14 +297,7 @@ def run_ssp(ctx) -> None:
         rng = random.Random(int(ctx.rng.integers(2**62)))
         t0 = time.perf_counter()
         seeds = draw_answers(ctx, cfg.train.prompts_per_step, rng, answer_list)
-        slots = [Slot(f"{step}:{g * sec.proposer_samples + j}", a, rng.choice(sec.required_searches), g, doc)
-                 for g, (a, doc) in enumerate(seeds) for j in range(sec.proposer_samples)]
-        propose(ctx, tool, slots)
-        for s in slots:
-            review.remember(s.key, s.question)
-            if s.filter.ok and review.is_flagged(question=s.question):
-                s.filter = FilterResult(False, "flagged")
-        rag_check(ctx, judge, slots, rng)
+        slots = propose_questions(ctx, tool, judge, seeds, rng, step, review)
         assign_questions(slots, buffer, sec, rng)
         solve(ctx, tool, judge, slots)
         for s in slots:

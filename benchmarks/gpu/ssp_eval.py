@@ -1,0 +1,355 @@
+"""SSP's held-out measure (issue 21, 4c): Solver accuracy on questions the BASE model proposes for answers
+from documents the run never saw. Run from the repository root (CPU or GPU; no Postgres, no internet: BM25
+in memory over JSONL files):
+
+    python benchmarks/gpu/ssp_eval.py make-questions --model base:/tmp/models/q15 \\
+        --config benchmarks/gpu/learn_ssp.yaml --n 200 --out .gpu_assets/ssp_heldout.jsonl
+    python benchmarks/gpu/ssp_eval.py eval --run /tmp/runs/ssp --bench .gpu_assets/ssp_heldout.jsonl
+    python benchmarks/gpu/ssp_eval.py eval --run /tmp/runs/ssp --bench B.jsonl --model base:X --model RUN/checkpoints/step-000010
+
+``make-questions``: the base model plays the Proposer with the recipe's own code
+(``trainer.methods.ssp.draw_answers`` and ``propose_questions``: answers = titles / short named spans of
+documents drawn from ``--answers-from`` (default .gpu_assets/wiki_heldout.jsonl, documents 3000-3999),
+the Proposer prompt, the multi-turn search trajectory at the run's temperature and budgets, the rule
+filter and the RAG check judged like the run, exact match then the frozen base). It keeps the valid
+questions, one per answer, and writes them as a ``trainer.evaluate`` JSONL benchmark: id, question,
+answer, document_id, plus how it was made. Rounds of ``--batch`` answers run until ``--n`` questions or
+``--max-rounds``; a file that already holds questions is extended, not rewritten.
+
+``eval``: each model (``base:<name>`` or a checkpoint folder; default: the run's base model and every
+checkpoint in RUN/checkpoints) answers every question as the SSP Solver (the Search-R1 prompt,
+``<search>`` over ``--search`` files: default the training corpus AND the held-out documents, so a held-out
+answer can be found), greedily, with the run's ``ssp.max_turns``, ``ssp.top_k`` and ``rollout.max_new_tokens``.
+
+Scoring: ``exact`` (SQuAD-normalized exact match), the first and deterministic half of the Solver's reward
+(exact match, then the frozen-base judge). The judge half is left out of the headline on purpose: the
+Solver is trained against that judge, and a 0.5B/1.5B judge says "Correct" to answers that are not, so a
+judged score could rise by fooling the judge rather than by answering better. ``--judged`` also records the
+reward's own rule (``trainer.methods.ssp.judged``: exact, then the frozen base) as ``<name>-judged``.
+Results: ``append_eval(RUN, ...)`` with benchmark ``ssp-heldout`` (``--name``) and the checkpoint's step
+(0 = base), 95% bootstrap interval; (step, benchmark) pairs already in RUN/evals.jsonl are skipped, so a
+cut-off evaluation resumes. Sample outputs go to $OUT/ssp_eval_samples_step<N>.jsonl; a table is printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from common import OUT, emit  # noqa: E402
+
+from trainer.runfolder import BENCHMARK_NAME, append_eval, read_evals  # noqa: E402
+
+TRAIN_CORPUS, HELDOUT = ".gpu_assets/wiki.jsonl", ".gpu_assets/wiki_heldout.jsonl"
+
+
+class UsageError(ValueError):
+    """Bad input; main() prints the message and exits 2."""
+
+
+# ---- shared ------------------------------------------------------------------------------------
+
+def load_run_config(path: str, overrides: list[str]):
+    from trainer.config import ConfigError, load_config
+
+    if not Path(path).is_file():
+        raise UsageError(f"config {path} does not exist (give --config benchmarks/gpu/learn_ssp.yaml or a run "
+                         "folder's config.yaml)")
+    try:
+        cfg = load_config(path, overrides)
+    except ConfigError as exc:
+        raise UsageError(f"config {path}: {exc}") from None
+    if cfg.method != "ssp":
+        raise UsageError(f"config {path} is method {cfg.method!r}, not ssp")
+    return cfg
+
+
+def search_tool(files: list[str], tokenizer, top_k: int):
+    """The run's search tool (trainer.methods.ssp.run_ssp: SearchTool over BM25) over several JSONL files."""
+    from trainer.tools.bm25 import InMemoryRetriever
+    from trainer.tools.corpus import CorpusError, read_jsonl_corpus
+    from trainer.tools.search import SearchTool
+
+    docs, seen = [], set()
+    for f in files:
+        if not Path(f).is_file():
+            raise UsageError(f"search corpus {f} does not exist (benchmarks/gpu/learn_assets.sh writes "
+                             f"{TRAIN_CORPUS} and {HELDOUT})")
+        try:
+            found = read_jsonl_corpus(f)
+        except CorpusError as exc:
+            raise UsageError(str(exc)) from None
+        docs += [d for d in found if d.id not in seen]
+        seen.update(d.id for d in found)
+    return SearchTool(InMemoryRetriever(docs), k=top_k, tokenizer=tokenizer), len(docs)
+
+
+def load(spec: str):
+    from trainer.evaluate import ModelSpecError, load_model
+    from trainer.models import ModelNotFound
+
+    try:
+        return load_model(spec)
+    except (ModelSpecError, ModelNotFound) as exc:
+        raise UsageError(str(exc)) from None
+
+
+# ---- make-questions ----------------------------------------------------------------------------
+
+def read_existing(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def cmd_make_questions(args) -> None:
+    from trainer.judge import Judge, key_env, make_judge
+    from trainer.methods.ssp import draw_answers, propose_questions
+    from trainer.rollout import SamplingParams
+    from trainer.tools.corpus import CorpusError, JsonlDocumentSource, read_jsonl_corpus
+
+    cfg = load_run_config(args.config, args.set)
+    sec = cfg.ssp
+    out = Path(args.out)
+    rows = read_existing(out)
+    if len(rows) >= args.n:
+        print(f"{out} already holds {len(rows)} questions (>= --n {args.n}); nothing to do")
+        return
+    if not Path(args.answers_from).is_file():
+        raise UsageError(f"--answers-from {args.answers_from} does not exist")
+    try:
+        documents = JsonlDocumentSource(read_jsonl_corpus(args.answers_from))
+    except CorpusError as exc:
+        raise UsageError(str(exc)) from None
+    spec = args.model or f"base:{cfg.model.name_or_path}"
+    loaded = load(spec)
+    tool, n_docs = search_tool(args.search or [TRAIN_CORPUS, HELDOUT], loaded.tokenizer, sec.top_k)
+    judge = None
+    if sec.judge == "frozen_base":  # the Proposer IS the base: it judges the RAG answers, as the run's frozen base
+        judge = Judge.from_generator(loaded.generator, loaded.tokenizer, use_adapter=True,
+                                     max_tokens={"equivalent": sec.judge_max_new_tokens})
+    elif sec.judge == "endpoint":
+        judge = make_judge(None, "endpoint", sec.judge_endpoint, sec.judge_model,
+                           api_key_env=key_env(sec.judge_api_key), max_tokens={"equivalent": sec.judge_max_new_tokens})
+    sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                              max_new_tokens=cfg.rollout.max_new_tokens, logprobs=False)
+    ctx = SimpleNamespace(config=SimpleNamespace(ssp=sec, rollout=cfg.rollout), documents=documents,
+                          policy=SimpleNamespace(tokenizer=loaded.tokenizer), generator=loaded.generator,
+                          sampling_params=lambda **kw: replace(sampling, **kw))
+    print(f"make-questions: {spec} as Proposer, answers from {args.answers_from}, search over {n_docs} documents, "
+          f"{args.batch} answers a round", flush=True)
+    seen_answers = {r["answer"].strip().lower() for r in rows}
+    seen_questions = {r["question"].strip().lower() for r in rows}
+    totals = {"answers": 0, "rule_pass": 0, "rag_checked": 0, "rag_pass": 0, "valid": 0, "kept": 0,
+              "truncated": 0, "searches": 0}
+    reasons: dict[str, int] = {}
+    rng = random.Random(args.seed + len(rows))
+    t0 = time.perf_counter()
+    for round_ in range(args.max_rounds):
+        if len(rows) >= args.n:
+            break
+        seeds = draw_answers(ctx, args.batch, rng, None)
+        slots = propose_questions(ctx, tool, judge, seeds, rng, step=round_)
+        for s in slots:
+            totals["answers"] += 1
+            totals["rule_pass"] += s.filter.ok
+            totals["rag_checked"] += s.rag_ok is not None
+            totals["rag_pass"] += bool(s.rag_ok)
+            totals["valid"] += s.valid
+            totals["truncated"] += bool(s.proposer.truncated)
+            totals["searches"] += s.proposer.n_searches
+            if not s.filter.ok:
+                reasons[s.filter.reason] = reasons.get(s.filter.reason, 0) + 1
+            key_a, key_q = s.answer.strip().lower(), (s.question or "").strip().lower()
+            if not s.valid or key_a in seen_answers or key_q in seen_questions or len(rows) >= args.n:
+                continue
+            seen_answers.add(key_a)
+            seen_questions.add(key_q)
+            rows.append({"id": f"ssp-{len(rows):04d}", "question": s.question.strip(), "answer": s.answer,
+                         "document_id": s.doc_id, "required_searches": s.n_searches,
+                         "proposer_queries": list(s.proposer.queries), "rag_answer": s.rag_answer,
+                         "proposer": spec})
+            totals["kept"] += 1
+        write_rows(out, rows)
+        emit("make_questions_round", {"round": round_, "questions": len(rows), **totals,
+                                      "seconds": round(time.perf_counter() - t0, 1)})
+    n = max(totals["answers"], 1)
+    emit("make_questions", {"out": str(out), "questions": len(rows), "answers_tried": totals["answers"],
+                            "valid_rate": round(totals["valid"] / n, 3),
+                            "rule_pass_rate": round(totals["rule_pass"] / n, 3),
+                            "rag_pass_rate": round(totals["rag_pass"] / max(totals["rag_checked"], 1), 3),
+                            "proposer_truncated_rate": round(totals["truncated"] / n, 3),
+                            "proposer_searches_mean": round(totals["searches"] / n, 2),
+                            "filtered": reasons, "seconds": round(time.perf_counter() - t0, 1)})
+    if len(rows) < args.n:
+        print(f"only {len(rows)} of {args.n} questions after {args.max_rounds} rounds; run again to add more "
+              "(the file is extended)", flush=True)
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(path)
+
+
+# ---- eval --------------------------------------------------------------------------------------
+
+def targets(run: Path, models: list[str]) -> list[tuple[int, str]]:
+    """(step, spec) per model: base -> 0, a checkpoint -> its meta.json step; default: base + all checkpoints."""
+    from trainer.evaluate import ModelSpecError, describe_target
+
+    if not models:
+        cfg_file = run / "config.yaml"
+        if not cfg_file.is_file():
+            raise UsageError(f"{run} has no config.yaml; name the models with --model base:<name> / a checkpoint")
+        import yaml
+
+        base = str(yaml.safe_load(cfg_file.read_text())["model"]["name_or_path"])
+        models = [base if Path(base).is_dir() else f"base:{base}"]
+        ckpts = run / "checkpoints"
+        models += [str(p) for p in sorted(ckpts.glob("step-*")) if (p / "meta.json").is_file()] if ckpts.is_dir() else []
+    out = []
+    for spec in models:
+        if spec.startswith("base:"):
+            out.append((0, spec))
+            continue
+        try:
+            target = describe_target(spec)
+        except ModelSpecError as exc:
+            raise UsageError(str(exc)) from None
+        step = target.get("step")
+        if target["kind"] == "model" and step is None:
+            step = 0  # a plain model folder (e.g. the imported base): the base's step
+        if not isinstance(step, int):
+            raise UsageError(f"{spec} has no step (no meta.json); give a checkpoint folder or base:<name>")
+        out.append((step, spec))
+    return sorted(out)
+
+
+def cmd_eval(args) -> None:
+    import torch
+
+    from trainer.evaluate import BenchmarkError, default_batch_size, evaluate, frozen_judge, read_jsonl
+    from trainer.methods.ssp import judged
+    from trainer.rollout import SamplingParams
+
+    run = Path(args.run)
+    name = args.name
+    if not BENCHMARK_NAME.match(name):
+        raise UsageError(f"--name {name!r} must be lowercase letters, digits, - and _")
+    try:
+        items = read_jsonl(args.bench)
+    except BenchmarkError as exc:
+        raise UsageError(str(exc)) from None
+    items = items[: args.limit] if args.limit else items
+    cfg_path = args.config or (str(run / "config.yaml") if (run / "config.yaml").is_file() else None)
+    if cfg_path is None:
+        raise UsageError(f"{run} has no config.yaml; give --config benchmarks/gpu/learn_ssp.yaml")
+    cfg = load_run_config(cfg_path, [])
+    sec = cfg.ssp
+    max_new = args.max_new_tokens or cfg.rollout.max_new_tokens
+    names = [name] + ([f"{name}-judged"] if args.judged else [])
+    for step, spec in targets(run, args.model):
+        done = {(r["step"], r["benchmark"]) for r in read_evals(run)}
+        if all((step, n) in done for n in names):
+            print(f"step {step} ({spec}): already recorded, skipped", flush=True)
+            continue
+        loaded = load(spec)
+        tool, n_docs = search_tool(args.search or [TRAIN_CORPUS, HELDOUT], loaded.tokenizer, sec.top_k)
+        result = evaluate(loaded.generator, loaded.tokenizer, items, "exact", search_tool=tool,
+                          max_turns=sec.max_turns, batch_size=args.batch_size or default_batch_size(loaded),
+                          sampling=SamplingParams(temperature=0.0, max_new_tokens=max_new, logprobs=False),
+                          name=name)
+        samples = result.samples
+        n = max(len(samples), 1)
+        stats = {"answered_rate": round(sum(s["prediction"] is not None and "<answer>" in (s["output"] or "")
+                                            for s in samples) / n, 3),
+                 "searches_mean": round(sum(s.get("searches", 0) for s in samples) / n, 2),
+                 "n_docs_searched": n_docs, "max_new_tokens": max_new, "max_turns": sec.max_turns}
+        rows = [{"step": step, "checkpoint": spec, "benchmark": name, "scoring": "exact", "n": result.n,
+                 "score": result.score, "ci_low": result.ci_low, "ci_high": result.ci_high,
+                 "seconds": round(result.seconds, 1), "correct": result.correct, **stats}]
+        if args.judged:
+            from trainer.evaluate import bootstrap_ci
+
+            t0 = time.perf_counter()
+            judge = frozen_judge(loaded, max_tokens={"equivalent": sec.judge_max_new_tokens})
+            ok = judged(judge, [(it.question, s["prediction"], it.answer if isinstance(it.answer, str)
+                                 else it.answer[0]) for it, s in zip(items, samples)])
+            for s, v in zip(samples, ok):
+                s["judged"] = v
+            values = [float(v) for v in ok]
+            lo, hi = bootstrap_ci(values)
+            rows.append({**rows[0], "benchmark": f"{name}-judged", "scoring": "judge",
+                         "score": sum(values) / len(values), "ci_low": lo, "ci_high": hi, "correct": sum(ok),
+                         "seconds": round(result.seconds + time.perf_counter() - t0, 1)})
+        for row in rows:
+            if (step, row["benchmark"]) not in done:
+                emit("eval", append_eval(run, row))
+        with (OUT / f"ssp_eval_samples_step{step}.jsonl").open("w") as f:
+            for s in samples[: args.keep_samples]:
+                f.write(json.dumps(s, default=str) + "\n")
+        del loaded
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    table(run, names)
+
+
+def table(run: Path, names: list[str]) -> None:
+    rows = [r for r in read_evals(run) if r["benchmark"] in names]
+    base = {r["benchmark"]: r["score"] for r in rows if r["step"] == 0}
+    print(f"\n{'benchmark':<20} {'step':>5} {'n':>4} {'score':>7} {'95% CI':>17} {'vs base':>8}  checkpoint")
+    for r in rows:
+        delta = f"{100 * (r['score'] - base[r['benchmark']]):+.1f}" if r["benchmark"] in base else "-"
+        print(f"{r['benchmark']:<20} {r['step']:>5} {r['n']:>4} {100 * r['score']:>6.1f}% "
+              f"[{100 * r['ci_low']:5.1f}, {100 * r['ci_high']:5.1f}] {delta:>8}  {r['checkpoint']}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make-questions", help="the base model proposes held-out questions")
+    m.add_argument("--config", default="benchmarks/gpu/learn_ssp.yaml", help="the SSP run's YAML (budgets, filter)")
+    m.add_argument("--set", action="append", default=[], help="config override key=value (as trainer run)")
+    m.add_argument("--model", help="the Proposer (default: base:<the config's model.name_or_path>)")
+    m.add_argument("--answers-from", default=HELDOUT, help="JSONL documents the answers are drawn from")
+    m.add_argument("--search", action="append", help=f"JSONL corpora searched (default {TRAIN_CORPUS} and {HELDOUT})")
+    m.add_argument("--n", type=int, default=200, help="questions wanted")
+    m.add_argument("--batch", type=int, default=64, help="answers proposed together in a round")
+    m.add_argument("--max-rounds", type=int, default=20)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--out", default=".gpu_assets/ssp_heldout.jsonl")
+    e = sub.add_parser("eval", help="Solver accuracy with search, recorded in RUN/evals.jsonl")
+    e.add_argument("--run", required=True, help="the run folder (evals.jsonl is appended there)")
+    e.add_argument("--bench", default=".gpu_assets/ssp_heldout.jsonl", help="the make-questions file")
+    e.add_argument("--model", action="append", default=[], help="base:<name> or a checkpoint folder (repeat); "
+                   "default: the run's base model and all its checkpoints")
+    e.add_argument("--config", help="default: RUN/config.yaml")
+    e.add_argument("--search", action="append", help=f"JSONL corpora searched (default {TRAIN_CORPUS} and {HELDOUT})")
+    e.add_argument("--name", default="ssp-heldout", help="the benchmark name recorded")
+    e.add_argument("--judged", action="store_true", help="also record <name>-judged: exact, then the frozen base")
+    e.add_argument("--limit", type=int, help="the first N questions only")
+    e.add_argument("--max-new-tokens", type=int, help="default: the run's rollout.max_new_tokens")
+    e.add_argument("--batch-size", type=int, help="default: 256 on a GPU, 16 on the CPU")
+    e.add_argument("--keep-samples", type=int, default=50, help="samples per model written to $OUT")
+    args = parser.parse_args(argv)
+    if args.cmd == "make-questions" and (args.n < 1 or args.batch < 1 or args.max_rounds < 1):
+        parser.error("--n, --batch and --max-rounds must be >= 1")
+    try:
+        {"make-questions": cmd_make_questions, "eval": cmd_eval}[args.cmd](args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
