@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import functools
 import json
 import os
 import re
@@ -36,8 +37,10 @@ import string
 import subprocess
 import sys
 import threading
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
     "SCORING",
@@ -48,6 +51,7 @@ __all__ = [
     "extract_tag",
     "f1",
     "math_equal",
+    "math_equal_many",
     "mcq_letter",
     "mcq_match",
     "normalize_answer",
@@ -108,32 +112,37 @@ def f1(pred, gold: Gold) -> float:
 # ------------------------------------------------------------------ parsers
 
 
-def _brace_pairs(text: str) -> dict[int, int]:
-    """Position of each '{' -> position of its matching '}' (one O(n) pass)."""
-    pairs, stack = {}, []
-    for i, ch in enumerate(text):
-        if ch == "{":
-            stack.append(i)
-        elif ch == "}" and stack:
-            pairs[stack.pop()] = i
-    return pairs
+_BRACE = re.compile(r"[{}]")
+
+
+def _closing_brace(text: str, open_at: int, end: int) -> int | None:
+    """Position of the '}' matching the '{' at ``open_at`` (nested braces counted), None if it is
+    not closed before ``end``. A regex jumps from brace to brace, so a long text costs little."""
+    depth = 0
+    for m in _BRACE.finditer(text, open_at, end):
+        depth += 1 if m.group() == "{" else -1
+        if depth == 0:
+            return m.start()
+    return None
 
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
 def extract_boxed(text) -> str | None:
-    """Content of the last complete \\boxed{...} (or \\fbox{...}); None if there is none."""
+    """Content of the last complete \\boxed{...} (or \\fbox{...}); None if there is none.
+
+    Tried from the last box backwards. A box left open at ``a`` stays open to the end of the text,
+    so an earlier box can only close before ``a``: each scan stops there, and the whole search
+    reads the text once however many boxes are left open."""
     if not isinstance(text, str):
         return None
-    matches = list(_BOXED.finditer(text))
-    if not matches:
-        return None
-    pairs = _brace_pairs(text)
-    for m in reversed(matches):
-        close = pairs.get(m.end() - 1)
+    end = len(text)
+    for m in reversed(list(_BOXED.finditer(text))):
+        close = _closing_brace(text, m.end() - 1, end)
         if close is not None:
             return text[m.end() : close].strip()
+        end = m.end() - 1
     return None
 
 
@@ -224,15 +233,22 @@ def _math_verify_equal(pred: str, gold: str) -> bool:
     A bare answer ("\\frac12", "x^2+1") is wrapped in $...$ so it is read as LaTeX;
     text with its own delimiters or \\boxed is parsed as it is.
     """
-    from math_verify import parse, verify
+    from math_verify import verify
 
-    def read(s: str):
-        if _DELIMITED.search(s):
-            return parse(s, parsing_timeout=None)
-        return parse(f"${s}$", parsing_timeout=None) or parse(s, parsing_timeout=None)
-
-    g, p = read(gold), read(pred)
+    g, p = _math_read(gold), _math_read(pred)
     return bool(g) and bool(p) and bool(verify(g, p, timeout_seconds=None))
+
+
+@functools.lru_cache(maxsize=4096)
+def _math_read(s: str):
+    """math-verify's parse of one answer (helper process). Cached: a task's gold answer and a
+    repeated Reasoner answer are parsed once, not once per comparison (a sympy parse is most of
+    a check's cost). verify() reads the parsed expressions without changing them."""
+    from math_verify import parse
+
+    if _DELIMITED.search(s):
+        return parse(s, parsing_timeout=None)
+    return parse(f"${s}$", parsing_timeout=None) or parse(s, parsing_timeout=None)
 
 
 class _MathWorker:
@@ -265,7 +281,8 @@ class _MathWorker:
         line = out.readline()
         return line.strip() if line else None
 
-    def equal(self, pred: str, gold: str, timeout: float) -> bool:
+    def equal(self, pred: str, gold: str, timeout: float) -> bool | None:
+        """math-verify's verdict, or None when the helper hung or died (no verdict: not cached)."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._start()
@@ -277,7 +294,7 @@ class _MathWorker:
                 answer = None
             if answer is None:  # hung or died: kill it, the next call starts a fresh one
                 self.close()
-                return False
+                return None
             return answer == "true"
 
     def close(self) -> None:
@@ -289,6 +306,11 @@ class _MathWorker:
 
 _WORKER = _MathWorker()
 MAX_MATH_CHARS = 2000
+# math-verify's verdicts by (pred, gold): the Reasoner often gives one answer several times in a
+# group, and each helper round trip costs a sympy parse and compare (milliseconds). A timed-out
+# check has no verdict and is not kept (the next call asks again, as before).
+_VERDICTS: dict[tuple[str, str], bool] = {}
+MAX_VERDICTS = 65536
 
 
 _TEXT_WRAPPER = re.compile(r"\\(?:text|mbox|mathrm)\s*\{([^{}]*)\}")
@@ -319,12 +341,8 @@ def plain_number(text) -> float | None:
         return None
 
 
-def math_equal(pred, gold, timeout: float = 5.0) -> bool:
-    """True if pred is mathematically equivalent to gold; False on anything else.
-
-    Normalized exact match short-cuts the check (so "Paris" == "paris" and "True" ==
-    "true" hold without sympy). Inputs longer than MAX_MATH_CHARS are not parsed.
-    """
+def _shortcut(pred, gold) -> bool | None:
+    """math_equal's verdicts that need no sympy (None: math-verify decides)."""
     if not isinstance(pred, str) or not isinstance(gold, str) or not pred.strip() or not gold.strip():
         return False
     if exact_match(pred, gold):
@@ -334,10 +352,74 @@ def math_equal(pred, gold, timeout: float = 5.0) -> bool:
         return abs(p_num - g_num) <= 1e-6 * max(1.0, abs(g_num))
     if len(pred) > MAX_MATH_CHARS or len(gold) > MAX_MATH_CHARS:
         return False
+    return _VERDICTS.get((pred, gold))
+
+
+def _ask(worker: _MathWorker, pred: str, gold: str, timeout: float) -> bool:
+    """One helper check; a verdict is remembered, a hang or an error is False and is not."""
     try:
-        return _WORKER.equal(pred, gold, timeout)
+        verdict = worker.equal(pred, gold, timeout)
     except Exception:  # noqa: BLE001 -- a verifier must never take the run down
         return False
+    if verdict is not None:
+        if len(_VERDICTS) >= MAX_VERDICTS:
+            _VERDICTS.clear()
+        _VERDICTS[(pred, gold)] = verdict
+    return bool(verdict)
+
+
+def math_equal(pred, gold, timeout: float = 5.0) -> bool:
+    """True if pred is mathematically equivalent to gold; False on anything else.
+
+    Normalized exact match short-cuts the check (so "Paris" == "paris" and "True" ==
+    "true" hold without sympy), and so does a numeric comparison of two plain numbers.
+    Inputs longer than MAX_MATH_CHARS are not parsed.
+    """
+    known = _shortcut(pred, gold)
+    return known if known is not None else _ask(_WORKER, pred, gold, timeout)
+
+
+def math_workers() -> int:
+    """How many math-verify helper processes ``math_equal_many`` runs at once: SELFPLAY_MATH_WORKERS,
+    else half the CPU cores, 1 to 8 (each helper holds sympy, about 100 MB)."""
+    raw = os.environ.get("SELFPLAY_MATH_WORKERS", "")
+    if raw.strip():
+        try:
+            return max(1, int(raw))
+        except ValueError:  # a verifier never takes the run down: say so and use the default
+            warnings.warn(f"SELFPLAY_MATH_WORKERS must be a whole number, got {raw!r}; using the default",
+                          stacklevel=2)
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+_POOL: list[_MathWorker] = []  # extra helpers for math_equal_many; _WORKER is the first
+
+
+def math_equal_many(pairs: Sequence[tuple], timeout: float = 5.0) -> list[bool]:
+    """``[math_equal(pred, gold) for pred, gold in pairs]``, same verdicts, faster: the checks that
+    need math-verify are asked once per distinct (pred, gold) and spread over ``math_workers()``
+    helper processes at once (a sympy check takes milliseconds to tens of them; a SPICE step has
+    hundreds). Each check keeps its own ``timeout``."""
+    out = [_shortcut(p, g) for p, g in pairs]
+    todo = list(dict.fromkeys((p, g) for (p, g), v in zip(pairs, out) if v is None))
+    if todo:
+        n = min(math_workers(), len(todo))
+        while len(_POOL) < n - 1:
+            _POOL.append(_MathWorker())
+        workers = [_WORKER, *_POOL[: n - 1]]
+        if n == 1:
+            verdicts = {pair: _ask(_WORKER, *pair, timeout) for pair in todo}
+        else:
+            shares = [todo[i::n] for i in range(n)]
+
+            def run(k: int) -> list[bool]:
+                return [_ask(workers[k], p, g, timeout) for p, g in shares[k]]
+
+            with ThreadPoolExecutor(n) as pool:  # each thread waits on its own helper (select releases the GIL)
+                done = list(pool.map(run, range(n)))
+            verdicts = {pair: v for k in range(n) for pair, v in zip(shares[k], done[k])}
+        out = [verdicts[(p, g)] if v is None else v for (p, g), v in zip(pairs, out)]
+    return [bool(v) for v in out]
 
 
 def _serve_math() -> None:
@@ -408,6 +490,24 @@ def score_answer(text: str, gold: str, reward: str) -> float:
     if _last_number_rule(final_answer(text), gold, reward):
         return float(bool(answer) and plain_number(answer) == plain_number(gold))
     return float(VERIFIERS[reward](answer, gold))
+
+
+def score_answers(texts: Sequence[str], golds: Sequence[str], reward: str) -> list[float]:
+    """``[score_answer(t, g, reward) for t, g in zip(texts, golds)]``, same scores; with the math
+    verifier the math-verify checks of a whole step go to ``math_equal_many`` together."""
+    if reward != "math":
+        return [score_answer(t, g, reward) for t, g in zip(texts, golds)]
+    out: list[float | None] = []
+    pending = []  # (index, answer, gold)
+    for i, (text, gold) in enumerate(zip(texts, golds)):
+        if _last_number_rule(final_answer(text), gold, reward):
+            out.append(score_answer(text, gold, reward))
+        else:
+            out.append(None)
+            pending.append((i, compared_answer(text, gold, reward), gold))
+    for (i, _, _), ok in zip(pending, math_equal_many([(a, g) for _, a, g in pending])):
+        out[i] = float(ok)
+    return out
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve-math"]:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from trainer.prompts import chat
 from trainer.tools.corpus import document_text
-from trainer.verify import exact_match, extract_boxed, math_equal, mcq_match
+from trainer.verify import exact_match, extract_boxed, math_equal_many, mcq_match
 
 ANSWER_TYPES = ("integer", "float", "expression", "string", "boolean")
 MCQ_LETTERS = ("A", "B", "C", "D")
@@ -449,14 +449,28 @@ class Attempt:
 
 def is_correct(task: SpiceTask, completion_text: str) -> bool:
     """The Reasoner's boxed answer checked against the gold by the task's answer type."""
-    boxed = extract_boxed(completion_text)
-    if boxed is None:
-        return False
-    if task.format == "mcq":
-        return mcq_match(boxed, task.answer)
-    if task.answer_type in ("integer", "float", "expression"):
-        return math_equal(boxed, task.answer)
-    return exact_match(boxed, task.answer)
+    return grade([(task, completion_text)])[0]
+
+
+def grade(answers: Sequence[tuple[SpiceTask, str]]) -> list[bool]:
+    """``is_correct`` of many (task, Reasoner text) pairs: the math checks go to
+    ``verify.math_equal_many`` together (asked once per distinct answer, several helpers at once)."""
+    out: list[bool | None] = []
+    math = []  # (index, boxed, gold)
+    for i, (task, text) in enumerate(answers):
+        boxed = extract_boxed(text)
+        if boxed is None:
+            out.append(False)
+        elif task.format == "mcq":
+            out.append(mcq_match(boxed, task.answer))
+        elif task.answer_type in ("integer", "float", "expression"):
+            out.append(None)
+            math.append((i, boxed, task.answer))
+        else:
+            out.append(exact_match(boxed, task.answer))
+    for (i, _, _), ok in zip(math, math_equal_many([(b, g) for _, b, g in math])):
+        out[i] = ok
+    return [bool(v) for v in out]
 
 
 def continue_chat(tokenizer, user: str, ended_with_eos: bool) -> list[int]:
@@ -518,7 +532,7 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
                              group=d) for i in range(N)]
     first = ctx.generator.generate([a.prompt_ids for a in attempts],
                                    ctx.sampling_params(max_new_tokens=sec.format_max_new_tokens))
-    second = []
+    second, glue = [], {}  # glue: turn-two ids by (user turn, ended with EOS, format): a few distinct a step
     for a, c in zip(attempts, first):
         a.extend(c.completion_ids, c.logprobs, trained=True)
         a.truncated = c.finish_reason == "length"
@@ -529,8 +543,10 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
             a.reason = f"format: {err}"
             continue
         user = task_prompt(a.choice, sec.worked_example)
-        a.extend(continue_chat(tok, user, c.finish_reason == "eos") + prefill_ids(tok, TASK_PREFILL[a.choice.format]),
-                 [], trained=False)
+        key = (user, c.finish_reason == "eos", a.choice.format)
+        if key not in glue:
+            glue[key] = continue_chat(tok, user, key[1]) + prefill_ids(tok, TASK_PREFILL[a.choice.format])
+        a.extend(glue[key], [], trained=False)
         a.turns.append({"role": "user", "text": user})
         second.append(a)
     outs = ctx.generator.generate([a.prompt_ids + a.completion_ids for a in second],
@@ -550,9 +566,10 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
 def answer(ctx, attempts: list[Attempt]) -> None:
     """``rollout.group_size`` Reasoner answers for each attempt, graded against its gold."""
     G, tok = ctx.config.rollout.group_size, ctx.policy.tokenizer
-    prompts = [chat(tok, None, reasoner_prompt(a.task)) for a in attempts for _ in range(G)]
+    prompts = [list(ids) for a in attempts for ids in [chat(tok, None, reasoner_prompt(a.task))] * G]  # tokenized once
     budget = role_budget(ctx, ctx.config.spice.reasoner_max_new_tokens)
     outs = ctx.generator.generate(prompts, ctx.sampling_params(max_new_tokens=budget))
+    verdicts = grade([(a.task, c.text) for i, a in enumerate(attempts) for c in outs[i * G:(i + 1) * G]])
     for i, a in enumerate(attempts):
         a.answers = outs[i * G:(i + 1) * G]
-        a.correct = [is_correct(a.task, c.text) for c in a.answers]
+        a.correct = verdicts[i * G:(i + 1) * G]
