@@ -14,6 +14,7 @@ if [ "$phase" = part ]; then python3 benchmarks/gpu/stage_gguf.py collect; exit;
 source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
 export SELFPLAY_DATA_DIR=/tmp/selfplay_data SELFPLAY_LOG=info
 LOGS=/tmp/logs RUNS=/tmp/runs MODELS=/tmp/models
+SMALL="--set rollout.max_new_tokens=512 --set spice.reasoner_max_new_tokens=512"  # 1,024 ran the 1.5B out of memory
 mkdir -p $LOGS $RUNS $MODELS
 Q15=$MODELS/qwen2.5-coder-1.5b-instruct Q05=$MODELS/qwen2.5-coder-0.5b-instruct
 A=$PWD/.gpu_assets
@@ -29,14 +30,14 @@ job() {
   local name=$1 min=${2:-13}
   mkdir -p $LOGS/$name
   case $name in
-    spice15) detach $name 0 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml \
-               --run $RUNS/$name --minutes $min --deadline 1200 --bench $A/gsm8k_test.jsonl --scoring math \
+    spice15) rm -rf $RUNS/$name; detach $name 0 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml \
+               --run $RUNS/$name --minutes $min --deadline 1200 --set train.micro_batch_tokens=${MBT:-8192} --set train.prompts_per_step=16 $SMALL \
                --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl ;;
-    spice05) detach $name 1 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml \
-               --run $RUNS/$name --minutes $min --deadline 1200 --bench $A/gsm8k_test.jsonl --scoring math \
+    spice05) rm -rf $RUNS/$name; detach $name 1 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml \
+               --run $RUNS/$name --minutes $min --deadline 1200 --set train.micro_batch_tokens=${MBT:-8192} --set train.prompts_per_step=16 $SMALL \
                --set model.name_or_path=$Q05 --set corpus.path=$A/wiki.jsonl ;;
-    ssp15) detach $name 1 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml \
-               --run $RUNS/$name --minutes $min --deadline 1200 \
+    ssp15) rm -rf $RUNS/$name; detach $name 1 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml \
+               --run $RUNS/$name --minutes $min --deadline 1200 --set train.micro_batch_tokens=4096 \
                --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl ;;
     sspq) detach $name 1 python3 benchmarks/gpu/ssp_eval.py make-questions --model base:$Q15 \
                --config benchmarks/gpu/learn_ssp.yaml --n 200 --out $A/ssp_heldout.jsonl ;;
@@ -46,7 +47,7 @@ job() {
       detach $name $gpu python3 benchmarks/gpu/spice_eval.py --run $run \
                --models base:$base "$(ls -d $run/checkpoints/step-* | tail -1)" --docs $A/wiki_heldout.jsonl \
                --tasks ${TASKS:-96} --answers 4 --gsm8k $A/gsm8k_test.jsonl --gsm8k-name gsm8k_test --cloze 300 \
-               --max-new-tokens 1024 ;;
+               --max-new-tokens 512 ;;
     sspeval15) detach $name 1 python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 \
                --bench $A/ssp_heldout.jsonl --judged ;;
     *) echo "unknown job $name"; return 1 ;;
