@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 from django.db import connection
 
 from apps.corpora.models import Corpus, Document as DocumentRow
@@ -52,23 +53,49 @@ class PgvectorRetriever:
 
 
 class PgDocumentSource:
-    """Uniform random documents of a corpus (SPICE's challenger reads one per task)."""
+    """Uniform random documents of a corpus (SPICE's challenger reads one per task).
+
+    The corpus's document ids are read once and kept: a step draws from them with one cheap look-up
+    (the corpus row's ``doc_count``) and one query for the drawn documents, instead of reading every
+    id of the corpus each call (1M ids at paper scale; benchmarks/search_share.py). An ingest adds
+    documents and bumps ``doc_count`` in the same transaction (apps/corpora/ingest.py), and documents
+    are never removed one by one (only with their corpus), so a changed count means new documents:
+    the ids are read again. ``invalidate()`` forces that too.
+    """
 
     def __init__(self, corpus):
         self.corpus = _corpus(corpus)
+        self._ids: np.ndarray | None = None  # ascending document ids
+        self._count: int | None = None  # the corpus's doc_count when they were read
+        self.id_reads = 0  # how many times the ids were read (a metric for tests and benchmarks)
+
+    def invalidate(self) -> None:
+        """Read the ids again at the next call (after documents were added outside an ingest)."""
+        self._ids = self._count = None
+
+    def _document_ids(self) -> np.ndarray:
+        # the count first: ids read after it are at least as new, so a stale cache is never kept
+        count = Corpus.objects.filter(pk=self.corpus.pk).values_list("doc_count", flat=True).first()
+        if self._ids is None or count != self._count:
+            ids = DocumentRow.objects.filter(corpus=self.corpus).order_by("id").values_list("id", flat=True)
+            self._ids, self._count = np.fromiter(ids.iterator(chunk_size=20_000), dtype=np.int64), count
+            self.id_reads += 1
+        return self._ids
 
     def __len__(self) -> int:
-        return DocumentRow.objects.filter(corpus=self.corpus).count()
+        _drop_dead_connection()
+        return len(self._document_ids())
 
     def sample(self, n: int, rng=None) -> list[Document]:
         _drop_dead_connection()
-        ids = list(DocumentRow.objects.filter(corpus=self.corpus).order_by("id").values_list("id", flat=True))
-        if not ids or n <= 0:
+        ids = self._document_ids()
+        if not len(ids) or n <= 0:
             return []
         rng = rng if rng is not None else random.Random()
-        if hasattr(rng, "sample"):  # random.Random
-            chosen = rng.sample(ids, n) if n <= len(ids) else [rng.choice(ids) for _ in range(n)]
+        if hasattr(rng, "sample"):  # random.Random: the same draws as rng.sample(ids, n) on a list of the ids
+            picks = rng.sample(range(len(ids)), n) if n <= len(ids) else [rng.randrange(len(ids)) for _ in range(n)]
         else:  # numpy Generator
-            chosen = [ids[int(i)] for i in rng.choice(len(ids), size=n, replace=n > len(ids))]
-        rows = {d.id: d for d in DocumentRow.objects.filter(id__in=chosen).only("id", "title", "text")}
+            picks = rng.choice(len(ids), size=n, replace=n > len(ids))
+        chosen = [int(ids[int(i)]) for i in picks]
+        rows = {d.id: d for d in DocumentRow.objects.filter(id__in=set(chosen)).only("id", "title", "text")}
         return [Document(id=str(i), title=rows[i].title, text=rows[i].text) for i in chosen]

@@ -34,3 +34,27 @@ def test_the_document_source_samples_with_the_given_rng(corpus):
     assert len(many) == 5 and {d.title for d in many} <= {t for t, _ in DOCS.values()}
     assert all(d.text for d in many)
     assert isinstance(source, DocumentSource) and all(isinstance(d, Document) for d in many)  # the trainer's own class
+
+
+def test_the_document_source_reads_the_ids_once_and_again_after_an_ingest(corpus):
+    """A step's draw costs a look-up of the corpus row and one query for the drawn documents; it does not
+    read every id of the corpus (1M at paper scale) each time. An ingest's new documents are drawn next."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    docs = [ParsedDoc(t, x, "t") for t, x in DOCS.values()]
+    ingest_documents(corpus, docs[:2])
+    source = PgDocumentSource(corpus)
+    assert {d.title for d in source.sample(2, random.Random(1))} == {docs[0].title, docs[1].title}
+    for seed in range(3):
+        with CaptureQueriesContext(connection) as queries:
+            drawn = source.sample(2, random.Random(seed))
+        assert len(drawn) == 2
+        reads_all_ids = [q["sql"] for q in queries.captured_queries
+                         if "corpora_document" in q["sql"] and '"corpora_document"."id" IN' not in q["sql"]]
+        assert reads_all_ids == [], reads_all_ids
+    assert source.id_reads == 1
+
+    ingest_documents(corpus, docs[2:])  # a third document: the next draw can pick it
+    assert {d.title for d in source.sample(3, random.Random(0))} == {d.title for d in docs}
+    assert len(source) == 3 and source.id_reads == 2
