@@ -8,13 +8,16 @@ The runs engineer injects both into `trainer.run(..., retriever=..., documents=.
 """
 from __future__ import annotations
 
+import os
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from django.db import connection
 
+from apps.corpora.embedder import embedder_for
 from apps.corpora.models import Corpus, Document as DocumentRow
-from apps.corpora.search import search_many
+from apps.corpora.search import search_many, validate
 from trainer.tools import Document, Passage
 
 
@@ -32,12 +35,39 @@ def _drop_dead_connection() -> None:
         connection.close()
 
 
-class PgvectorRetriever:
-    """Batched hybrid (or dense / lexical) search over one corpus, returning the trainer's Passages."""
+def search_workers() -> int:
+    """Database connections one large search batch is spread over: SELFPLAY_SEARCH_WORKERS, else the
+    machine's cores (at most 8). A rollout turn's searches wait for all of them while the GPU idles,
+    so the batch uses every core (benchmarks/search_share.py)."""
+    raw = os.environ.get("SELFPLAY_SEARCH_WORKERS", "").strip()
+    if raw:
+        try:
+            workers = int(raw)
+        except ValueError:
+            raise ValueError(f"SELFPLAY_SEARCH_WORKERS must be a whole number >= 1 (got {raw!r})") from None
+        if workers < 1:
+            raise ValueError(f"SELFPLAY_SEARCH_WORKERS must be a whole number >= 1 (got {raw!r})")
+        return workers
+    return max(1, min(8, os.cpu_count() or 1))
 
-    def __init__(self, corpus, mode: str = "hybrid"):
+
+class PgvectorRetriever:
+    """Batched hybrid (or dense / lexical) search over one corpus, returning the trainer's Passages.
+
+    A batch of at least 2 x ``SLICE`` queries (an SSP rollout turn: 256 at the paper's batch) is embedded
+    once, then cut into up to ``workers`` slices searched at the same time, each on a connection of its
+    own (one Postgres backend per slice: a statement runs on one core). Inside a transaction (tests) it
+    stays on the caller's connection, whose uncommitted rows other connections could not see.
+    """
+
+    SLICE = 32  # fewest queries per slice: below that a thread and a connection cost more than they save
+
+    def __init__(self, corpus, mode: str = "hybrid", workers: int | None = None):
         self.corpus = _corpus(corpus)
         self.mode = mode
+        self.workers = workers if workers is not None else search_workers()
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
         _drop_dead_connection()
@@ -45,11 +75,29 @@ class PgvectorRetriever:
         asked = [i for i, q in enumerate(queries) if q and q.strip()]  # an empty query finds nothing
         if not asked:
             return answers
-        hits = search_many(self.corpus, [queries[i][:2000] for i in asked], k, self.mode)
+        hits = self._search([queries[i][:2000] for i in asked], k)
         for i, row in zip(asked, hits):
             answers[i] = [Passage(document_id=str(h.document_id), chunk_id=str(h.chunk_id), title=h.title,
                                   text=h.text, score=h.score) for h in row]
         return answers
+
+    def _search(self, texts: list[str], k: int):
+        slices = min(self.workers, len(texts) // self.SLICE)
+        if slices < 2 or connection.in_atomic_block:
+            return search_many(self.corpus, texts, k, self.mode)
+        texts, k, mode = validate(texts, k, self.mode)
+        vectors = None if mode == "lexical" else embedder_for(self.corpus).encode(texts)  # one batched encode
+        bounds = np.linspace(0, len(texts), slices + 1).astype(int).tolist()
+
+        def part(lo: int, hi: int):
+            try:
+                return search_many(self.corpus, texts[lo:hi], k, mode, None if vectors is None else vectors[lo:hi])
+            finally:
+                connection.close()  # this worker thread's own connection
+
+        with ThreadPoolExecutor(slices, thread_name_prefix="search") as pool:
+            parts = list(pool.map(part, bounds[:-1], bounds[1:]))
+        return [hits for part_hits in parts for hits in part_hits]
 
 
 class PgDocumentSource:

@@ -177,15 +177,21 @@ def validate(queries, k, mode) -> tuple[list[str], int, str]:
     return queries, k, mode
 
 
-def search_many(corpus, queries: list[str], k: int = 5, mode: str = "hybrid") -> list[list[Hit]]:
-    """Top-k hits for each query, in the order of the queries."""
+def search_many(corpus, queries: list[str], k: int = 5, mode: str = "hybrid",
+                vectors: np.ndarray | None = None) -> list[list[Hit]]:
+    """Top-k hits for each query, in the order of the queries. ``vectors``: the queries' embeddings when
+    the caller already has them (apps/corpora/retriever.py embeds a batch once, then searches it in slices)."""
     queries, k, mode = validate(queries, k, mode)
-    if mode == "dense":
-        return dense(corpus, queries, k)
     if mode == "lexical":
         return lexical(corpus, queries, k)
+    if vectors is None:
+        vectors = embedder_for(corpus).encode(queries)
+    elif len(vectors) != len(queries):
+        raise SearchError(f"{len(vectors)} query vectors for {len(queries)} queries.")
+    if mode == "dense":
+        return dense_by_vectors(corpus.pk, vectors, k)
     pool = max(4 * k, 40)
-    dense_hits, lexical_hits = dense(corpus, queries, pool), lexical(corpus, queries, pool)
+    dense_hits, lexical_hits = dense_by_vectors(corpus.pk, vectors, pool), lexical(corpus, queries, pool)
     return [fuse([d, lx], k) for d, lx in zip(dense_hits, lexical_hits)]
 
 

@@ -2,6 +2,7 @@
 import random
 
 import numpy as np
+import pytest
 
 from apps.corpora.ingest import ingest_documents
 from apps.corpora.parsing import ParsedDoc
@@ -58,3 +59,50 @@ def test_the_document_source_reads_the_ids_once_and_again_after_an_ingest(corpus
     ingest_documents(corpus, docs[2:])  # a third document: the next draw can pick it
     assert {d.title for d in source.sample(3, random.Random(0))} == {d.title for d in docs}
     assert len(source) == 3 and source.id_reads == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_large_batch_is_searched_in_slices_on_connections_of_their_own(monkeypatch):
+    """An SSP turn's 256 queries: embedded once, then searched in slices at the same time, one Postgres
+    backend each (a statement runs on one core); the answers are those of one statement, in order."""
+    from django.db import connection
+
+    import apps.corpora.retriever as module
+    from apps.corpora.models import Corpus
+
+    corpus = Corpus.objects.create(name="slices", description="")
+    ingest_documents(corpus, [ParsedDoc(t, x, "t") for t, x in DOCS.values()])
+    asked = ["volcano eruption in Iceland", "Sicilian chess opening", "sourdough starter", "", "wild yeast"] * 30  # 120 queries + 30 empty
+    one = PgvectorRetriever(corpus, workers=1).search(asked, k=2)
+    calls = []
+    real = module.search_many
+
+    def spy(corpus, texts, k, mode, vectors=None):
+        hits = real(corpus, texts, k, mode, vectors)
+        calls.append((len(texts), vectors is not None, connection.connection.info.backend_pid))
+        return hits
+
+    monkeypatch.setattr(module, "search_many", spy)
+    got = PgvectorRetriever(corpus, workers=3).search(asked, k=2)
+    assert [[p.chunk_id for p in r] for r in got] == [[p.chunk_id for p in r] for r in one]
+    assert got[0][0].title == "Volcanoes of Iceland" and got[3] == [] and got[1][0].title == "The Sicilian Defence"
+    connection.ensure_connection()
+    assert sorted(n for n, _, _ in calls) == [40, 40, 40] and all(embedded for _, embedded, _ in calls)
+    backends = {pid for _, _, pid in calls}
+    assert len(backends) == 3 and connection.connection.info.backend_pid not in backends
+    calls.clear()
+    PgvectorRetriever(corpus, workers=3).search(asked[:40], k=2)  # under 2 x SLICE queries: one statement
+    assert len(calls) == 1 and calls[0][2] == connection.connection.info.backend_pid
+
+
+def test_search_workers_reads_the_environment(monkeypatch):
+    from apps.corpora.retriever import search_workers
+
+    monkeypatch.setenv("SELFPLAY_SEARCH_WORKERS", "3")
+    assert search_workers() == 3
+    for bad in ("0", "many"):
+        monkeypatch.setenv("SELFPLAY_SEARCH_WORKERS", bad)
+        with pytest.raises(ValueError, match="SELFPLAY_SEARCH_WORKERS must be a whole number >= 1"):
+            search_workers()
+    monkeypatch.delenv("SELFPLAY_SEARCH_WORKERS")
+    assert 1 <= search_workers() <= 8
