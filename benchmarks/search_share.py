@@ -21,8 +21,11 @@ are not added again; missing indexes are built).
 `measure` prints one table and one JSON line:
 - SSP: 256 trajectories x 10 searches, issued as multi_turn_rollout issues them: one
   `SearchTool.search` (one `PgvectorRetriever.search`) per turn with that turn's 256 queries, top_k
-  3 (ssp.top_k), the web's retriever (hybrid: query embedding + dense HNSW + lexical, RRF). Queries
-  are distinct, short search strings built from the corpus (see `ssp_queries`).
+  3 (ssp.top_k), the web's retriever in its default mode (dense: query embedding + HNSW), on one
+  connection and on `search_workers()` connections (the retriever's slices), alternating; plus the
+  hybrid mode (dense + lexical, RRF; the search page's) timed on a sample of queries and
+  extrapolated, since its lexical half takes seconds per query at this size. Queries are distinct,
+  short search strings built from the corpus (see `ssp_queries`).
 - SPICE: `PgDocumentSource.sample(128, rng)` with the documents' text, as spice.py draws a step's
   documents.
 Each with the load average, since this 2-core machine is shared.
@@ -69,7 +72,6 @@ def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
 def index_definitions() -> dict[str, str]:
     """The chunk table's HNSW and GIN index definitions, as the migrations create them."""
     from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor  # noqa: F401 - the schema is migrated
     from apps.corpora.models import Chunk
 
     with connection.schema_editor(collect_sql=True, atomic=False) as editor:
@@ -209,7 +211,8 @@ def timed(fn, *args):
     return time.perf_counter() - started, result
 
 
-def measure_ssp(corpus, by_turn: list[list[str]], workers: int, split: bool, top_k: int = SSP_TOP_K) -> dict:
+def measure_ssp(corpus, by_turn: list[list[str]], workers: int, split: bool, mode: str = "dense",
+                top_k: int = SSP_TOP_K) -> dict:
     """One SSP step's searches as multi_turn_rollout issues them (one SearchTool.search per turn) with
     the retriever's batch spread over `workers` connections; with `split`, the same turn batches again
     in their parts (query embedding, dense SQL, lexical SQL), one connection. CPU seconds (client +
@@ -219,7 +222,7 @@ def measure_ssp(corpus, by_turn: list[list[str]], workers: int, split: bool, top
     from apps.corpora.retriever import PgvectorRetriever
     from trainer.tools.search import SearchTool
 
-    tool = SearchTool(PgvectorRetriever(corpus, workers=workers), k=top_k)
+    tool = SearchTool(PgvectorRetriever(corpus, mode=mode, workers=workers), k=top_k)
     load_before = load()
     per_turn = []
     cpu, pg = time.process_time(), backend_cpu_s()
@@ -232,7 +235,7 @@ def measure_ssp(corpus, by_turn: list[list[str]], workers: int, split: bool, top
             tool.format(passages)
     step = time.perf_counter() - started
     client_cpu, pg_cpu = time.process_time() - cpu, backend_cpu_s() - pg
-    out = {"workers": workers, "queries": sum(map(len, by_turn)), "turns": len(by_turn), "top_k": top_k,
+    out = {"mode": mode, "workers": workers, "queries": sum(map(len, by_turn)), "turns": len(by_turn), "top_k": top_k,
            "step_s": round(step, 2), "per_turn_s": per_turn, "load_before": load_before}
     if workers == 1:
         out.update(client_cpu_s=round(client_cpu, 2), postgres_cpu_s=round(pg_cpu, 2),
@@ -240,17 +243,44 @@ def measure_ssp(corpus, by_turn: list[list[str]], workers: int, split: bool, top
     if not split:
         out["load_after"] = load()
         return out
-    pool = max(4 * top_k, 40)  # search_many's hybrid pool
+    pool = max(4 * top_k, 40) if mode == "hybrid" else top_k  # search_many's pool per half
     embed_s = dense_s = lexical_s = 0.0
     embedder = embedder_for(corpus)
     for queries in by_turn:
         s, vectors = timed(embedder.encode, queries)
         embed_s += s
         dense_s += timed(S.dense_by_vectors, corpus.pk, vectors, pool)[0]
-        lexical_s += timed(S.lexical, corpus, queries, pool)[0]
+        if mode == "hybrid":
+            lexical_s += timed(S.lexical, corpus, queries, pool)[0]
     out.update(embed_s=round(embed_s, 2), dense_sql_s=round(dense_s, 2), lexical_sql_s=round(lexical_s, 2),
                load_after=load())
     return out
+
+
+def measure_hybrid_sample(corpus, by_turn: list[list[str]], per_turn: int, top_k: int = SSP_TOP_K) -> dict:
+    """Hybrid (the search page's mode; the retriever's until issue 22) on `per_turn` queries of each turn, one statement per query
+    and half: its lexical half ranks every row holding any query word (~10% of 1M rows), seconds per
+    query, so a whole step is extrapolated: seconds per query x the step's queries."""
+    from apps.corpora import search as S
+    from apps.corpora.embedder import embedder_for
+
+    pool = max(4 * top_k, 40)
+    embedder = embedder_for(corpus)
+    load_before = load()
+    embed, dense, lexical = [], [], []
+    for queries in by_turn:
+        for q in queries[:per_turn]:
+            s, vectors = timed(embedder.encode, [q])
+            embed.append(s)
+            dense.append(timed(S.dense_by_vectors, corpus.pk, vectors, pool)[0])
+            lexical.append(timed(S.lexical, corpus, [q], pool)[0])
+    n = sum(map(len, by_turn))
+    return {"mode": "hybrid", "sampled_queries": len(lexical), "lexical_s_per_query_mean": round(float(np.mean(lexical)), 3),
+            "lexical_s_per_query_max": round(max(lexical), 3),
+            "dense_s_per_query_mean": round(float(np.mean(dense)), 4),
+            "embed_s_per_query_mean": round(float(np.mean(embed)), 4),
+            "step_s_extrapolated": round(n * float(np.mean(lexical) + np.mean(dense)), 1),
+            "load_before": load_before, "load_after": load()}
 
 
 def old_sample(corpus, n: int, rng) -> list:
@@ -301,10 +331,13 @@ def share_table(out: dict, step_ssp: float | None) -> str:
     """Search seconds per step and their share of a step whose other parts take T seconds: s / (T + s).
     T: GRPO 6.1 s and SPICE 62.7 s (H100, for scale), and the SSP step's when measured (--step-ssp)."""
     ssp_one, ssp, spice = out["ssp_one"], out["ssp"], out["spice"]
-    rows = [(f"SSP, 10 turns x 256 queries, 1 connection (wall; load {ssp_one['load_before'][0]})",
+    hybrid = out["ssp_hybrid"]
+    rows = [(f"SSP, 10 turns x 256 queries, hybrid, 1 connection: extrapolated from "
+             f"{hybrid['sampled_queries']} queries", hybrid["step_s_extrapolated"]),
+            (f"SSP, 10 turns x 256 queries, dense, 1 connection (wall; load {ssp_one['load_before'][0]})",
              ssp_one["step_s"]),
-            ("SSP, same, CPU seconds (client + Postgres, 1 connection)", ssp_one.get("cpu_s")),
-            (f"SSP, same, {ssp['workers']} connections (wall; load {ssp['load_before'][0]})", ssp["step_s"]),
+            ("SSP, dense, CPU seconds (client + Postgres, 1 connection)", ssp_one.get("cpu_s")),
+            (f"SSP, dense, {ssp['workers']} connections (wall; load {ssp['load_before'][0]})", ssp["step_s"]),
             ("SPICE, 128 documents drawn, before (every id read per draw)", spice["before_fix_step_s"]),
             (f"SPICE, 128 documents drawn, ids kept (load {spice['load_before'][0]})", spice["step_s"])]
     lines = ["| search per step | s | share of GRPO 6.1 s | share of SPICE 62.7 s | share of SSP step T |",
@@ -318,7 +351,7 @@ def share_table(out: dict, step_ssp: float | None) -> str:
     return "\n".join(lines)
 
 
-def measure(corpus_name: str, reps: int, step_ssp: float | None, spice_steps: int) -> dict:
+def measure(corpus_name: str, reps: int, step_ssp: float | None, spice_steps: int, hybrid_sample: int) -> dict:
     from apps.corpora.models import Corpus
 
     corpus = Corpus.objects.get(name=corpus_name)
@@ -337,6 +370,7 @@ def measure(corpus_name: str, reps: int, step_ssp: float | None, spice_steps: in
     out["ssp_runs"] = runs
     out["ssp_one"] = min((r for r in runs if r["workers"] == 1), key=lambda r: r["step_s"])
     out["ssp"] = min(runs, key=lambda r: r["step_s"])
+    out["ssp_hybrid"] = measure_hybrid_sample(corpus, by_turn, hybrid_sample)
     out["spice"] = measure_spice(corpus, spice_steps)
     out["load_end"] = load()
     print(share_table(out, step_ssp), file=sys.stderr)
@@ -353,13 +387,14 @@ def main():
     m.add_argument("--corpus", default="wikipedia")
     m.add_argument("--reps", type=int, default=2, help="SSP steps measured (the fastest is reported)")
     m.add_argument("--spice-steps", type=int, default=10)
+    m.add_argument("--hybrid-sample", type=int, default=4, help="hybrid queries timed per turn (extrapolated)")
     m.add_argument("--step-ssp", type=float, default=None, help="the SSP step's H100 seconds, when measured")
     args = parser.parse_args()
     setup()
     if args.cmd == "build":
         print(json.dumps(build(args.corpus, args.rows)), flush=True)
     else:
-        print(json.dumps(measure(args.corpus, args.reps, args.step_ssp, args.spice_steps)), flush=True)
+        print(json.dumps(measure(args.corpus, args.reps, args.step_ssp, args.spice_steps, args.hybrid_sample)), flush=True)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ try:
         REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/9"
     UPLOAD_MAX_BYTES = envcfg.env_int("SELFPLAY_UPLOAD_MAX_MB", 200, minimum=1) * 1024 * 1024
     RUN_HEARTBEAT_SECONDS = envcfg.env_int("SELFPLAY_HEARTBEAT_SECONDS", 30, minimum=2)
+    # connections one large search batch of a run is spread over (apps/corpora/retriever.py)
+    SEARCH_WORKERS = envcfg.env_int("SELFPLAY_SEARCH_WORKERS", max(1, min(8, os.cpu_count() or 1)), minimum=1)
 except envcfg.SettingError as exc:
     raise ImproperlyConfigured(str(exc)) from None
 

@@ -1,15 +1,15 @@
 """The trainer's search tool and document source over a Postgres corpus.
 
 `PgvectorRetriever(corpus)` implements trainer.tools.retriever.Retriever:
-`search(queries, k) -> list[list[Passage]]` (one batched search per call, hybrid by default).
+`search(queries, k) -> list[list[Passage]]` (one batched search per call, dense by default).
 `PgDocumentSource(corpus)` implements the trainer's DocumentSource: `sample(n, rng)` returns
 n documents (id, title, text) drawn uniformly by the given random.Random / numpy Generator.
 The runs engineer injects both into `trainer.run(..., retriever=..., documents=...)`.
 """
 from __future__ import annotations
 
-import os
 import random
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -36,38 +36,39 @@ def _drop_dead_connection() -> None:
 
 
 def search_workers() -> int:
-    """Database connections one large search batch is spread over: SELFPLAY_SEARCH_WORKERS, else the
-    machine's cores (at most 8). A rollout turn's searches wait for all of them while the GPU idles,
-    so the batch uses every core (benchmarks/search_share.py)."""
-    raw = os.environ.get("SELFPLAY_SEARCH_WORKERS", "").strip()
-    if raw:
-        try:
-            workers = int(raw)
-        except ValueError:
-            raise ValueError(f"SELFPLAY_SEARCH_WORKERS must be a whole number >= 1 (got {raw!r})") from None
-        if workers < 1:
-            raise ValueError(f"SELFPLAY_SEARCH_WORKERS must be a whole number >= 1 (got {raw!r})")
-        return workers
-    return max(1, min(8, os.cpu_count() or 1))
+    """Database connections one large search batch is spread over: SELFPLAY_SEARCH_WORKERS (checked at
+    start-up in settings), else the machine's cores (at most 8). A rollout turn's searches wait for all
+    of them while the GPU idles, so the batch uses every core (benchmarks/search_share.py)."""
+    from django.conf import settings
+
+    return settings.SEARCH_WORKERS
 
 
 class PgvectorRetriever:
-    """Batched hybrid (or dense / lexical) search over one corpus, returning the trainer's Passages.
+    """Batched search over one corpus, returning the trainer's Passages: dense (by meaning) by default.
 
-    A batch of at least 2 x ``SLICE`` queries (an SSP rollout turn: 256 at the paper's batch) is embedded
-    once, then cut into up to ``workers`` slices searched at the same time, each on a connection of its
-    own (one Postgres backend per slice: a statement runs on one core). Inside a transaction (tests) it
-    stays on the caller's connection, whose uncommitted rows other connections could not see.
+    Dense, as the papers' retrievers (SSP and Search-R1 search with E5 embeddings): the hybrid mode's
+    lexical half ranks every chunk that holds any word of the query, ~10% of a corpus, so at 1M chunks
+    one query took 1.35 s on average (up to 6.6 s), and an SSP step's 2,560 searches ~58 minutes; dense
+    took 12 s for the whole step (benchmarks/RESULTS.md, "Search inside a step"). ``mode="hybrid"`` or
+    ``"lexical"`` still choose the others (the search page and API stay hybrid).
+
+    A batch of at least 2 x ``SLICE`` queries (an SSP rollout turn: 256 at the paper's batch) is cut into
+    pieces searched at the same time on up to ``workers`` connections of their own (one Postgres backend
+    each: a statement runs on one core), each piece embedded while the pieces before it are searched.
+    Inside a transaction (tests) it stays on the caller's connection, whose uncommitted rows other
+    connections could not see.
     """
 
     SLICE = 32  # fewest queries per slice: below that a thread and a connection cost more than they save
 
-    def __init__(self, corpus, mode: str = "hybrid", workers: int | None = None):
+    def __init__(self, corpus, mode: str = "dense", workers: int | None = None):
         self.corpus = _corpus(corpus)
         self.mode = mode
         self.workers = workers if workers is not None else search_workers()
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+        self._pool: ThreadPoolExecutor | None = None
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
         _drop_dead_connection()
@@ -86,18 +87,50 @@ class PgvectorRetriever:
         if slices < 2 or connection.in_atomic_block:
             return search_many(self.corpus, texts, k, self.mode)
         texts, k, mode = validate(texts, k, self.mode)
-        vectors = None if mode == "lexical" else embedder_for(self.corpus).encode(texts)  # one batched encode
-        bounds = np.linspace(0, len(texts), slices + 1).astype(int).tolist()
+        # twice as many pieces as connections: this thread embeds the next piece while Postgres searches
+        # the ones before it (the embedding and the SQL each took half of a step at 1M rows)
+        pieces = min(len(texts) // self.SLICE, 2 * slices)
+        bounds = np.linspace(0, len(texts), pieces + 1).astype(int).tolist()
+        embedder = None if mode == "lexical" else embedder_for(self.corpus)
 
-        def part(lo: int, hi: int):
-            try:
-                return search_many(self.corpus, texts[lo:hi], k, mode, None if vectors is None else vectors[lo:hi])
-            finally:
-                connection.close()  # this worker thread's own connection
+        def part(lo: int, hi: int, vectors):
+            _drop_dead_connection()  # the worker thread's own connection, kept from call to call
+            return search_many(self.corpus, texts[lo:hi], k, mode, vectors)
 
-        with ThreadPoolExecutor(slices, thread_name_prefix="search") as pool:
-            parts = list(pool.map(part, bounds[:-1], bounds[1:]))
-        return [hits for part_hits in parts for hits in part_hits]
+        pool = self._executor()
+        futures = [pool.submit(part, lo, hi, embedder.encode(texts[lo:hi]) if embedder else None)
+                   for lo, hi in zip(bounds[:-1], bounds[1:])]
+        return [hits for future in futures for hits in future.result()]
+
+    def _executor(self) -> ThreadPoolExecutor:
+        """Worker threads kept for the retriever's life: each keeps its connection (a new Postgres backend
+        per piece cost its catalog look-ups and settings again: 2 connections were slower than one)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="search")
+        return self._pool
+
+    def close(self) -> None:
+        """Close the worker threads' connections and stop them (a run's end; the retriever can search again)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        threads = len(pool._threads)
+        if threads:
+            barrier = threading.Barrier(threads)  # one task per thread: each waits until all hold one
+
+            def close_own() -> None:
+                barrier.wait(timeout=30)
+                connection.close()
+
+            for future in [pool.submit(close_own) for _ in range(threads)]:
+                future.result()
+        pool.shutdown(wait=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class PgDocumentSource:

@@ -68,7 +68,11 @@ def _train(run: Run, run_dir: Path, sink: DjangoSink, stream):
     if cfg.train.gpus > 1:  # one process per GPU; rank 0 reports through its own DjangoSink
         return train_ranks(run, run_dir, cfg, stream, resume)
     both = MultiSink(sink, ConsoleSink(cfg.train.steps, stream=stream))
-    return train(cfg, sink=both, retriever=retriever, documents=documents, run_dir=run_dir, resume=resume)
+    try:
+        return train(cfg, sink=both, retriever=retriever, documents=documents, run_dir=run_dir, resume=resume)
+    finally:
+        if retriever is not None:
+            retriever.close()  # its search threads' connections
 
 
 def _config_for_worker(run: Run) -> dict:

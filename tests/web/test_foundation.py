@@ -104,6 +104,7 @@ def test_services_status_reports_both():
     ("REDIS_URL", "http://x", "REDIS_URL"),
     ("DEBUG", "maybe", "DEBUG"),
     ("SELFPLAY_UPLOAD_MAX_MB", "lots", "SELFPLAY_UPLOAD_MAX_MB"),
+    ("SELFPLAY_SEARCH_WORKERS", "0", "SELFPLAY_SEARCH_WORKERS='0' must be at least 1"),
 ])
 def test_bad_settings_give_a_readable_error(name, value, needle):
     result = _manage("check", env={name: value})

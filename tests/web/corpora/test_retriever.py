@@ -1,5 +1,6 @@
 """The trainer-facing Retriever and DocumentSource over Postgres."""
 import random
+import time
 
 import numpy as np
 import pytest
@@ -16,13 +17,13 @@ from .conftest import DOCS
 def test_the_retriever_answers_a_batch_with_passages(corpus):
     ingest_documents(corpus, [ParsedDoc(t, x, "t") for t, x in DOCS.values()])
     retriever = PgvectorRetriever(corpus)
-    assert isinstance(retriever, Retriever)
+    assert isinstance(retriever, Retriever) and retriever.mode == "dense"  # the papers' retrievers search by meaning
     results = retriever.search(["volcano eruption in Iceland", "", "Sicilian chess opening"], k=2)
     assert len(results) == 3 and results[1] == []
     assert all(isinstance(p, Passage) for p in results[0] + results[2]) and len(results[0]) == 2
     assert results[0][0].title == "Volcanoes of Iceland" and results[2][0].title == "The Sicilian Defence"
     assert results[0][0].document_id.isdigit() and results[0][0].score > results[0][1].score
-    assert PgvectorRetriever(corpus.name, mode="dense").search(["sourdough"], 1)[0][0].title == "Sourdough baking"
+    assert PgvectorRetriever(corpus.name, mode="hybrid").search(["sourdough"], 1)[0][0].title == "Sourdough baking"
 
 
 def test_the_document_source_samples_with_the_given_rng(corpus):
@@ -83,26 +84,33 @@ def test_a_large_batch_is_searched_in_slices_on_connections_of_their_own(monkeyp
         return hits
 
     monkeypatch.setattr(module, "search_many", spy)
-    got = PgvectorRetriever(corpus, workers=3).search(asked, k=2)
+    with PgvectorRetriever(corpus, workers=3) as retriever:
+        got = retriever.search(asked, k=2)
+        again = retriever.search(asked, k=2)  # the worker threads keep their connections from call to call
     assert [[p.chunk_id for p in r] for r in got] == [[p.chunk_id for p in r] for r in one]
     assert got[0][0].title == "Volcanoes of Iceland" and got[3] == [] and got[1][0].title == "The Sicilian Defence"
     connection.ensure_connection()
-    assert sorted(n for n, _, _ in calls) == [40, 40, 40] and all(embedded for _, embedded, _ in calls)
+    assert sorted(n for n, _, _ in calls) == [40, 40, 40, 40, 40, 40] and all(embedded for _, embedded, _ in calls)
+    assert again == got
     backends = {pid for _, _, pid in calls}
-    assert len(backends) == 3 and connection.connection.info.backend_pid not in backends
+    assert 1 <= len(backends) <= 3 and connection.connection.info.backend_pid not in backends  # idle threads take the next piece
+    for _ in range(50):  # closed with the retriever (a backend exits just after its client hangs up)
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [list(backends)])
+            if cur.fetchone()[0] == 0:
+                break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the worker threads' connections outlived the retriever")
     calls.clear()
     PgvectorRetriever(corpus, workers=3).search(asked[:40], k=2)  # under 2 x SLICE queries: one statement
     assert len(calls) == 1 and calls[0][2] == connection.connection.info.backend_pid
 
 
-def test_search_workers_reads_the_environment(monkeypatch):
-    from apps.corpora.retriever import search_workers
-
-    monkeypatch.setenv("SELFPLAY_SEARCH_WORKERS", "3")
-    assert search_workers() == 3
-    for bad in ("0", "many"):
-        monkeypatch.setenv("SELFPLAY_SEARCH_WORKERS", bad)
-        with pytest.raises(ValueError, match="SELFPLAY_SEARCH_WORKERS must be a whole number >= 1"):
-            search_workers()
-    monkeypatch.delenv("SELFPLAY_SEARCH_WORKERS")
-    assert 1 <= search_workers() <= 8
+def test_the_retriever_takes_its_connections_from_the_setting(settings, corpus):
+    """SELFPLAY_SEARCH_WORKERS (checked at start-up: tests/web/test_foundation.py), dense by default."""
+    settings.SEARCH_WORKERS = 3
+    retriever = PgvectorRetriever(corpus)
+    assert (retriever.workers, retriever.mode) == (3, "dense")
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        PgvectorRetriever(corpus, workers=0)
