@@ -13,6 +13,8 @@ None (or 0 for counts).
 - ``count_tags(text, tag)``: max(#opening, #closing) tags, as SSP's reference counts
   answer tags (more than 10 quarters the solver reward).
 - ``mcq_letter(text)`` / ``mcq_match(pred, gold)``: multiple-choice letter A-J.
+- ``plain_number(text)`` / ``same_number(a, b)``: an answer that is just a number, and the
+  graders' number equality (relative 1e-6).
 - ``math_equal(pred, gold)``: mathematical equivalence via ``math-verify``. math-verify
   (sympy) can hang or raise on strange input, and its own timeout uses SIGALRM, which
   only works in the main thread and would cancel an RQ job's alarm. So the check runs
@@ -55,6 +57,8 @@ __all__ = [
     "mcq_letter",
     "mcq_match",
     "normalize_answer",
+    "plain_number",
+    "same_number",
 ]
 
 Gold = str | Sequence[str]
@@ -341,6 +345,11 @@ def plain_number(text) -> float | None:
         return None
 
 
+def same_number(pred: float, gold: float) -> bool:
+    """The graders' number equality: within a relative 1e-6 of the gold (1e-6 absolute below 1)."""
+    return abs(pred - gold) <= 1e-6 * max(1.0, abs(gold))
+
+
 def _shortcut(pred, gold) -> bool | None:
     """math_equal's verdicts that need no sympy (None: math-verify decides)."""
     if not isinstance(pred, str) or not isinstance(gold, str) or not pred.strip() or not gold.strip():
@@ -349,7 +358,7 @@ def _shortcut(pred, gold) -> bool | None:
         return True
     p_num, g_num = plain_number(pred), plain_number(gold)
     if p_num is not None and g_num is not None:  # both plain numbers: no sympy needed
-        return abs(p_num - g_num) <= 1e-6 * max(1.0, abs(g_num))
+        return same_number(p_num, g_num)
     if len(pred) > MAX_MATH_CHARS or len(gold) > MAX_MATH_CHARS:
         return False
     return _VERDICTS.get((pred, gold))

@@ -82,15 +82,18 @@ def test_mcq_task_is_strict(fields, reason):
         parse_task("{" + fields + "}", MCQ)
 
 
+QUESTION = "How many moons of Saturn were known by 1900?"
+
+
 @pytest.mark.parametrize("kind, answer, gold", [
     ("integer", "42", "42"), ("integer", '"1,200"', "1200"), ("integer", "7.0", "7"),
     ("float", "3.14", "3.14"), ("expression", '"2*x + 5"', "2*x + 5"),
     ("string", '"gradient descent"', "gradient descent"), ("boolean", "true", "true"), ("boolean", '"False"', "false"),
 ])
 def test_free_form_answers_of_each_type(kind, answer, gold):
-    text = f'{{"question": "How many?", "answer": {answer}, "answer_type": "{kind.capitalize()}"}}'
+    text = f'{{"question": "{QUESTION}", "answer": {answer}, "answer_type": "{kind.capitalize()}"}}'
     task = parse_task(text, FormatChoice("free_form", kind))
-    assert (task.format, task.answer_type, task.question, task.answer) == ("free_form", kind, "How many?", gold)
+    assert (task.format, task.answer_type, task.question, task.answer) == ("free_form", kind, QUESTION, gold)
 
 
 @pytest.mark.parametrize("kind, answer, reason", [

@@ -1,4 +1,4 @@
-"""Small pure helpers the SCOPE, SCORE and pi-Play recipes share.
+"""Small pure helpers the recipes share (SCOPE, SCORE, pi-Play; SSP and SPICE's task checks).
 
 - ``stratified_counts`` / ``stratified_draw``: split N prompts over categories in a fixed
   ratio (SCOPE's 4:3:2 search turns, pi-Play's 4:3:2:1 hops) by largest remainder, then
@@ -10,6 +10,8 @@
   prompts): a role's groups split into chunks, one optimizer step each, metrics averaged.
 - ``truncated_rate``: share of generations that ended at their token budget, for roles whose
   generations are not trained (the update reports it for the trained ones, ``trainer.update``).
+- ``answer_in_question`` / ``count_words``: the task checks SSP's rule filter and SPICE's task
+  parser share (a question that states its own answer; a question with too few words).
 
 The format-reward pieces (think fraction, valid searches) are ``trainer.rewards``'s.
 """
@@ -17,9 +19,10 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Sequence
 
-from trainer.verify import extract_tag
+from trainer.verify import extract_tag, normalize_answer, plain_number, same_number
 
 
 def stratified_counts(n: int, weights: Sequence[float]) -> list[int]:
@@ -97,3 +100,43 @@ def update_in_mini_batches(ctx, chunks_by_role: dict[str, list[list]]) -> dict[s
             out[role] = {k: sum(r.get(k, 0.0) for r in runs) / len(runs) for k in runs[0]}
             out[role]["optimizer_steps"] = float(len(runs))
     return out
+
+
+# ---- task checks (SSP's rule filter, SPICE's task parser) ---------------------------------------
+
+_QUESTION_NUMBER = re.compile(r"(?<![\d.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+
+
+def count_words(text: str, letters_only: bool = True) -> int:
+    """Whitespace-separated tokens of ``text``; with ``letters_only`` only those holding a letter.
+
+    "In 1453, how many ships?" -> 4 (5 tokens); "123456, 123456}, 123456" -> 0 (3 tokens).
+    SSP's reference code counts every token (``letters_only=False``); SPICE counts words, so a
+    "question" of digits has none."""
+    tokens = (text or "").split()
+    return sum(any(c.isalpha() for c in t) for t in tokens) if letters_only else len(tokens)
+
+
+def answer_in_question(question: str, answer: str, whole_words: bool = True) -> bool:
+    """Does ``question`` state its own ``answer``, so that a solver could copy it?
+
+    Compared as the graders compare answers (trainer.verify): SQuAD-normalized text (case,
+    punctuation, articles and whitespace ignored), numbers by value.
+    - ``whole_words`` (SPICE): a plain-number answer equals a number of the question by value
+      ("5,000 km" holds 5000, "50.2 million" holds 50.2, "in 1556" does not hold 1; "1990s" holds
+      1990, as the grader reads "1990s" as 1990); any other answer is a run of whole normalized
+      words of the question ("the island Sulawesi?" holds "Sulawesi", "Romeo" does not hold "Rome").
+    - not ``whole_words`` (SSP's reference code: ``answer.lower() in question.lower()``): the
+      normalized answer is a substring of the normalized question, numbers included.
+    An answer that normalizes to nothing (only punctuation or articles) is never in the question."""
+    if whole_words:
+        value = plain_number(answer)
+        if value is not None:
+            return any(same_number(float(m.group(0).replace(",", "")), value)
+                       for m in _QUESTION_NUMBER.finditer(question or ""))
+    a, q = normalize_answer(answer).split(), normalize_answer(question).split()
+    if not a:
+        return False
+    if not whole_words:
+        return " ".join(a) in " ".join(q)
+    return any(q[i:i + len(a)] == a for i in range(len(q) - len(a) + 1))

@@ -44,6 +44,15 @@ Departures from the paper:
   it, while Qwen2.5-Coder-0.5B wrote 8/16 valid tasks with it and none grounded in its document,
   5/16 without and 2-3 of them grounded; benchmarks/RESULTS.md, "Worked example"); a task
   restating it, reworded or not, is invalid either way (``spice_tasks.copies_example``);
+- validity beyond "formatted correctly and parsable" (ours; the paper's Challenger prompt asks for
+  self-contained questions that "cannot be answered by simple text search", but its validity test
+  is parsing only): a free-form task whose question states its gold answer (normalized words, or
+  the same number; booleans and MCQ letters exempt) is invalid ("answer in question", the check
+  SSP's rule filter shares, ``parts.answer_in_question``), and so is a question with fewer than 3
+  words holding a letter ("question has no words"). Qwen2.5-Coder-0.5B's Challenger collapsed
+  within ~30 steps to digit strings answered by themselves, which parsed as valid; its Reasoner
+  learned to copy them and held-out GSM8K fell from 28.0% to 14.2%. Metrics
+  ``invalid_answer_in_question_rate``, ``invalid_no_words_rate`` (and ``invalid_copies_example_rate``);
 - token budgets (the paper's text gives none): ``rollout.max_new_tokens`` 8192 for the task turn
   and each Reasoner answer (``task_max_new_tokens``, ``reasoner_max_new_tokens``), 256 for the
   format choice (``format_max_new_tokens``); 8192 is also Dr.GRPO's constant normaliser (seq_sum);
@@ -61,6 +70,7 @@ from trainer.algos import get_advantage
 from trainer.methods.retry import RetryLimits, draw_until
 from trainer.methods.review import ReviewState
 from trainer.methods.spice_tasks import (
+    TASK_RULES,
     Attempt,
     answer,
     challenge,
@@ -215,6 +225,8 @@ def step_metrics(attempts: list[Attempt]) -> dict[str, dict[str, float]]:
         "mcq_share": sum(a.choice is not None and a.choice.format == "mcq" for a in attempts) / len(attempts),
         "response_length": sum(sum(a.loss_mask) for a in kept) / max(len(kept), 1),
         **{f"invalid_{r.split()[0]}_rate": n / len(attempts) for r, n in reasons.items()},
+        **{f"invalid_{name}_rate": sum(a.reason.startswith(f"task: {text}") for a in attempts) / len(attempts)
+           for name, text in TASK_RULES.items()},  # the task rules, each on its own (also in invalid_task_rate)
     }
     trained = [c for a in graded if a.trained_reasoner for c in a.answers]
     reasoner = {

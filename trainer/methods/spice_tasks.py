@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from trainer.methods.parts import answer_in_question, count_words
 from trainer.prompts import chat
 from trainer.tools.corpus import document_text
 from trainer.verify import exact_match, extract_boxed, math_equal_many, mcq_match
@@ -358,8 +359,31 @@ def _check_answer(answer: str, kind: str, max_string_words: int) -> str:
     return answer
 
 
-def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3) -> SpiceTask:
-    """Turn two's JSON -> SpiceTask, or TaskError saying why the task is invalid."""
+ANSWER_IN_QUESTION = "answer in question"
+NO_WORDS = "question has no words"
+MIN_QUESTION_WORDS = 3
+# the task rules beyond "parses and matches its type", by the metric name step_metrics gives them
+TASK_RULES = {"copies_example": "question copies the prompt's example", "answer_in_question": ANSWER_IN_QUESTION,
+              "no_words": NO_WORDS}
+
+
+def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
+               min_words: int = MIN_QUESTION_WORDS) -> SpiceTask:
+    """Turn two's JSON -> SpiceTask, or TaskError saying why the task is invalid.
+
+    Beyond the paper's "formatted correctly and parsable" (and ``copies_example``), two rules of
+    ours make a task invalid, in this order:
+    - "answer in question" (free-form, not boolean): the question states its gold answer, as the
+      grader compares answers (``parts.answer_in_question``: normalized whole words, numbers by
+      value), so the Reasoner could copy it; e.g. "What is the name of the island Sulawesi?" ->
+      "Sulawesi", "The volume is 5,000 cubic kilometers." -> 5000, or a string of digits asked
+      and answered with itself. An MCQ's letter and a boolean's true/false are a choice among
+      given options, never a copy;
+    - "question has no words" (both formats): fewer than ``min_words`` whitespace tokens holding a
+      letter (``parts.count_words``; an MCQ's option labels do not count), e.g. a "question" that is
+      a string of digits. Qwen2.5-Coder-0.5B's Challenger collapsed to both within ~30 steps
+      (question "1234567890..." -> answer "1234567890...", its Reasoner learned to copy, held-out
+      GSM8K fell from 28.0% to 14.2% on an H100 run)."""
     if choice.format == "mcq":
         obj = _last_with(text, ("multiple_choice_question", "multiple_choice_correct"))
         question, letter = obj["multiple_choice_question"], obj["multiple_choice_correct"]
@@ -371,6 +395,7 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3) -> Sp
             raise TaskError("question does not list options A) to D)")
         if copies_example(question):
             raise TaskError("question copies the prompt's example instead of asking about the document")
+        check_words(_OPTION.sub(" ", question), min_words)  # the option labels A) to D) are no words
         return SpiceTask("mcq", "mcq", question.strip(), letter.strip().strip(")").upper())
     obj = _last_with(text, ("question", "answer"))
     question = obj["question"]
@@ -385,7 +410,15 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3) -> Sp
     if not answer:
         raise TaskError("empty answer")
     answer = _check_answer(answer, choice.answer_type, max_string_words)
+    if choice.answer_type != "boolean" and answer_in_question(question, answer):
+        raise TaskError(f"{ANSWER_IN_QUESTION}: the Reasoner could copy it")
+    check_words(question, min_words)
     return SpiceTask("free_form", choice.answer_type, question.strip(), answer)
+
+
+def check_words(question: str, min_words: int) -> None:
+    if count_words(question) < min_words:
+        raise TaskError(f"{NO_WORDS} (fewer than {min_words} words with letters)")
 
 
 def keep_preserving_ratio(valid: Sequence[bool], group_size: int, rng: random.Random) -> list[int]:

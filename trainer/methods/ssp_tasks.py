@@ -7,10 +7,13 @@ answer and the number of searches and works backwards from the answer, searching
 
 The rule filter follows the reference code (Alibaba-Quark/SSP, problem_extraction.py): a
 question exists, 10-1000 characters, at least 10 words, the answer string is not in it
-(case-insensitive), the Proposer's searches retrieved something, at least 2 searches, no
-query repeated. ``mix_noise`` adds passages from the other Proposer trajectories of the
-batch to a Proposer's own passages, then shuffles them (the reference adds whole
-trajectories' materials; ours: single passages, ``rag_noise_passages`` of them).
+(case-insensitive; ours also ignores punctuation, articles and extra spaces on both sides, as the
+exact-match reward does: ``parts.answer_in_question``, shared with SPICE's task check; it decided
+as the reference's test on all 182 distinct questions of three SSP runs), the Proposer's
+searches retrieved something, at least 2 searches, no query repeated. ``mix_noise`` adds
+passages from the other Proposer trajectories of the batch to a Proposer's own passages, then
+shuffles them (the reference adds whole trajectories' materials; ours: single passages,
+``rag_noise_passages`` of them).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer.methods.parts import answer_in_question, count_words
 from trainer.tools.retriever import Passage
 
 PROPOSER_SYSTEM = """You are an expert question writer. You work backwards from a given answer to a hard \
@@ -106,9 +110,9 @@ def rule_filter(question: str | None, answer: str, queries: Sequence[str], n_pas
         return FilterResult(False, "too_short")
     if len(q) > max_chars:
         return FilterResult(False, "too_long")
-    if len(q.split()) < min_words:
+    if count_words(q, letters_only=False) < min_words:
         return FilterResult(False, "too_few_words")
-    if answer.strip() and answer.strip().lower() in q.lower():
+    if answer_in_question(q, answer, whole_words=False):
         return FilterResult(False, "contains_answer")
     if n_passages == 0:
         return FilterResult(False, "no_materials")

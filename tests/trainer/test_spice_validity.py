@@ -1,0 +1,171 @@
+"""SPICE's task rules beyond parsing: "answer in question" and "question has no words", on real tasks.
+
+The examples are tasks written on an H100 (run folders spice05 = Qwen2.5-Coder-0.5B, 35 steps, and
+spice15 = Qwen2.5-Coder-1.5B, 15 steps): the 0.5B Challenger collapsed to digit strings answered by
+themselves, which parsed as valid (its Reasoner learned to copy them; held-out GSM8K 28.0% -> 14.2%).
+"""
+import json
+
+import pytest
+
+from trainer.methods.parts import answer_in_question, count_words
+from trainer.methods.spice import step_metrics
+from trainer.methods.spice_tasks import Attempt, FormatChoice, SpiceTask, TaskError, parse_task
+from trainer.methods.ssp_tasks import rule_filter
+
+
+def _task(kind, question, answer):
+    if kind == "mcq":
+        text = json.dumps({"multiple_choice_question": question, "multiple_choice_correct": answer})
+        return parse_task(text, FormatChoice("mcq", None))
+    text = json.dumps({"question": question, "answer": answer, "answer_type": kind.capitalize()})
+    return parse_task(text, FormatChoice("free_form", kind))
+
+
+# the final (step 35) 0.5B Challenger on held-out documents, and its training tasks (samples.jsonl)
+COLLAPSED = [
+    ("123456789012345678901234567890123456789012345678901234567890",
+     "123456789012345678901234567890123456789012345678901234567890", "answer in question"),
+    ("129241732386927182, 129241732386927182}, 129241732386927182, 129241732386927182", "129241732386927182",
+     "answer in question"),
+    ("15561507322000490000000000000000000", "15561507322000490000000000000000000", "answer in question"),
+    ("99", "99", "answer in question"),
+    # the question's number is longer than the answer (its first 60 digits): not the same number, no words
+    ("1234567891234567891234567891234567891234567891234567891234567891234567891234567891234567891234567891234567"
+     "891234567892", "123456789123456789123456789123456789123456789123456789123456", "question has no words"),
+    ("1200000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+     "120000000000000000000000000000000000000000000000000000000000", "question has no words"),
+    ("Unknown.", "-1", "question has no words"),
+    ("In 2021, the student only observed the document. So, which year was the year 2021?", "2021",
+     "answer in question"),
+]
+
+
+@pytest.mark.parametrize("question, answer, reason", COLLAPSED)
+def test_the_collapsed_challengers_tasks_are_invalid_with_their_reason(question, answer, reason):
+    with pytest.raises(TaskError, match=reason):
+        _task("integer", question, answer)
+
+
+# base Challengers' tasks that state their answer: the Reasoner could copy it
+COPYABLE = [
+    ("integer", "The volume of Pyrenees is approximately 5,000 cubic kilometers (103,500 km³).", "5000"),
+    ("float", "The number of people in Uganda is exactly 50.2 million when referring to the official document.",
+     "50.2"),
+    ("integer", "The year 2022 URL for Port-au-Prince is found in IHSI in Haiti's administrative regions.", "2022"),
+    ("integer", "On which date did Constantinople fall to the Ottoman Empire in 1453?", "1453"),
+    ("string", "What is the name of the island Sulawesi?", "Sulawesi"),
+    ("string", "What is the name of the city-state Monaco?", "Monaco"),
+    ("string", "What is the common name of the sycamore fig in the United States?", "Sycamore"),
+    ("expression", "The student never sees the document, so never write 'the text' or 'the document'.",
+     "The student never sees the document"),
+    ("integer", "How many types of question does this document describe (0 for multiple choice, 1 for free-form)?",
+     "1"),
+]
+
+
+@pytest.mark.parametrize("kind, question, answer", COPYABLE)
+def test_a_task_stating_its_answer_is_invalid(kind, question, answer):
+    with pytest.raises(TaskError, match="answer in question"):
+        _task(kind, question, answer)
+
+
+# base Challengers' valid tasks (crossplay_tasks.jsonl), free-form and MCQ: they stay valid
+BASE_VALID = [
+    ("integer", "How many bulbs were in the Edison's birthday light before a type of electromagnetic radiation was "
+     "emitted?", "30"),
+    ("integer", "How many stacked pebbles were there on the board moved during the war of Conquest in驯itat", "410"),
+    ("string", "Where is Puerto Rico located?", "Monterrey, Florida"),
+    ("integer", "How many islands are in Solomon Islands?", "6"),
+    ("integer", "What is the total number of people in Lagos, Kano (city) and Ibadan due to changes in flow and rising "
+     "pollution?", "2344000"),
+    ("integer", "The sum of the integers from 1 to 100 is?", "5050"),
+    ("integer", "Based on the text, how many square kilometres of land is Rajasthan?", "342239"),
+    ("integer", "How many people live in Latvia, the second largest in the Baltics?", "30717"),
+    ("integer", "How many square kilometres does Palembang cover?", "35251"),
+    ("integer", "What is the year Senegal was founded?", "1966"),
+    ("integer", "Estimate the population of Timbuktu according to the given 2022 census, which states that there are "
+     "around one million people.", "1000000"),
+    ("string", "What is the name of the capital city of Niger?", "Niamey"),
+    ("mcq", "Which of the following statements is false, according to the provided text?\nA) The Zambezi is the "
+     "fourth-longest river in Africa.\nB) The Zambezi is the longest east-flowing river in Africa.\nC) The length of "
+     "the Zambezi is 2,574 km (1,599 mi).\nD) The Zambezi's drainage basin covers half of the Nile's.", "B"),
+    ("mcq", "What is the population of Prague? A) 1.6 million B) 2 million C) 2.2 million D) 2.3 million", "D"),
+    ("integer", "How many years after the Treaty of San Stefano did the British establish the Mediterranean Fleet near "
+     "Constantinople to enforce their demands on the Ottoman Empire?", "8"),
+    ("integer", "What percentage of the world's population was colonized during the period of New Imperialism?", "33"),
+    ("integer", "For how many years did King Leopold II control Congo Free State?", "23"),
+    ("integer", "In which year did the five dynasties and ten kingdoms period start?", "907"),
+    ("integer", "What is the approximate total area of the Solomon Islands, in square kilometers?", "28896"),
+    ("integer", "In what year did the British defeat the Burmese empire for the last time?", "1885"),
+    ("integer", "If the Anglo-Saxon culture started around 450 and the Norman Conquest ended in 1066, how many years "
+     "was the Anglo-Saxon period?", "614"),
+    ("string", "What was the official name of Nineveh Governorate before its current name?", "Nineveh Province"),
+]
+
+
+@pytest.mark.parametrize("kind, question, answer", BASE_VALID)
+def test_real_valid_tasks_stay_valid(kind, question, answer):
+    assert _task(kind, question, answer).question == question.strip()
+
+
+# the 1.5B Challenger's collapse (step 15): questions about the text's form, answer 1. No rule of ours
+# rejects them: they state no answer and are worded; grounding in the document's content is the
+# paper's prompt's request, not a check it makes (see the recipe docstring); the gaussian reward is
+# what pays them little once the Reasoner always answers 1.
+FORM_QUESTIONS = ["How many paragraphs are there in the given text?", "How many options are provided for the question?",
+                  "How many types of questions are mentioned in the given text?"]
+
+
+@pytest.mark.parametrize("question", FORM_QUESTIONS)
+def test_form_questions_answered_1_are_not_caught_by_these_rules(question):
+    assert _task("integer", question, "1").answer == "1"
+
+
+def test_numbers_compare_by_value_and_words_as_whole_words():
+    assert not answer_in_question("In which month of January 1556 did the earthquake occur?", "1")  # 1 is not 1556
+    assert answer_in_question("It covers 5,000 km2.", "5000") and answer_in_question("It covers 5000.0 km2.", "5,000")
+    assert answer_in_question("What happened in the 1990s?", "1990")  # the grader reads "1990s" as 1990
+    assert not answer_in_question("How far is it from 3.14 to 4?", "3.1")
+    assert not answer_in_question("Who wrote Romeo and Juliet?", "Rome")  # part of a word is no copy
+    assert answer_in_question("Who founded The Hague?", "the hague.")
+    assert answer_in_question("Is it in Hague?", "The Hague")  # articles dropped, as exact_match does
+    assert not answer_in_question("Anything?", "...")  # nothing left after normalizing
+
+
+def test_booleans_and_mcq_letters_are_never_copies():
+    assert _task("boolean", "Is it true that Jupiter is larger than Saturn?", "true").answer == "true"
+    task = _task("mcq", "Which planet is the largest? A) Mars B) Venus C) Jupiter D) Mercury", "C")
+    assert task.answer == "C"
+    with pytest.raises(TaskError, match="question has no words"):  # the option labels are no words
+        _task("mcq", "1? A) 1 B) 2 C) 3 D) 4", "A")
+
+
+def test_words_are_tokens_holding_a_letter():
+    assert count_words("In 1453, how many ships?") == 4 and count_words("In 1453, how many ships?", False) == 5
+    assert count_words("129241732386927182, 129241732386927182}, 129241732386927182") == 0
+    with pytest.raises(TaskError, match="question has no words"):
+        _task("integer", "What is 17*23?", "391")
+
+
+def test_ssp_keeps_its_reference_substring_test_through_the_shared_check():
+    """SSP's rule filter: the answer anywhere in the question, case-insensitive (Alibaba-Quark/SSP); shared with
+    SPICE's check in substring mode, where punctuation and articles are ignored as its exact-match reward does."""
+    long = "Which country house in Devon, built between 1911 and 1930 for a grocer, is"
+    assert rule_filter(long + " the Castle Drogo one?", "Castle Drogo", ["a", "b"], 1).reason == "contains_answer"
+    assert rule_filter(long + " a Parisian design?", "Paris", ["a", "b"], 1).reason == "contains_answer"
+    assert rule_filter(long + " Castle-Drogo?", "Castle Drogo", ["a", "b"], 1).reason == "ok"  # "castledrogo"
+    assert rule_filter(long + " in 19215?", "1921", ["a", "b"], 1).reason == "contains_answer"
+    assert rule_filter("What year did the railroad for Chicago start in 1859?", "x", ["a", "b"], 1).ok  # 10 tokens
+
+
+def test_each_rule_has_its_own_invalid_rate():
+    def attempt(reason):
+        return Attempt("d", "Doc", 0, "1:d:0", [1], task=SpiceTask("free_form", "integer", "q", "1"), reason=reason)
+
+    attempts = [attempt(""), attempt("task: answer in question: the Reasoner could copy it"),
+                attempt("task: question has no words (fewer than 3 words with letters)"),
+                attempt("task: integer answer expected, got 'x'")]
+    chal = step_metrics(attempts)["challenger"]
+    assert chal["invalid_answer_in_question_rate"] == chal["invalid_no_words_rate"] == 0.25
+    assert chal["invalid_copies_example_rate"] == 0.0 and chal["invalid_task_rate"] == 0.75
