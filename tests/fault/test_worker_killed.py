@@ -35,7 +35,7 @@ def _config(tiny_grpo):
     return model, config
 
 
-TIMINGS = ("seconds", "per_s", "memory")  # wall-clock metrics differ between any two runs
+TIMINGS = ("seconds", "per_s", "memory", "overhead")  # wall-clock metrics (and overhead_ratio) differ between runs
 
 
 def _values(run) -> dict[tuple[int, str, str], float]:

@@ -10,7 +10,7 @@ import pytest
 
 from trainer.methods.parts import answer_in_question, count_words
 from trainer.methods.spice import step_metrics
-from trainer.methods.spice_tasks import Attempt, FormatChoice, SpiceTask, TaskError, parse_task
+from trainer.methods.spice_tasks import Attempt, FormatChoice, SpiceTask, TaskError, parse_task, refers_to_document
 from trainer.methods.ssp_tasks import rule_filter
 
 
@@ -80,16 +80,12 @@ BASE_VALID = [
     ("integer", "What is the total number of people in Lagos, Kano (city) and Ibadan due to changes in flow and rising "
      "pollution?", "2344000"),
     ("integer", "The sum of the integers from 1 to 100 is?", "5050"),
-    ("integer", "Based on the text, how many square kilometres of land is Rajasthan?", "342239"),
     ("integer", "How many people live in Latvia, the second largest in the Baltics?", "30717"),
     ("integer", "How many square kilometres does Palembang cover?", "35251"),
     ("integer", "What is the year Senegal was founded?", "1966"),
     ("integer", "Estimate the population of Timbuktu according to the given 2022 census, which states that there are "
      "around one million people.", "1000000"),
     ("string", "What is the name of the capital city of Niger?", "Niamey"),
-    ("mcq", "Which of the following statements is false, according to the provided text?\nA) The Zambezi is the "
-     "fourth-longest river in Africa.\nB) The Zambezi is the longest east-flowing river in Africa.\nC) The length of "
-     "the Zambezi is 2,574 km (1,599 mi).\nD) The Zambezi's drainage basin covers half of the Nile's.", "B"),
     ("mcq", "What is the population of Prague? A) 1.6 million B) 2 million C) 2.2 million D) 2.3 million", "D"),
     ("integer", "How many years after the Treaty of San Stefano did the British establish the Mediterranean Fleet near "
      "Constantinople to enforce their demands on the Ottoman Empire?", "8"),
@@ -109,17 +105,48 @@ def test_real_valid_tasks_stay_valid(kind, question, answer):
     assert _task(kind, question, answer).question == question.strip()
 
 
-# the 1.5B Challenger's collapse (step 15): questions about the text's form, answer 1. No rule of ours
-# rejects them: they state no answer and are worded; grounding in the document's content is the
-# paper's prompt's request, not a check it makes (see the recipe docstring); the gaussian reward is
-# what pays them little once the Reasoner always answers 1.
-FORM_QUESTIONS = ["How many paragraphs are there in the given text?", "How many options are provided for the question?",
-                  "How many types of questions are mentioned in the given text?"]
+# the 1.5B Challenger's collapse (step 15): questions about the text's form, answer 1. The paper's prompt forbids
+# pointing at the document (CRITICAL: 'Never reference "the document" or "the text" in the question'); we check it.
+FORM_QUESTIONS = ["How many paragraphs are there in the given text?",
+                  "How many types of questions are mentioned in the given text?",
+                  "How many types of falls are mentioned in the text about the Zambezi river?",
+                  "Which of the following statements is false, according to the provided text? A) The Zambezi is the "
+                  "fourth-longest river in Africa. B) It is the longest east-flowing river in Africa. C) It is 2,574 km "
+                  "long. D) Its basin covers half of the Nile's.",
+                  "Based on the text, how many square kilometres of land is Rajasthan?",
+                  "As mentioned, how many people live in Riga?",
+                  "Estimate the population of Timbuktu according to the given 2022 census, which states that there "
+                  "are around one million people.",  # "the given 2022 census" is not the document: stays valid
+                  ]
+REFERS = [True, True, True, True, True, True, False]
 
 
-@pytest.mark.parametrize("question", FORM_QUESTIONS)
-def test_form_questions_answered_1_are_not_caught_by_these_rules(question):
-    assert _task("integer", question, "1").answer == "1"
+@pytest.mark.parametrize("question, refers", list(zip(FORM_QUESTIONS, REFERS)))
+def test_questions_pointing_at_the_document_are_invalid(question, refers):
+    kind, answer = ("mcq", "B") if " A) " in question else ("integer", "7")
+    if refers:
+        with pytest.raises(TaskError, match="question refers to the document"):
+            _task(kind, question, answer)
+    else:
+        assert _task(kind, question, answer).question == question
+
+
+def test_standalone_questions_naming_texts_stay_valid():
+    for q in ("How many books of the Old Testament are in the Hebrew text of the Bible?",  # "the Hebrew text"
+              "Which article of the United States Constitution establishes the judiciary?",
+              "How many verses does the national anthem of Latvia have?",
+              "In the context of the Cold War, how many members did NATO have in 1955?",
+              "How many articles does the text of the Treaty of Lisbon amend?"):
+        assert _task("integer", q, "7").question == q
+
+
+def test_the_1_5b_form_question_collapse_is_caught_on_the_runs_tasks():
+    """spice15's final Challenger on held-out documents (crossplay_tasks.jsonl): 44 of 48 point at the text."""
+    final = ["How many paragraphs are there in the given text?",
+             "How many choices are available to answer the question about the Battle of Vienna?",
+             "How many options are provided for the question?",
+             "How many types of falls are mentioned in the text about the Zambezi river?"]
+    assert [refers_to_document(q) for q in final] == [True, False, False, True]
 
 
 def test_numbers_compare_by_value_and_words_as_whole_words():

@@ -51,8 +51,12 @@ Departures from the paper:
   SSP's rule filter shares, ``parts.answer_in_question``), and so is a question with fewer than 3
   words holding a letter ("question has no words"). Qwen2.5-Coder-0.5B's Challenger collapsed
   within ~30 steps to digit strings answered by themselves, which parsed as valid; its Reasoner
-  learned to copy them and held-out GSM8K fell from 28.0% to 14.2%. Metrics
-  ``invalid_answer_in_question_rate``, ``invalid_no_words_rate`` (and ``invalid_copies_example_rate``);
+  learned to copy them and held-out GSM8K fell from 28.0% to 14.2%. A question that refers to the
+  document ("the given text", "according to the passage", "as mentioned") is invalid too ("question
+  refers to the document"): the paper's prompt makes this a CRITICAL rule, we also check it; the
+  1.5B's Challenger collapsed within 15 steps to "How many paragraphs are there in the given text?"
+  -> 1. Metrics ``invalid_answer_in_question_rate``, ``invalid_no_words_rate``,
+  ``invalid_refers_to_document_rate`` (and ``invalid_copies_example_rate``);
 - token budgets (the paper's text gives none): ``rollout.max_new_tokens`` 8192 for the task turn
   and each Reasoner answer (``task_max_new_tokens``, ``reasoner_max_new_tokens``), 256 for the
   format choice (``format_max_new_tokens``); 8192 is also Dr.GRPO's constant normaliser (seq_sum);

@@ -361,10 +361,24 @@ def _check_answer(answer: str, kind: str, max_string_words: int) -> str:
 
 ANSWER_IN_QUESTION = "answer in question"
 NO_WORDS = "question has no words"
+REFERS_TO_DOCUMENT = "question refers to the document"
 MIN_QUESTION_WORDS = 3
 # the task rules beyond "parses and matches its type", by the metric name step_metrics gives them
 TASK_RULES = {"copies_example": "question copies the prompt's example", "answer_in_question": ANSWER_IN_QUESTION,
-              "no_words": NO_WORDS}
+              "no_words": NO_WORDS, "refers_to_document": REFERS_TO_DOCUMENT}
+# The paper's Challenger prompts (spice.txt, CRITICAL rules): 'Never reference "the document" or "the text" in the
+# question'; 'NEVER use: "according to the text", "in the document", "as mentioned", "the passage states"'. The
+# Reasoner never sees the document, so such a question cannot be answered as asked.
+_DOCUMENT_WORDS = r"(?:text|document|passage|article|paragraph|excerpt)s?(?!\s+of\b)"  # "the text of the treaty" stands alone
+_REFERS_TO_DOCUMENT = re.compile(
+    rf"\b(?:the|this|that|these|given|provided|above|following|preceding)\s+(?:(?:given|provided|above|original|"
+    rf"following|preceding)\s+)?{_DOCUMENT_WORDS}\b|\bas (?:mentioned|stated|described)\b", re.IGNORECASE)
+
+
+def refers_to_document(question: str) -> bool:
+    """Does the question point at the document the Reasoner never sees? ("How many paragraphs are there in the
+    given text?", "according to the passage", "as mentioned") - the paper's prompt forbids it."""
+    return bool(_REFERS_TO_DOCUMENT.search(question))
 
 
 def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
@@ -383,7 +397,12 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
       letter (``parts.count_words``; an MCQ's option labels do not count), e.g. a "question" that is
       a string of digits. Qwen2.5-Coder-0.5B's Challenger collapsed to both within ~30 steps
       (question "1234567890..." -> answer "1234567890...", its Reasoner learned to copy, held-out
-      GSM8K fell from 28.0% to 14.2% on an H100 run)."""
+      GSM8K fell from 28.0% to 14.2% on an H100 run);
+    - "question refers to the document" (both formats; ``refers_to_document``): the paper's prompt
+      makes it a CRITICAL rule that a question never mentions "the text", "the document", "the
+      passage" or "as mentioned" (the Reasoner never sees it); we also check it. Qwen2.5-Coder-1.5B's
+      Challenger collapsed within 15 steps to questions about the text's form answered 1 ("How many
+      paragraphs are there in the given text?"; 44 of 48 of its final tasks, 2 of 48 of the base's)."""
     if choice.format == "mcq":
         obj = _last_with(text, ("multiple_choice_question", "multiple_choice_correct"))
         question, letter = obj["multiple_choice_question"], obj["multiple_choice_correct"]
@@ -396,6 +415,7 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
         if copies_example(question):
             raise TaskError("question copies the prompt's example instead of asking about the document")
         check_words(_OPTION.sub(" ", question), min_words)  # the option labels A) to D) are no words
+        check_standalone(question)
         return SpiceTask("mcq", "mcq", question.strip(), letter.strip().strip(")").upper())
     obj = _last_with(text, ("question", "answer"))
     question = obj["question"]
@@ -413,12 +433,18 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
     if choice.answer_type != "boolean" and answer_in_question(question, answer):
         raise TaskError(f"{ANSWER_IN_QUESTION}: the Reasoner could copy it")
     check_words(question, min_words)
+    check_standalone(question)
     return SpiceTask("free_form", choice.answer_type, question.strip(), answer)
 
 
 def check_words(question: str, min_words: int) -> None:
     if count_words(question) < min_words:
         raise TaskError(f"{NO_WORDS} (fewer than {min_words} words with letters)")
+
+
+def check_standalone(question: str) -> None:
+    if refers_to_document(question):
+        raise TaskError(f"{REFERS_TO_DOCUMENT}, which the Reasoner never sees")
 
 
 def keep_preserving_ratio(valid: Sequence[bool], group_size: int, rng: random.Random) -> list[int]:
