@@ -19,7 +19,12 @@ Where the time goes, and what this file does about it:
   real tokens, so the fast causal kernel runs.
 - The output head runs only on the trained tokens (loss_mask = 1): hidden states are
   gathered first, so no [B, L, V] logits exist for prompt, tool output or padding; log-probs
-  are the gathered logit minus logsumexp, in float32.
+  are the gathered logit minus logsumexp, in float32. Even so, [N, V] float32 logits of a
+  16k-token packed micro-batch and a 152k vocabulary are 10 GB a copy: the head and the
+  log-softmax run over chunks of tokens (``chunked_logprobs_and_entropy``, ``LOGITS_CHUNK_BYTES``
+  of float32 logits at a time, each chunk checkpointed and recomputed in backward), so this
+  path's memory scales with the chunk, not with ``train.micro_batch_tokens`` (the same numbers;
+  only an ``extra_loss``, which reads the whole logits, still gets them at once).
 - Samples whose advantage is 0 give an exactly-zero gradient when there is no KL/entropy
   term: with ``train.skip_zero_advantage`` they are not run (they still count in the loss
   denominator, so the result is unchanged).
@@ -37,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+import torch.utils.checkpoint
 
 from transformers import DynamicCache
 
@@ -347,21 +353,94 @@ def _idle_pass(policy, lm, engine, cfg, kl_fn, max_len) -> None:
     engine.backward(loss * 0.0)
 
 
+# The update's logits path: the output head and the float32 log-softmax run over at most this many
+# bytes of float32 [tokens, V] logits at once (LOGITS_CHUNK_BYTES // (4 V) tokens per chunk: 1,766 for
+# Qwen2.5's 151,936-token vocabulary), inside a checkpointed function, so the backward recomputes a
+# chunk's logits instead of keeping every chunk's. Peak memory of this path scales with the chunk, not
+# with train.micro_batch_tokens.
+LOGITS_CHUNK_BYTES = 1 << 30
+
+
+def logits_chunk_tokens(vocab_size: int, budget_bytes: int | None = None) -> int:
+    """Tokens per chunk of the update's logits path: float32 [chunk, V] logits of at most
+    ``budget_bytes`` (default ``LOGITS_CHUNK_BYTES``), at least 1. 1 GiB, V = 151,936 -> 1,766."""
+    budget = LOGITS_CHUNK_BYTES if budget_bytes is None else int(budget_bytes)
+    return max(1, budget // (4 * max(int(vocab_size), 1)))
+
+
+def _logprobs_and_entropy(logits: torch.Tensor, ids: torch.Tensor, temp: torch.Tensor, entropy_grad: bool,
+                          compiled: bool = False, with_entropy: bool = True):
+    """log p(ids) [N] and entropy [N] of softmax(logits / temp), float32 (the entropy carries a
+    gradient only with ``entropy_grad``; None without ``with_entropy``)."""
+    if compiled:  # one fused pass over the logits (trainer/compile.py)
+        from trainer.compile import compiled_logprobs_and_entropy
+
+        return compiled_logprobs_and_entropy()(logits, ids, temp, entropy_grad)  # [N], [N]
+    scaled = logits.float() / temp[:, None]  # [N, V]
+    logp = token_logprobs(scaled, ids)  # [N]
+    if not with_entropy:
+        return logp, None
+    with contextlib.nullcontext() if entropy_grad else torch.no_grad():
+        ent = entropy(scaled)  # [N]
+    return logp, ent
+
+
+def chunked_logprobs_and_entropy(head, x: torch.Tensor, ids: torch.Tensor, temp: torch.Tensor, *,
+                                 entropy_grad: bool, autocast=contextlib.nullcontext, compiled: bool = False,
+                                 with_entropy: bool = True, chunk: int | None = None):
+    """Per-token log-probs [N] (and entropy [N]) of the trained tokens without [N, V] logits.
+
+    ``x``: hidden states [N, H] and ``head`` the output layer (logits = head(x), run under
+    ``autocast()`` as the plain path does), or logits [N, V] with ``head`` None. Rows go through
+    ``head`` + float32 log-softmax ``chunk`` at a time (default ``logits_chunk_tokens(V)``); with
+    more than one chunk and gradients on, each chunk is a non-reentrant checkpoint: only its slice of
+    ``x`` is kept for backward, which recomputes that chunk's logits (one extra output-head matmul of
+    the chunked rows). Same numbers as the unchunked computation (row-wise ops; the matmul of fewer
+    rows may round differently in the last bit). One chunk runs exactly the unchunked code.
+    """
+    vocab = x.shape[-1] if head is None else head.weight.shape[0]
+    chunk = chunk or logits_chunk_tokens(vocab)
+    n = x.shape[0]
+
+    def run(xc, ic, tc):
+        if head is None:
+            logits = xc
+        else:
+            with autocast():
+                logits = head(xc)  # [n, V]
+        return _logprobs_and_entropy(logits, ic, tc, entropy_grad, compiled, with_entropy)
+
+    if n <= chunk:
+        return run(x, ids, temp)
+    grad = torch.is_grad_enabled() and (x.requires_grad or (head is not None and any(
+        p.requires_grad for p in head.parameters())))
+    logps, ents = [], []
+    for start in range(0, n, chunk):
+        args = (x[start : start + chunk], ids[start : start + chunk], temp[start : start + chunk])
+        if grad:
+            lp, en = torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False, preserve_rng_state=False)
+        else:
+            lp, en = run(*args)
+        logps.append(lp)
+        ents.append(en)
+    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
+
+
 def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
     """Loss of one micro-batch (already divided by the step's global denominator) and metric sums."""
     t = cfg.train
     with policy.autocast():
-        logits = trained_logits(lm, mb, policy.device)  # [N, V]
+        x, is_logits = trained_hidden_or_logits(lm, mb, policy.device)  # [N, H] (or [N, V] for odd models)
     ids = mb.completion[mb.mask]  # [N]
-    if cfg.model.compile:  # one fused pass over the logits (trainer/compile.py)
-        from trainer.compile import compiled_logprobs_and_entropy
-
-        logp_flat, ent = compiled_logprobs_and_entropy()(logits, ids, mb.temp, t.entropy_coef > 0)  # [N], [N]
-    else:
-        scaled = logits.float() / mb.temp[:, None]  # [N, V]
-        logp_flat = token_logprobs(scaled, ids)  # [N]
-        with contextlib.nullcontext() if t.entropy_coef > 0 else torch.no_grad():
-            ent = entropy(scaled)  # [N]
+    if extra_loss is None:  # the output head and the float32 log-softmax in chunks of tokens (no [N, V] at once)
+        logits = None
+        logp_flat, ent = chunked_logprobs_and_entropy(
+            None if is_logits else lm.get_output_embeddings(), x, ids, mb.temp, entropy_grad=t.entropy_coef > 0,
+            autocast=policy.autocast, compiled=cfg.model.compile)  # [N], [N]
+    else:  # the extra loss reads the whole [N, V] logits (pi-Play's teacher divergence)
+        with policy.autocast():
+            logits = x if is_logits else lm.get_output_embeddings()(x)  # [N, V]
+        logp_flat, ent = _logprobs_and_entropy(logits, ids, mb.temp, t.entropy_coef > 0, cfg.model.compile)
     logp = _scatter(logp_flat, mb.mask)  # [B, C]
     n = int(mb.mask.sum())
     cap = t.rollout_is_cap
@@ -384,8 +463,11 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
     if kl_fn is not None:
         with torch.no_grad(), policy.frozen() as base, policy.autocast():
             ref_model = base.get_base_model() if policy.is_lora else base
-            ref_logits = trained_logits(ref_model, mb, policy.device).float() / mb.temp[:, None]  # [N, V]
-            ref_logp = _scatter(token_logprobs(ref_logits, ids), mb.mask)  # [B, C]
+            xr, ref_is_logits = trained_hidden_or_logits(ref_model, mb, policy.device)  # [N, H] or [N, V]
+            ref_flat, _ = chunked_logprobs_and_entropy(
+                None if ref_is_logits else ref_model.get_output_embeddings(), xr, ids, mb.temp,
+                entropy_grad=False, autocast=policy.autocast, with_entropy=False)  # [N]
+            ref_logp = _scatter(ref_flat, mb.mask)  # [B, C]
         kl = kl_fn(logp, ref_logp)  # [B, C]
         kl_loss = aggregate(kl, mb.mask, t.loss_agg, max_len, denom)
         loss = loss + t.kl_coef * kl_loss

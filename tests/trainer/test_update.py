@@ -175,3 +175,83 @@ def test_sampling_draws_from_the_softmax_and_reports_its_logprobs():
     again, _ = sample_tokens(logits[:8], 0.7, 1.0, None, torch.Generator().manual_seed(1))
     same, _ = sample_tokens(logits[:8], 0.7, 1.0, None, torch.Generator().manual_seed(1))
     assert torch.equal(again, same)
+
+
+# -- the chunked logits path (memfix: [N, V] float32 logits of a 16k-token micro-batch ran a 1.5B out of memory) --
+
+def _chunk_of(monkeypatch, tokens: int, vocab: int) -> None:
+    """Force the update's logits path to ``tokens`` tokens a chunk."""
+    import trainer.update as update
+
+    monkeypatch.setattr(update, "LOGITS_CHUNK_BYTES", tokens * 4 * vocab)
+    assert update.logits_chunk_tokens(vocab) == tokens
+
+
+@pytest.mark.parametrize("train", [{}, {"entropy_coef": 0.01, "micro_batch_size": 8}])
+def test_a_tiny_logits_chunk_gives_the_loss_and_gradients_of_one_pass(tiny_config, monkeypatch, train):
+    """28 trained tokens in chunks of 3 (checkpointed, recomputed in backward) vs the whole [N, V] at once
+    (the default chunk holds them all: the unchunked code)."""
+    cfg = _cfg(tiny_config, **train)
+    samples = _group() + _group(seed=1, prompt_len=9)
+    whole, m_whole = _grads_after_update(cfg, samples)
+    vocab = load_policy(cfg).base_model().get_output_embeddings().weight.shape[0]
+    _chunk_of(monkeypatch, 3, vocab)
+    chunked, m_chunked = _grads_after_update(cfg, samples)
+    for a, b in zip(whole, chunked):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    for key in ("loss", "pg_loss", "entropy", "clip_frac"):
+        assert m_chunked["solver"][key] == pytest.approx(m_whole["solver"][key], rel=1e-5, abs=1e-7)
+
+
+def test_the_kl_reference_is_chunked_too(tiny_config, monkeypatch):
+    cfg = load_config(tiny_config(model={"lora": {"r": 4}}, train={"device": "cpu", "kl_coef": 0.1, "lr": 0.05}))
+
+    def two_updates():
+        torch.manual_seed(0)
+        policy = load_policy(cfg)
+        engine = make_engine(cfg, policy)
+        policy_update(policy, engine, _group(), cfg)
+        return policy_update(policy, engine, _group(), cfg)["solver"]
+
+    whole = two_updates()
+    _chunk_of(monkeypatch, 2, load_policy(cfg).base_model().get_output_embeddings().weight.shape[0])
+    chunked = two_updates()
+    assert whole["kl"] > 0
+    for key in ("kl", "loss", "grad_norm"):
+        assert chunked[key] == pytest.approx(whole[key], rel=1e-4)
+
+
+def test_the_logits_path_peak_scales_with_the_chunk_not_the_micro_batch(tiny_config, monkeypatch):
+    """Every tensor of vocabulary width created in the update's forward and backward, counted by a
+    dispatch mode: with 4-token chunks none has more than 4 rows, though the micro-batch trains 28 tokens."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    cfg = _cfg(tiny_config, micro_batch_size=8, share_prompt_prefix=False, entropy_coef=0.01)  # one micro-batch
+    policy = load_policy(cfg)
+    vocab = policy.base_model().get_output_embeddings().weight.shape[0]
+    samples = _group() + _group(seed=1, prompt_len=9)
+    n_trained = sum(s.n_trained for s in samples)
+
+    class WidestVocabRows(TorchDispatchMode):
+        rows = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if any(r.alias_info is not None for r in func._schema.returns):
+                return out  # a view (the output head's weight transposed) or in-place op allocates nothing
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-1] == vocab:
+                    WidestVocabRows.rows = max(WidestVocabRows.rows, t.numel() // vocab)
+            return out
+
+    def widest():
+        WidestVocabRows.rows = 0
+        engine = make_engine(cfg, policy)
+        engine.step = lambda: 0.0
+        with WidestVocabRows():
+            policy_update(policy, engine, samples, cfg)
+        return WidestVocabRows.rows
+
+    assert widest() >= n_trained == 28  # one chunk: the whole [N, V] (the old path)
+    _chunk_of(monkeypatch, 4, vocab)
+    assert widest() <= 4

@@ -14,6 +14,15 @@ both on SmolLM2-135M; ours is faster):
 
 Logprobs are ``log_softmax(logits / T)`` of the sampled token (see trainer/rollout/types.py).
 
+Memory: a call's KV cache grows with its rows (a SPICE Reasoner call of 147 tasks x 8 answers is
+1,176 rows; at 1,280 positions a Qwen2.5-1.5B cache is 28 layers x 2 KV heads x 128 dims x (K, V) x
+2 bytes = 28 KiB a position, 36 MiB a row, 43 GB in all). The rows are therefore decoded in chunks
+whose cache fits ``kv_budget_bytes`` (default on a GPU: ``KV_BUDGET_FRACTION`` of the memory free at
+call time; no limit on the CPU), one chunk after another, rows of the same prompt in the same chunk
+where the group fits (``plan_row_chunks``); the results come back in the prompts' order, the tokens
+of one call (greedy) and each row's own log-probs. ``last_stats`` reports ``chunks``, ``chunk_rows``,
+``kv_bytes_per_row`` and ``kv_budget_bytes``.
+
 ``cuda_graphs`` (config ``rollout.cuda_graphs``) swaps the decode step for a static-cache step
 replayed as a CUDA graph (trainer/rollout/static_decode.py): same prefill, same sampling and
 bookkeeping, one graph launch per token instead of hundreds of kernel launches. Any failure
@@ -29,12 +38,68 @@ from contextlib import contextmanager, nullcontext
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from trainer.rollout.static_decode import (AUTO_MODEL_TYPES, StaticDecoder, StaticStepper, model_type,
+from trainer.rollout.static_decode import (_WARMUP_STEPS, AUTO_MODEL_TYPES, StaticDecoder, StaticStepper,
+                                           batch_bucket, capacity_bucket, model_type,
                                            repair_rng_after_failed_capture, unsupported_reason)
 from trainer.rollout.types import Completion, SamplingParams
 
 log = logging.getLogger(__name__)
 _MIN_GRAPH_STEPS = 16  # calls generating fewer tokens per row decode eagerly
+# share of the GPU memory free at call time (the driver's free memory plus what torch's allocator holds
+# unused) that one chunk's KV cache and sampler buffers may take: the rest is headroom for prefill
+# activations, the decode step's temporaries and fragmentation
+KV_BUDGET_FRACTION = 0.6
+_SAMPLER_COPIES = 4  # float32 [rows, V] buffers the sampler holds at once (logits, scaled, weights/cdf, top-p)
+
+
+def kv_bytes_per_position(config, kv_dtype: torch.dtype) -> int:
+    """Bytes of K and V one cache position takes over every layer of a model with this (transformers)
+    config: 2 x layers x KV heads x head dim x the KV dtype's size.
+    Qwen2.5-1.5B in bf16: 2 x 28 x 2 x 128 x 2 = 28,672."""
+    cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return 2 * cfg.num_hidden_layers * heads * head_dim * torch.empty((), dtype=kv_dtype).element_size()
+
+
+def rows_per_chunk(budget_bytes: int | None, row_bytes: int, rows: int, bucketed: bool) -> int:
+    """How many rows one chunk decodes: all ``rows`` when they fit ``budget_bytes`` (None = no limit),
+    else the most whose memory (``row_bytes`` each) fits, at least 1. ``bucketed`` (the static step,
+    whose storage has ``batch_bucket(n)`` rows): the largest batch bucket that fits."""
+    if budget_bytes is None or rows * row_bytes <= budget_bytes and (not bucketed or
+                                                                      batch_bucket(rows) * row_bytes <= budget_bytes):
+        return rows
+    most = max(1, budget_bytes // max(row_bytes, 1))
+    if bucketed:
+        b = 1
+        while batch_bucket(b + 1) <= most:
+            b = batch_bucket(b + 1)
+        most = b
+    return max(1, min(most, rows))
+
+
+def plan_row_chunks(keys: list, size: int) -> list[list[int]]:
+    """Row indices in chunks of at most ``size``: rows with the same key (prompt) go into one chunk
+    when the group fits one (a group that does not fill a chunk is never split across two); each
+    chunk lists its rows in their original order. One chunk (all rows, in order) when they fit."""
+    if len(keys) <= size:
+        return [list(range(len(keys)))]
+    groups: dict = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    chunks, cur = [], []
+    for rows in groups.values():
+        if cur and len(cur) + len(rows) > size and len(rows) <= size:
+            chunks.append(cur)
+            cur = []
+        for i in rows:
+            if len(cur) == size:
+                chunks.append(cur)
+                cur = []
+            cur.append(i)
+    if cur:
+        chunks.append(cur)
+    return [sorted(c) for c in chunks]
 
 
 class _GrowingLayer(DynamicLayer):
@@ -271,6 +336,9 @@ class HFGenerator:
     is supported) replays each decode step as a CUDA graph over a static KV cache.
     ``static_cache=True`` runs that same static-cache step eagerly (any device; what the CPU
     tests compare with the eager loop).
+    ``kv_budget_bytes``: the most memory one chunk of rows may take for its KV cache and sampler
+    buffers (None = on a GPU ``KV_BUDGET_FRACTION`` of the memory free at call time, on the CPU no
+    limit); a call whose rows need more decodes them in chunks (see the module docstring).
     """
 
     def __init__(
@@ -284,6 +352,7 @@ class HFGenerator:
         autocast_dtype: torch.dtype | None = None,
         cuda_graphs: bool | str = False,
         static_cache: bool = False,
+        kv_budget_bytes: int | None = None,
     ):
         if cuda_graphs not in (True, False, "auto"):
             raise ValueError(f"cuda_graphs must be true, false or \"auto\", got {cuda_graphs!r}")
@@ -301,6 +370,9 @@ class HFGenerator:
         self.autocast_dtype = autocast_dtype
         self.cuda_graphs = cuda_graphs
         self.static_cache = bool(static_cache)
+        if kv_budget_bytes is not None and int(kv_budget_bytes) <= 0:
+            raise ValueError(f"kv_budget_bytes must be a positive number of bytes (or None), got {kv_budget_bytes!r}")
+        self.kv_budget_bytes = None if kv_budget_bytes is None else int(kv_budget_bytes)
         self._static: StaticDecoder | None = None
         self._static_off: str | None = None  # why the static path was switched off, once
         self._static_overlap: bool | None = None  # tests: overlap the static steps without graphs too
@@ -415,18 +487,78 @@ class HFGenerator:
         log.warning("HFGenerator: static-cache/CUDA-graph decoding is off (%s); using the eager decode loop", why,
                     exc_info=exc_info)
 
+    def _budget(self) -> int | None:
+        """This call's memory budget for one chunk (see ``kv_budget_bytes``)."""
+        if self.kv_budget_bytes is not None:
+            return self.kv_budget_bytes
+        device = self._device()
+        if device.type != "cuda":
+            return None
+        free, _total = torch.cuda.mem_get_info(device)
+        unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return max(1, int(KV_BUDGET_FRACTION * (free + max(unused, 0))))
+
+    def _row_bytes(self, prompts, limits: list[int], mode: str) -> int:
+        """Memory one row takes while decoding: its KV cache (the static storage's capacity plus the
+        prefill cache it is copied from; the eager cache doubles as it grows, so up to twice the
+        positions, and copies itself when rows are dropped) and the sampler's float32 logits."""
+        width = max(len(p) for p in prompts)
+        steps = max(limits)
+        if mode == "eager":
+            positions = 2 * (width + steps)
+        else:  # every chunk's storage has the whole call's capacity (``_decode``)
+            positions = capacity_bucket(width + steps + _WARMUP_STEPS) + width
+        # under autocast the K/V projections (and the static storage) are in the autocast dtype
+        kv_dtype = self.autocast_dtype or next(self.model.parameters()).dtype
+        config = self.model.config.get_text_config(decoder=True)
+        per_position = kv_bytes_per_position(config, kv_dtype)
+        vocab = config.vocab_size
+        return positions * per_position + _SAMPLER_COPIES * 4 * vocab
+
     def _decode(self, prompts, params: SamplingParams, limits: list[int], use_adapter: bool = True):
         mode = self._decode_mode()
         if mode == "cuda_graph" and max(limits) < _MIN_GRAPH_STEPS:
             mode = "eager"  # a capture costs a few eager steps: short calls do not earn it back
+        n = len(prompts)
+        budget = self._budget()
+        row_bytes = self._row_bytes(prompts, limits, mode)
+        capacity = max(len(p) for p in prompts) + max(limits) + _WARMUP_STEPS  # the static cache's, for every chunk
+        size = rows_per_chunk(budget, row_bytes, n, bucketed=mode != "eager")
+        chunks = plan_row_chunks([tuple(p) for p in prompts], size)
+        ids: list = [None] * n
+        lps: list = [None] * n
+        reasons: list = [None] * n
+        stops: list = [None] * n
+        parts = []
+        try:
+            for rows in chunks:
+                if self._static_off is not None:
+                    mode = "eager"  # an earlier chunk's static step failed
+                sub = self._decode_chunk([prompts[r] for r in rows], params, [limits[r] for r in rows], mode,
+                                         use_adapter, capacity if len(chunks) > 1 else 0)
+                for j, r in enumerate(rows):
+                    ids[r], lps[r], reasons[r], stops[r] = sub[0][j], sub[1][j], sub[2][j], sub[3][j]
+                parts.append(self.last_stats)
+        finally:
+            if self._static is not None:
+                self._static.end_call()
+        self.last_stats = _merge_stats(parts)
+        self.last_stats.update(chunks=len(chunks), chunk_rows=max(len(c) for c in chunks), kv_bytes_per_row=row_bytes,
+                               kv_budget_bytes=budget)
+        log.info("HFGenerator: %s", " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                             for k, v in self.last_stats.items()))
+        return ids, lps, reasons, stops
+
+    def _decode_chunk(self, prompts, params: SamplingParams, limits: list[int], mode: str, use_adapter: bool,
+                      min_capacity: int = 0):
+        """One chunk of rows in ``mode``; a failure of the static step switches it off and decodes eagerly.
+        ``min_capacity``: the static cache's positions at least (the whole call's, so that its chunks
+        reuse one storage instead of keeping one of each capacity)."""
         if mode != "eager":
             device = self._device()
             try:
                 with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
-                    result = self._decode_with(prompts, params, limits, mode, use_adapter)
-                if self._static is not None:
-                    self._static.end_call()
-                return result
+                    return self._decode_with(prompts, params, limits, mode, use_adapter, min_capacity)
             except Exception as exc:  # noqa: BLE001 - any failure: never crash a run, decode eagerly
                 self._switch_off(f"{type(exc).__name__}: {exc}", exc_info=True)
                 if device.type == "cuda" and not repair_rng_after_failed_capture(device) and self.rng is None:
@@ -435,7 +567,8 @@ class HFGenerator:
                     self.rng = torch.Generator(device=device).manual_seed(seed)
         return self._decode_with(prompts, params, limits, "eager", use_adapter)
 
-    def _stepper(self, mode: str, cache, logits, mask, next_pos, expand, n_todo, max_steps, use_adapter):
+    def _stepper(self, mode: str, cache, logits, mask, next_pos, expand, n_todo, max_steps, use_adapter,
+                 min_capacity: int = 0):
         """The object that turns sampled tokens into the next logits, for ``mode``."""
         device = self._device()
         if mode == "eager":
@@ -450,10 +583,11 @@ class HFGenerator:
         self._static.overlap = self._static_overlap
         self._static.pack_gqa = self._static.pack_gqa and self._pack_gqa
         stepper = StaticStepper(self._static, cache, mask, next_pos, expand, max_steps,
-                                adapter_key(self.model, use_adapter))
+                                adapter_key(self.model, use_adapter), min_capacity)
         return stepper, logits.index_select(0, expand)
 
-    def _decode_with(self, prompts, params: SamplingParams, limits: list[int], mode: str, use_adapter: bool):
+    def _decode_with(self, prompts, params: SamplingParams, limits: list[int], mode: str, use_adapter: bool,
+                     min_capacity: int = 0):
         n = len(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lps: list[list[float]] = [[] for _ in range(n)]
@@ -482,7 +616,7 @@ class HFGenerator:
         captured_before = self._static.captures if self._static is not None else 0
         capture_seconds_before = self._static.capture_seconds if self._static is not None else 0.0
         stepper, logits = self._stepper(mode, cache, logits, mask, next_pos, expand, len(todo), max_steps,
-                                        use_adapter)
+                                        use_adapter, min_capacity)
 
         rows = list(todo)  # batch position -> original prompt index
         checker = _StopChecker(self.tokenizer, params.stop)
@@ -530,9 +664,20 @@ class HFGenerator:
             self.last_stats["capture_seconds"] = self._static.capture_seconds - capture_seconds_before
         self.last_stats["seconds"] = time.perf_counter() - t0  # prefill + decode (the host's view)
         self.last_stats["tokens"] = sum(len(x) for x in out_ids)
-        log.info("HFGenerator: %s", " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                             for k, v in self.last_stats.items()))
         return out_ids, out_lps, reasons, stops
+
+
+def _merge_stats(parts: list[dict]) -> dict:
+    """The ``last_stats`` of a call from its chunks': counts, steps (run one chunk after another) and
+    seconds add up, the prefill width is the widest, ``decode`` is the last chunk's mode."""
+    out = dict(parts[-1])
+    for key in ("rows", "prefill_rows", "steps", "compactions", "graph_captures", "capture_seconds", "seconds",
+                "tokens"):
+        if any(key in p for p in parts):
+            out[key] = sum(p.get(key, 0) for p in parts)
+    if any("prefill_width" in p for p in parts):
+        out["prefill_width"] = max(p.get("prefill_width", 0) for p in parts)
+    return out
 
 
 class _EagerStepper:

@@ -437,7 +437,7 @@ class StaticStepper:
     for logits and tells it which rows are still running)."""
 
     def __init__(self, decoder: StaticDecoder, cache, mask2d: torch.Tensor, next_pos: torch.Tensor,
-                 expand: torch.Tensor, max_steps: int, adapter_key):
+                 expand: torch.Tensor, max_steps: int, adapter_key, min_capacity: int = 0):
         n = len(expand)
         width = mask2d.shape[1]
         like_k = [layer.keys for layer in cache.layers]
@@ -446,7 +446,8 @@ class StaticStepper:
         self.decoder, self.key = decoder, adapter_key
         self.n, self.bucket = n, batch_bucket(n)
         # + _WARMUP_STEPS: a capture late in the call writes (hidden) columns past the last step
-        cap = capacity_bucket(width + max_steps + _WARMUP_STEPS)
+        # min_capacity: the whole call's, so that the chunks of one call (HFGenerator) share one storage
+        cap = max(capacity_bucket(width + max_steps + _WARMUP_STEPS), capacity_bucket(min_capacity))
         st = self.st = decoder.storage(self.bucket, cap, like_k, like_v, device)
         for sk, sv, layer in zip(st.k, st.v, cache.layers):
             sk[:n, :, :width] = layer.keys.index_select(0, expand)
