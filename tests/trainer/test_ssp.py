@@ -82,8 +82,27 @@ def test_materials_and_rag_answer_parsing():
     assert format_materials([P("a"), P("b")]) == "Doc 1 (Title: Ta) text of a\nDoc 2 (Title: Tb) text of b"
     assert parse_rag_answer("It is in Devon.\nAnswer: Castle Drogo\nextra") == "Castle Drogo"
     assert parse_rag_answer("answer: x. Answer：Y") == "Y"
-    assert parse_rag_answer("no idea") is None
+    assert parse_rag_answer("no idea") == "no idea"  # the reference judges a reply without 'Answer:' whole
     assert parse_rag_answer("Answer:   ") is None
+    assert parse_rag_answer("") is None and parse_rag_answer("  \n") is None and parse_rag_answer(None) is None
+
+
+# RAG-check replies of Qwen2.5-Coder-1.5B-Instruct in the H100 run ssp15 (benchmarks/gpu/learn_ssp.yaml),
+# shortened; 22 of its 34 checks had no 'Answer:' and were failed without asking the judge.
+@pytest.mark.parametrize("reply, parsed", [
+    ("The name of the species whose moniker corresponds to the most frequent surname listed is Equisetum.",
+     "The name of the species whose moniker corresponds to the most frequent surname listed is Equisetum."),
+    ("Doc 2 (Haiku)", "Doc 2 (Haiku)"),  # gold "Haiku": "What is a type of short-form poetry ... 5, 7, 5 ...?"
+    ("Reason: The capital of the state of California is Sacramento.\n\nAnswer: Sacramento", "Sacramento"),
+    ("Reason: Guangdong is the largest province in China ... Guangzhou.\n\nAnswer: Guangzhou", "Guangzhou"),
+])
+def test_rag_replies_of_the_gpu_run_are_answers_for_the_judge(reply, parsed):
+    assert parse_rag_answer(reply) == parsed
+
+
+def test_a_bare_rag_reply_can_pass_exact_match():
+    from trainer.methods.ssp import judged
+    assert judged(None, [("q", parse_rag_answer("Equisetum."), "Equisetum")]) == [True]  # was None -> Wrong
 
 
 # ---- replay buffer with periodic reset --------------------------------------------------------
@@ -143,6 +162,39 @@ def test_corpus_answers_are_titles_or_short_spans():
     picks = {corpus_answer("Eiffel Tower", "Built in 1889 by Gustave Eiffel.", rng, 0.5, 4) for _ in range(40)}
     assert "Eiffel Tower" in picks and picks & {"1889", "Gustave Eiffel"}
     assert corpus_answer("", "nothing capitalised here", rng, 0.5, 4) is None
+
+
+# Document excerpts of .gpu_assets/wiki.jsonl whose spans were drawn as answers in the H100 run ssp15:
+# 46 of its 288 answers were such non-names ("Unlike", "Based", "Almost", "Ron Weasley and Hermione", ...),
+# targets no question can have.
+@pytest.mark.parametrize("text, bad, good", [
+    ("the brain and spinal cord and the rest of the body. Unlike the CNS, the PNS is not protected by the "
+     "vertebral column and skull.", ["Unlike the CNS", "Unlike"], []),
+    ("as most drugs are now manufactured by pharmaceutical industries. Based on the setting, pharmacy practice "
+     "is either classified as community or institutional.", ["Based"], []),
+    ("the transportation of oxygen in red blood cells. Almost all vertebrates contain hemoglobin, with the sole "
+     "exception of the fish family Channichthyidae.", ["Almost"], ["Channichthyidae"]),
+    ("the lives of a young wizard, Harry Potter, and his friends, Ron Weasley and Hermione Granger, among "
+     "others.", ["Ron Weasley and Hermione", "Ron Weasley and Hermione Granger"], ["Harry Potter"]),
+    ("containing the four Gospels of the New Testament together with various prefatory texts.",
+     ["Gospels of the New"], ["Gospels of the New Testament"]),
+    ("Metropolis is a 1927 German expressionist science-fiction silent film directed by Fritz Lang.",
+     ["1927 German"], ["Fritz Lang"]),
+    ("The province is Indonesia's main tourist destination, with a rise in tourism since the 1980s.",
+     ["Indonesia's"], ["Indonesia"]),
+    ("its exact meanings are often debated. Anthropologist Robin Fox says that the study of kinship is the "
+     "study of what humans do.", ["Anthropologist Robin Fox"], ["Robin Fox"]),
+    ("Vaccines contain a microorganism or virus in a weakened state. In 1796 Edward Jenner used cowpox.",
+     ["Vaccines"], ["1796", "Edward Jenner"]),
+])
+def test_span_answers_skip_sentence_openers_coordinations_and_cut_runs(text, bad, good):
+    spans = span_answers(text, 5)
+    assert not set(bad) & set(spans) and set(good) <= set(spans)
+
+
+def test_a_sentence_opener_that_the_text_also_capitalises_mid_sentence_is_a_name():
+    spans = span_answers("Pausanias wrote a guide. The guide of Pausanias covers Olympia. 1889 was a year.", 4)
+    assert "Pausanias" in spans and "Olympia" in spans and "1889" in spans
 
 
 def test_load_answers_txt_and_jsonl(tmp_path):
@@ -235,7 +287,8 @@ QUESTION = ("Which country house in Devon was designed by the garden architect o
             "of the Home and Colonial Stores?")
 
 
-def ssp_lessons(tok, retriever, top_k: int = 1, max_prompt_tokens: int = 512) -> list:
+def ssp_lessons(tok, retriever, top_k: int = 1, max_prompt_tokens: int = 512,
+                rag_reply: str = "Lutyens built it.\nAnswer: Castle Drogo") -> list:
     """What a tiny model must be taught for the SSP valid path over ``retriever``: for "Castle
     Drogo", two searches then QUESTION; for "Devon", a too-short question at once; the RAG
     answer for every order of the passages found; a Solver answer right half of the time."""
@@ -259,7 +312,7 @@ def ssp_lessons(tok, retriever, top_k: int = 1, max_prompt_tokens: int = 512) ->
                  enc("<question> Who? </question>"))
     passages = unique_passages([p for ps in found for p in ps])
     rag = [pair(rag_prompt(tok, list(order), QUESTION, max_prompt_tokens),
-                enc("Lutyens built it.\nAnswer: Castle Drogo") + [tok.eos_token_id])
+                enc(rag_reply) + [tok.eos_token_id])
            for order in itertools.permutations(passages)]
     asked = chat(tok, SOLVER_SYSTEM, SOLVER_USER.format(question=QUESTION))
     solver = [pair(asked, enc(f"<answer> {a} </answer>")) for a in ("Castle Drogo", "Devon")]  # 50/50
@@ -383,8 +436,10 @@ def test_the_rag_check_samples_at_the_reference_codes_temperature():
 
 # ---- issue 21 (4c): the Proposer's half outside a run (benchmarks/gpu/ssp_eval.py make-questions) ----------
 
+@pytest.mark.parametrize("rag_reply", ["Lutyens built it.\nAnswer: Castle Drogo",
+                                       "Castle Drogo"])  # no 'Answer:', as 22 of the 34 checks of run ssp15
 def test_propose_questions_is_the_recipes_proposer_half_callable_on_a_loaded_model(tiny_config, tiny_model_dir,
-                                                                                   tmp_path):
+                                                                                   tmp_path, rag_reply):
     """The held-out question set is made by the recipe's own code on a model loaded for evaluation (no
     RecipeContext): search trajectories, rule filter, RAG check; ``Slot.valid`` marks what a run keeps."""
     from dataclasses import replace
@@ -401,7 +456,7 @@ def test_propose_questions_is_the_recipes_proposer_half_callable_on_a_loaded_mod
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     retriever = InMemoryRetriever(DOCS)
-    taught = teach(tiny_model_dir, tmp_path / "taught", ssp_lessons(tok, retriever))
+    taught = teach(tiny_model_dir, tmp_path / "taught", ssp_lessons(tok, retriever, rag_reply=rag_reply))
     cfg = load_config(taught_ssp_config(tiny_config, taught, tmp_path))
     loaded = load_model(str(taught), device="cpu")
     sampling = SamplingParams(temperature=0.0, max_new_tokens=cfg.rollout.max_new_tokens, logprobs=False)

@@ -8,7 +8,8 @@ and short named spans of the corpus by default, or a user list, ``ssp.answer_sou
 2. Rule filter (trainer/methods/ssp_tasks.py): a question, 10-1000 characters, >= 10 words,
    the answer not in it, >= 2 searches, no repeated query. Then the RAG check: the policy,
    without search, reads every passage the Proposer retrieved plus 4 noise passages from the
-   batch's other Proposer trajectories, and must answer correctly for the question to stay.
+   batch's other Proposer trajectories, and must answer correctly for the question to stay
+   (its answer: what follows 'Answer:', else the whole reply, as the reference code judges it).
 3. Slots whose question failed are refilled from a replay buffer of earlier validated
    questions, cleared every ``ssp.replay_reset_every`` steps (trainer/methods/replay.py).
 4. Solver: ``rollout.group_size`` (5) search trajectories per question ending in ``<answer>``.
@@ -40,7 +41,10 @@ Departures from the paper (and its reference code, Alibaba-Quark/SSP):
 - the judge is the frozen base by default (the paper: an LLM judge; an OpenAI-compatible endpoint
   or exact match are options) with ``judge_max_new_tokens`` 1024 (the reference's one-word judge: 10);
 - answers come from the corpus: titles and short named spans (the paper: a prepared answer set;
-  ``answer_source=list`` takes one);
+  ``answer_source=list`` takes one); a span is a whole capitalised run of at most
+  ``answer_max_words`` words, never a word capitalised only because it opens a sentence, never an
+  "X and Y" coordination (run ssp15 drew "Unlike", "Based", "Ron Weasley and Hermione", "Gospels of
+  the New" for 46 of 288 Proposer prompts: no question can lead to them);
 - loss: token mean over each mini-batch (``train.loss_agg``), where Eq. 4 averages each
   trajectory's tokens, then the group; the Solver's advantage is Eq. 4's r - group mean
   (``solver_advantage``; the appendix's "GRPO" would divide by the std in verl);

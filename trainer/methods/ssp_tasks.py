@@ -3,7 +3,8 @@
 Wording is ours, structure is the paper's (ssp.txt, Appendix D): the Proposer is told the
 answer and the number of searches and works backwards from the answer, searching with
 ``<search>`` and ending with ``<question>``; the Solver is the Search-R1 prompt ending with
-``<answer>``; the RAG check asks for a short reasoning then ``Answer:``.
+``<answer>``; the RAG check asks for a short reasoning then ``Answer:`` (a reply without it is
+judged whole, as in the reference code).
 
 The rule filter follows the reference code (Alibaba-Quark/SSP, problem_extraction.py): a
 question exists, 10-1000 characters, at least 10 words, the answer string is not in it
@@ -178,10 +179,16 @@ _ANSWER = re.compile(r"Answer\s*[:：]", re.IGNORECASE)
 
 
 def parse_rag_answer(text: str) -> str | None:
-    """What follows the last 'Answer:' (first line), or None when the model never said it."""
-    found = list(_ANSWER.finditer(text or ""))
+    """What follows the last 'Answer:' (first line); without 'Answer:', the whole reply (as the
+    reference code, which judges the whole reply then); None only for an empty reply.
+
+    A 1.5B instruct model often answers the RAG check in one sentence without 'Answer:' ("The
+    name of the species ... is Equisetum.", run ssp15: 22 of its 34 checks); treating that as no
+    answer failed correct questions without asking the judge."""
+    text = (text or "").strip()
+    found = list(_ANSWER.finditer(text))
     if not found:
-        return None
+        return text or None
     tail = text[found[-1].end():].strip()
     return tail.splitlines()[0].strip() if tail else None
 
@@ -189,7 +196,10 @@ def parse_rag_answer(text: str) -> str | None:
 # ---- answers to start from ------------------------------------------------------------------
 
 _PAREN = re.compile(r"\s*\([^)]*\)\s*$")
-_SPAN = re.compile(r"\b(?:[A-Z][\w'’-]+|[0-9]{3,4})(?:\s+(?:of|the|de|von|and|[A-Z][\w'’-]+|[0-9]{3,4})){0,3}")
+_WORD = r"[A-Z][\w'’-]+"
+_SPAN = re.compile(rf"\b(?:[0-9]{{3,4}}(?:\s+(?:BC|BCE|AD|CE)\b)?|{_WORD}(?:\s+(?:of|the|de|von|and|{_WORD}))*)")
+_JOINERS = ("of", "the", "de", "von", "and")
+_POSSESSIVE = re.compile(r"['’]s$")
 _STOP_START = {"The", "A", "An", "In", "On", "It", "He", "She", "They", "This", "That", "These", "Its", "His",
                "Her", "Their", "At", "By", "For", "From", "As", "After", "Before", "During", "When", "While"}
 
@@ -200,14 +210,35 @@ def title_answer(title: str, max_words: int) -> str | None:
     return t if t and len(t.split()) <= max_words else None
 
 
+def _sentence_initial(text: str, at: int) -> bool:
+    """Does position ``at`` open the text, a line or a sentence (whitespace skipped backwards)?"""
+    i = at - 1
+    while i >= 0 and text[i] in " \t":
+        i -= 1
+    return i < 0 or text[i] in ".!?:;…\n\r"
+
+
 def span_answers(text: str, max_words: int) -> list[str]:
-    """Short named spans of a text (capitalised word runs, years), the sentence starters dropped."""
+    """Short named spans of a text (capitalised word runs, years), each run whole or not at all.
+
+    A word capitalised only because it opens a sentence is no name ("Unlike", "Most", "Based",
+    "Vaccines"): it is dropped unless the text also capitalises it mid-sentence. Runs joined by
+    "and" (coordinations: "Ron Weasley and Hermione"), runs longer than ``max_words`` (never cut:
+    "Gospels of the New" [Testament]) are skipped; a year is its own span ("1927 German" is
+    "1927" and "German"); a trailing possessive is removed ("Indonesia's" -> "Indonesia")."""
+    text = text or ""
+    named = {m.group(0) for m in re.finditer(rf"\b{_WORD}", text) if not _sentence_initial(text, m.start())}
     found = []
-    for m in _SPAN.finditer(text or ""):
+    for m in _SPAN.finditer(text):
         words = m.group(0).split()
-        while words and (words[0] in _STOP_START or words[-1] in ("of", "the", "de", "von", "and")):
-            words = words[1:] if words[0] in _STOP_START else words[:-1]
-        if words and len(words) <= max_words and (len(words) > 1 or len(words[0]) > 3):
+        if _sentence_initial(text, m.start()) and not words[0].isdigit() and words[0] not in named:
+            words = words[1:]
+        while words and (words[0] in _STOP_START or words[0] in _JOINERS or words[-1] in _JOINERS):
+            words = words[1:] if words[0] in _STOP_START or words[0] in _JOINERS else words[:-1]
+        if not words or "and" in words or len(words) > max_words:
+            continue
+        words[-1] = _POSSESSIVE.sub("", words[-1])
+        if len(words) > 1 or len(words[0]) > 3:
             found.append(" ".join(words))
     return list(dict.fromkeys(found))
 
