@@ -322,7 +322,7 @@ _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d
 _UNIT_WORDS = re.compile(r"\s*[A-Za-z][A-Za-z ]*")
 
 
-def plain_number(text) -> float | None:
+def plain_number(text) -> float | int | None:
     """The value of an answer that is just a number: "18", "-3.5", "1,000", "$18", "\\$18.00", "50\\%",
     "18 \\text{ dollars}", "18 apples" (one number, unit words after it); None for anything else
     (fractions, expressions, several numbers), which math-verify reads instead. GSM8K answers are
@@ -339,14 +339,22 @@ def plain_number(text) -> float | None:
     rest = t[match.end():]
     if rest and not _UNIT_WORDS.fullmatch(rest):
         return None
+    number = match.group(0).replace(",", "")
     try:
-        return float(match.group(0).replace(",", ""))
+        return int(number) if _INTEGER.fullmatch(number) else float(number)
     except ValueError:
         return None
 
 
-def same_number(pred: float, gold: float) -> bool:
-    """The graders' number equality: within a relative 1e-6 of the gold (1e-6 absolute below 1)."""
+_INTEGER = re.compile(r"[-+]?\d+")
+
+
+def same_number(pred: float | int, gold: float | int) -> bool:
+    """The graders' number equality: two integers (as plain_number reads "1,000,001") exactly; otherwise within a
+    relative 1e-6 of the gold (1e-6 absolute below 1). 2344000 != 2344001, and two 60-digit integers that share
+    their first 7 digits are not equal; 18 == 18.0 and 0.1 + 0.2 == 0.3."""
+    if isinstance(pred, int) and isinstance(gold, int):
+        return pred == gold
     return abs(pred - gold) <= 1e-6 * max(1.0, abs(gold))
 
 

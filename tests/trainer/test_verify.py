@@ -178,3 +178,17 @@ def test_plain_numbers_are_compared_without_sympy(monkeypatch):
     monkeypatch.setattr(verify._WORKER, "equal", no_sympy)
     assert verify.math_equal("\\$18.00", "18") and verify.math_equal("1,000", "1000")
     assert not verify.math_equal("17", "18") and not verify.math_equal("18.5", "18")
+
+
+def test_integers_compare_exactly_and_decimals_within_tolerance():
+    """Large integers used to compare within a relative 1e-6 (as floats): a population of 2,344,001 graded as
+    2,344,000, and two 60-digit strings sharing their first 7 digits as equal (the SPICE 0.5B collapse, where
+    truncated copies of digit strings were graded right)."""
+    from trainer.verify import math_equal, plain_number, same_number
+
+    assert plain_number("2,344,001") == 2344001 and isinstance(plain_number("2,344,001"), int)
+    assert isinstance(plain_number("18.0"), float)
+    assert not same_number(plain_number("2344001"), plain_number("2,344,000"))
+    assert not math_equal("1234567890123456789012345", "1234567890123456789012346")
+    assert math_equal("18", "18.00") and math_equal("$1,000,000", "1000000")
+    assert same_number(0.1 + 0.2, 0.3) and same_number(plain_number("3.0000001"), plain_number("3"))

@@ -132,8 +132,8 @@ def answer_in_question(question: str, answer: str, whole_words: bool = True) -> 
     if whole_words:
         value = plain_number(answer)
         if value is not None:
-            return any(same_number(float(m.group(0).replace(",", "")), value)
-                       for m in _QUESTION_NUMBER.finditer(question or ""))
+            return any(same_number(plain_number(m.group(0)), value)
+                       for m in _QUESTION_NUMBER.finditer(question or "") if plain_number(m.group(0)) is not None)
     a, q = normalize_answer(answer).split(), normalize_answer(question).split()
     if not a:
         return False
