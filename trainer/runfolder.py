@@ -15,7 +15,7 @@ Checkpoint evaluations, added by evaluation scripts (``append_eval``, ``write_cr
     DIR/evals.jsonl     one line per (checkpoint, benchmark):
                         {"step": int (0 = the base model), "checkpoint": str, "benchmark": str,
                          "scoring": str, "n": int, "score": float, "ci_low": float, "ci_high": float,
-                         "seconds": float}
+                         "seconds": float, "train_seconds": float (optional)}
     DIR/crossplay.json  {"challengers": [labels], "reasoners": [labels],
                          "steps_challenger": [ints], "steps_reasoner": [ints],
                          "pass_rate": [[float|null]], "n": [[int]]}
@@ -28,7 +28,9 @@ and ``ci_high`` are fractions in [0, 1] (the mean sample score and its 95% boots
 ``n`` is the number of items scored. A later line for the same (step, benchmark) replaces an
 earlier one, so re-evaluating a checkpoint is appending again. ``pass_rate[i][j]`` is the share
 of correct answers of reasoner j on challenger i's tasks (null: not computed, or no valid task),
-``n[i][j]`` how many answers it counts.
+``n[i][j]`` how many answers it counts. ``train_seconds`` (optional; benchmarks/gpu/learn_run.py and
+trl_gsm8k.py write it) is the run's summed training seconds when the checkpoint was saved (0 for
+the base model): the web's compare view plots the scores against it (time to accuracy).
 
 Every reader raises ``RunFolderError`` whose message names the file and line and what to fix.
 """
@@ -194,6 +196,12 @@ def check_eval(record: Any, where: str = "evals.jsonl") -> dict:
     for key in ("score", "ci_low", "ci_high"):
         if not 0.0 <= out[key] <= 1.0:
             raise RunFolderError(f'{where}: "{key}" is a fraction in [0, 1], got {out[key]!r}')
+    seconds = record.get("train_seconds")  # optional: the run's summed training seconds at this checkpoint
+    if seconds is not None:
+        if not _is_number(seconds) or seconds < 0:
+            raise RunFolderError(f'{where}: "train_seconds" (training time up to this checkpoint) must be a number '
+                                 f'of seconds >= 0 or absent, got {seconds!r}')
+        out["train_seconds"] = float(seconds)
     if not out["ci_low"] <= out["score"] <= out["ci_high"]:
         raise RunFolderError(f"{where}: the interval [{out['ci_low']}, {out['ci_high']}] must hold the score "
                              f"{out['score']}")

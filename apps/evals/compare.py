@@ -5,7 +5,8 @@
 its page, or imported with its folder), else the newest from any page; and every evaluated
 checkpoint by step; when a point was evaluated several times, the newest result wins. It returns the table rows
 (one per model, one cell per benchmark) and the chart series (one per run and benchmark: steps,
-scores and the 95% interval as error bars).
+scores and the 95% interval as error bars, and each point's ``train_seconds``: the run's training
+time at that checkpoint, 0 for the base model, None when not recorded).
 """
 from __future__ import annotations
 
@@ -53,5 +54,6 @@ def comparison(runs, benchmarks) -> dict:
             if points:
                 series.append({"name": f"run {run.pk} · {n}", "run": run.pk, "benchmark": n,
                                "steps": [s for s, _ in points], "scores": [r.score for _, r in points],
-                               "ci_low": [r.ci_low for _, r in points], "ci_high": [r.ci_high for _, r in points]})
+                               "ci_low": [r.ci_low for _, r in points], "ci_high": [r.ci_high for _, r in points],
+                               "train_seconds": [0.0 if s == 0 else r.train_seconds for s, r in points]})
     return {"benchmarks": names, "runs": [r.pk for r in runs], "rows": rows, "series": series}

@@ -7,7 +7,9 @@ its transaction. evals.jsonl (trainer/runfolder.py) becomes one finished ``EvalJ
 from its rows), all on queue ``imported``, so the run page, /evals/ and the compare view show them.
 A benchmark name this site does not know becomes a ``Benchmark`` of kind ``imported`` (scores
 only; no items, so it cannot be evaluated again). Each is an upsert on (run, step[, benchmark]):
-importing again replaces, never duplicates. A bad line raises ``RunFolderError``.
+importing again replaces, never duplicates. A record's ``train_seconds`` (the run's training time at
+that checkpoint) is kept on its result for the runs compare view's time-to-accuracy chart. A bad line
+raises ``RunFolderError``.
 """
 from __future__ import annotations
 
@@ -75,7 +77,8 @@ def _import_evals(run: Run, records: list[dict], when) -> int:
                 correct = round(r["score"] * r["n"]) if r["scoring"] in BINARY_SCORING else 0
             EvalResult.objects.update_or_create(job=job, benchmark=bench, defaults={
                 "scoring": r["scoring"], "n": r["n"], "correct": correct, "score": r["score"], "ci_low": r["ci_low"],
-                "ci_high": r["ci_high"], "seconds": r["seconds"], "complete": True})
+                "ci_high": r["ci_high"], "seconds": r["seconds"], "train_seconds": r.get("train_seconds"),
+                "complete": True})
             job.benchmarks.add(bench)
     return len(records)
 

@@ -199,6 +199,9 @@ class EvalResult(models.Model):
     ci_low = models.FloatField(null=True, blank=True)
     ci_high = models.FloatField(null=True, blank=True)
     seconds = models.FloatField(default=0.0)
+    train_seconds = models.FloatField(null=True, blank=True,
+                                      help_text="The run's summed training seconds at this checkpoint (imported "
+                                                "evals.jsonl's train_seconds); None when not recorded.")
     complete = models.BooleanField(default=False)
 
     class Meta:
@@ -208,7 +211,7 @@ class EvalResult(models.Model):
     def as_dict(self) -> dict:
         return {"benchmark": self.benchmark.name, "scoring": self.scoring, "n": self.n, "correct": self.correct,
                 "score": self.score, "ci_low": self.ci_low, "ci_high": self.ci_high, "seconds": self.seconds,
-                "complete": self.complete}
+                "train_seconds": self.train_seconds, "complete": self.complete}
 
 
 class EvalSample(models.Model):

@@ -90,6 +90,36 @@ def evals_chart_context(run: Run) -> dict:
     return {"run": run, "data": {"series": series, "crossplay": heatmap} if series or heatmap else None}
 
 
+def wallclock_chart_context(runs: list[Run]) -> dict:
+    """The runs compare view's time-to-accuracy chart (issue 22): each run's checkpoint scores against
+    its training wall-clock, from the same ``comparison`` series as the run page's chart by step.
+
+    Every benchmark with a complete result of one of ``runs``; a point's x is its ``train_seconds``
+    in minutes (the base model at 0). A point without ``train_seconds`` is left out, and ``lacking``
+    names its run and steps for the page's note; a series left with only its base model is dropped.
+    ``data`` is None when none of the runs has an evaluation."""
+    names = sorted(set(EvalResult.objects.filter(job__run__in=runs, complete=True)
+                       .values_list("benchmark__name", flat=True)))
+    if not names:
+        return {"data": None}
+    series, lacking = [], {}
+    for s in comparison(runs, list(Benchmark.objects.filter(name__in=names).order_by("name")))["series"]:
+        keep = [i for i, t in enumerate(s["train_seconds"]) if t is not None]
+        missing = [step for step, t in zip(s["steps"], s["train_seconds"]) if t is None]
+        if missing:
+            lacking.setdefault(s["run"], set()).update(missing)
+        if any(s["steps"][i] > 0 for i in keep):
+            series.append({"name": s["name"], "run": s["run"], "benchmark": s["benchmark"],
+                           "minutes": [round(s["train_seconds"][i] / 60, 4) for i in keep],
+                           **{k: [s[k][i] for i in keep] for k in ("train_seconds", "steps", "scores", "ci_low",
+                                                                   "ci_high")}})
+    if not series and not lacking:
+        return {"data": None}
+    order = [r.pk for r in runs]
+    return {"data": {"series": series, "lacking": [{"run": pk, "steps": sorted(lacking[pk])}
+                                                    for pk in order if pk in lacking]}}
+
+
 def run_panel(request, run_id: int):
     run = get_object_or_404(Run, pk=run_id)
     return render(request, "evals/_run_panel_body.html", panel_context(request, run))

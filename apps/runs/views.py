@@ -241,7 +241,8 @@ def task_detail(request, run_id: int, key: str):
 
 
 def compare(request):
-    """Two or more runs' curves of one metric overlaid: /runs/compare/?ids=1,2&metric=reward_mean."""
+    """Two or more runs' curves of one metric overlaid: /runs/compare/?ids=1,2&metric=reward_mean; below,
+    their checkpoint evaluations against training wall-clock when they have some (evals_tags.wallclock_chart)."""
     try:
         runs = run_compare.runs_to_compare(request.GET.getlist("ids"))
         choices = run_compare.metric_choices(runs)
@@ -250,6 +251,6 @@ def compare(request):
         return render(request, "runs/compare.html", {"error": str(exc)}, status=400)
     return render(request, "runs/compare.html", {
         "runs": with_last_reward(Run.objects.filter(pk__in=[r.pk for r in runs])).select_related("owner"),
-        "ids": ",".join(str(r.pk) for r in runs), "run_ids": [r.pk for r in runs],
+        "ids": ",".join(str(r.pk) for r in runs), "run_ids": [r.pk for r in runs], "compared": runs,
         "metric": metric, "choices": choices,
     })

@@ -42,12 +42,22 @@ def test_append_eval_writes_the_documented_line_and_the_last_of_a_pair_wins(tmp_
     ({"benchmark": "GSM8K held out"}, '"benchmark" \'GSM8K held out\' must be'),
     ({"scoring": "bleu"}, '"scoring" must be one of math'),
     ({"ci_low": float("nan")}, '"ci_low" must be a finite number'),
+    ({"train_seconds": -3.0}, '"train_seconds" (training time up to this checkpoint) must be a number of seconds'),
+    ({"train_seconds": "12 min"}, '"train_seconds" (training time up to this checkpoint) must be a number'),
 ])
 def test_append_eval_refuses_a_bad_record_and_writes_nothing(tmp_path, change, says):
     with pytest.raises(RunFolderError, match=None) as info:
         append_eval(tmp_path, {**RECORD, **change})
     assert says in str(info.value)
     assert not (tmp_path / "evals.jsonl").exists()
+
+
+def test_train_seconds_is_optional_and_read_as_a_number(tmp_path):
+    append_eval(tmp_path, {**RECORD, "step": 20, "checkpoint": "ckpt/step-20", "train_seconds": 133})
+    append_eval(tmp_path, {**RECORD, "train_seconds": None})
+    records = read_evals(tmp_path)
+    assert [(r["step"], r["train_seconds"]) for r in records] == [(0, None), (20, 133.0)]
+    assert isinstance(records[1]["train_seconds"], float)
 
 
 def test_append_eval_names_missing_fields(tmp_path):

@@ -1,9 +1,10 @@
 """``{% evals_panel run %}``: the evals panel of the run page (apps/evals/views.panel_context);
 ``{% evals_chart run %}``: its checkpoints' scores against step next to the cross-play heatmap
-(apps/evals/views.evals_chart_context)."""
+(apps/evals/views.evals_chart_context); ``{% wallclock_chart runs %}``: the runs compare view's
+scores against training wall-clock (apps/evals/views.wallclock_chart_context)."""
 from django import template
 
-from apps.evals.views import evals_chart_context, panel_context
+from apps.evals.views import evals_chart_context, panel_context, wallclock_chart_context
 
 register = template.Library()
 
@@ -16,6 +17,11 @@ def evals_panel(context, run):
 @register.inclusion_tag("evals/_run_evals_chart.html")
 def evals_chart(run):
     return evals_chart_context(run)
+
+
+@register.inclusion_tag("evals/_wallclock_chart.html")
+def wallclock_chart(runs):
+    return wallclock_chart_context(list(runs))
 
 
 @register.filter

@@ -1,8 +1,13 @@
 """The compare view (runs list checkboxes -> /runs/compare/?ids=1,2) and the run page's metric tabs."""
-import pytest
+import json
 
+import pytest
+from django.conf import settings
+
+from apps.evals.models import EvalResult
 from apps.runs import metrics as run_metrics
 from apps.runs.models import Metric, Run
+from tests.web.runs.test_live_page_browser import server  # noqa: F401  (fixture: the real ASGI server)
 
 pytestmark = pytest.mark.django_db
 
@@ -84,7 +89,6 @@ def test_bad_compare_input_is_explained(client, researcher, query, message):
 
 
 def test_the_run_page_brings_its_reward_points(client, researcher):
-    import json
     import re
 
     run = _run(researcher, reward_mean=0.1, entropy=1.0)
@@ -93,3 +97,113 @@ def test_the_run_page_brings_its_reward_points(client, researcher):
     embedded = json.loads(re.search(r'<script id="reward-series" type="application/json">(.*?)</script>', html).group(1))
     assert [(s["name"], s["role"], s["steps"]) for s in embedded] == [("reward_mean", "policy", [1, 2, 3])]
     assert embedded[0]["values"] == pytest.approx([0.1, 0.2, 0.3])
+
+
+EXAMPLES = settings.BASE_DIR / "examples" / "runs"
+
+
+def _imported(name: str) -> Run:
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("import_run", str(EXAMPLES / name), "--json", stdout=out)
+    return Run.objects.get(pk=json.loads(out.getvalue())["run"])
+
+
+def _wallclock(html: str) -> dict:
+    start = html.index('<script id="compare-wallclock-data" type="application/json">') + \
+        len('<script id="compare-wallclock-data" type="application/json">')
+    return json.loads(html[start:html.index("</script>", start)])
+
+
+def test_compare_plots_the_imported_runs_evaluations_against_training_time(client, researcher):
+    """Issue 22 item 3: held-out accuracy vs wall-clock, from evals.jsonl's train_seconds."""
+    slow, fast = _imported("grpo-gsm8k-qwen05-lr1e-6"), _imported("grpo-gsm8k-qwen05-lr5e-6")
+    result = EvalResult.objects.get(job__run=slow, job__step=20)
+    assert (result.train_seconds, result.as_dict()["train_seconds"]) == (133.5, 133.5)  # import_run keeps it
+    client.force_login(researcher)
+    html = client.get(f"/runs/compare/?ids={slow.pk},{fast.pk}").content.decode()
+    assert 'id="compare-wallclock-chart"' in html and "js/run_evals_chart.js" in html
+    assert 'id="compare-wallclock-note"' not in html  # every evaluation has its training time
+    data = _wallclock(html)
+    assert data["lacking"] == []
+    by_run = {s["run"]: s for s in data["series"]}
+    assert list(by_run) == [slow.pk, fast.pk]
+    one, five = by_run[slow.pk], by_run[fast.pk]
+    assert (one["name"], one["benchmark"]) == (f"run {slow.pk} · gsm8k_heldout", "gsm8k_heldout")
+    assert one["steps"] == [0, 20, 40, 60, 67, 80, 100, 120, 125]
+    assert one["train_seconds"] == [0.0, 133.5, 260.2, 385.4, 432.8, 508.8, 634.9, 764.6, 802.2]
+    assert one["minutes"] == [round(t / 60, 4) for t in one["train_seconds"]] and one["minutes"][-1] == 13.37
+    assert one["scores"] == [0.2792, 0.2944, 0.3247, 0.3126, 0.3369, 0.3566, 0.3399, 0.3657, 0.3703]
+    lines = [json.loads(x) for x in (EXAMPLES / "grpo-gsm8k-qwen05-lr5e-6" / "evals.jsonl").read_text().splitlines()]
+    assert five["steps"] == [r["step"] for r in lines] == [0, 15, 30, 45, 57]
+    assert five["train_seconds"] == [r["train_seconds"] for r in lines]
+    assert (five["scores"], five["ci_low"], five["ci_high"]) == \
+        ([r["score"] for r in lines], [r["ci_low"] for r in lines], [r["ci_high"] for r in lines])
+
+
+def test_runs_without_training_time_are_left_out_with_a_note(client, researcher):
+    timed, untimed = _imported("grpo-gsm8k-qwen05-lr1e-6"), _imported("spice-wiki-qwen05-lr2e-6")
+    client.force_login(researcher)
+    html = client.get(f"/runs/compare/?ids={timed.pk},{untimed.pk}").content.decode()
+    data = _wallclock(html)
+    assert [s["run"] for s in data["series"]] == [timed.pk]  # the SPICE run's only timed point is its base model
+    assert data["lacking"] == [{"run": untimed.pk, "steps": [35]}]
+    note = html.split('id="compare-wallclock-note"')[1].split("</p>")[0]
+    assert f"run {untimed.pk}</a> (step 35)" in note and "train_seconds" in note and f"run {timed.pk}<" not in note
+    # only untimed runs: the note, no chart
+    other = _imported("spice-wiki-qwen15-lr2e-6")
+    html = client.get(f"/runs/compare/?ids={untimed.pk},{other.pk}").content.decode()
+    assert 'id="compare-wallclock-note"' in html and 'id="compare-wallclock-chart"' not in html
+    assert _wallclock(html) == {"series": [], "lacking": [{"run": untimed.pk, "steps": [35]},
+                                                          {"run": other.pk, "steps": [15]}]}
+
+
+def test_runs_without_evaluations_have_no_wallclock_card(client, researcher):
+    a, b = _run(researcher, reward_mean=0.1), _run(researcher, reward_mean=0.2)
+    client.force_login(researcher)
+    html = client.get(f"/runs/compare/?ids={a.pk},{b.pk}").content.decode()
+    assert "compare-wallclock" not in html
+
+
+def test_the_wallclock_chart_draws_in_a_browser(transactional_db, roles, researcher, server, monkeypatch):  # noqa: F811
+    """The compare page in chromium: one plotly trace per run against training minutes, with error bars,
+    and the run page's chart by step still drawn by the same script."""
+    from tests.web.evals.test_browser import _session_cookie, _shot
+    from tests.web.runs.test_live_page_browser import CHROMIUM
+
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed (make test installs it)")
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs an event loop here
+    slow, fast = _imported("grpo-gsm8k-qwen05-lr1e-6"), _imported("grpo-gsm8k-qwen05-lr5e-6")
+    cookie = _session_cookie(researcher, server)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        context.add_cookies([cookie])
+        page = context.new_page()
+        page.set_default_timeout(90_000)
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{server}/runs/compare/?ids={slow.pk},{fast.pk}")
+        page.wait_for_function("() => document.getElementById('compare-wallclock-chart').dataset.ready === '1'")
+        traces = page.evaluate("document.getElementById('compare-wallclock-chart').data.map(t => "
+                               "({name: t.name, x: t.x, y: t.y, up: t.error_y.array, steps: t.customdata}))")
+        assert [t["name"] for t in traces] == [f"run {slow.pk} · gsm8k_heldout", f"run {fast.pk} · gsm8k_heldout"]
+        assert traces[1]["x"] == pytest.approx([0, 95.2 / 60, 189.2 / 60, 280.1 / 60, 352.2 / 60], abs=1e-4)
+        assert traces[1]["y"] == pytest.approx([27.92, 23.98, 25.49, 26.25, 19.88])
+        assert traces[1]["steps"] == [0, 15, 30, 45, 57] and traces[1]["up"][0] == pytest.approx(3.34)
+        assert page.evaluate("document.getElementById('compare-wallclock-chart').layout.xaxis.title.text") == \
+            "training time (minutes)"
+        _shot(page, "compare-wallclock")
+        page.goto(f"{server}/runs/{slow.pk}/")
+        page.wait_for_function("() => { const c = document.getElementById('run-evals-chart');"
+                               " return c.data && c.data.length === 1; }")
+        assert page.evaluate("document.getElementById('run-evals-chart').data[0].x") == \
+            [0, 20, 40, 60, 67, 80, 100, 120, 125]
+        assert not errors, errors
+        browser.close()
