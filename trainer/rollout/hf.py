@@ -38,7 +38,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from trainer.rollout.static_decode import (_WARMUP_STEPS, AUTO_MODEL_TYPES, StaticDecoder, StaticStepper,
+from trainer.rollout.static_decode import (AUTO_MODEL_TYPES, WARMUP_STEPS, StaticDecoder, StaticStepper,
                                            batch_bucket, capacity_bucket, model_type,
                                            repair_rng_after_failed_capture, unsupported_reason)
 from trainer.rollout.types import Completion, SamplingParams
@@ -507,7 +507,7 @@ class HFGenerator:
         if mode == "eager":
             positions = 2 * (width + steps)
         else:  # every chunk's storage has the whole call's capacity (``_decode``)
-            positions = capacity_bucket(width + steps + _WARMUP_STEPS) + width
+            positions = capacity_bucket(width + steps + WARMUP_STEPS) + width
         # under autocast the K/V projections (and the static storage) are in the autocast dtype
         kv_dtype = self.autocast_dtype or next(self.model.parameters()).dtype
         config = self.model.config.get_text_config(decoder=True)
@@ -522,7 +522,7 @@ class HFGenerator:
         n = len(prompts)
         budget = self._budget()
         row_bytes = self._row_bytes(prompts, limits, mode)
-        capacity = max(len(p) for p in prompts) + max(limits) + _WARMUP_STEPS  # the static cache's, for every chunk
+        capacity = max(len(p) for p in prompts) + max(limits) + WARMUP_STEPS  # the static cache's, for every chunk
         size = rows_per_chunk(budget, row_bytes, n, bucketed=mode != "eager")
         chunks = plan_row_chunks([tuple(p) for p in prompts], size)
         ids: list = [None] * n

@@ -53,7 +53,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 log = logging.getLogger(__name__)
 
 CAPACITY_STEP = 128  # cache capacities are rounded up to this many positions
-_WARMUP_STEPS = 2  # eager steps on a side stream before a capture (allocator, cuBLAS workspaces)
+WARMUP_STEPS = 2  # eager steps on a side stream before a capture (allocator, cuBLAS workspaces)
 _MAX_STORAGES = 2  # capacities kept alive at once (each holds a full KV cache)
 _KEEP_BYTES = 2 << 30  # storages kept between calls total at most this (and 5% of the GPU)
 _SUPPORTED_ATTENTION = ("sdpa", "eager")
@@ -395,7 +395,7 @@ class StaticDecoder:
             side = torch.cuda.Stream(device)
             side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side), self._autocast(device):
-                for _ in range(_WARMUP_STEPS):
+                for _ in range(WARMUP_STEPS):
                     self.step(st, bucket)
             torch.cuda.current_stream(device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
@@ -445,9 +445,9 @@ class StaticStepper:
         device = mask2d.device
         self.decoder, self.key = decoder, adapter_key
         self.n, self.bucket = n, batch_bucket(n)
-        # + _WARMUP_STEPS: a capture late in the call writes (hidden) columns past the last step
+        # + WARMUP_STEPS: a capture late in the call writes (hidden) columns past the last step
         # min_capacity: the whole call's, so that the chunks of one call (HFGenerator) share one storage
-        cap = max(capacity_bucket(width + max_steps + _WARMUP_STEPS), capacity_bucket(min_capacity))
+        cap = max(capacity_bucket(width + max_steps + WARMUP_STEPS), capacity_bucket(min_capacity))
         st = self.st = decoder.storage(self.bucket, cap, like_k, like_v, device)
         for sk, sv, layer in zip(st.k, st.v, cache.layers):
             sk[:n, :, :width] = layer.keys.index_select(0, expand)
