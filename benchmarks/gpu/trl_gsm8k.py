@@ -127,15 +127,12 @@ def check_inputs(args) -> None:
 
 
 def read_prompts(path: str) -> list[dict]:
+    from trainer.jsonl import json_objects
+
     rows = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path} line {number}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for number, row in json_objects(lines, path, UsageError, 'each line: {"prompt": ..., "answer": ...}'):
+        if not isinstance(row.get("prompt"), str) or "answer" not in row:
             raise UsageError(f"{path} line {number}: needs a text \"prompt\" and an \"answer\"")
         rows.append({"prompt": [{"role": "user", "content": row["prompt"]}], "answer": str(row["answer"])})
     if not rows:
