@@ -5,6 +5,9 @@ no gradient checkpointing (the same settings ours runs with).
 
     python benchmarks/gpu/bench_trl.py [--steps 5] [--vllm]
 
+``--vllm``: TRL's colocate mode (vLLM in the training process, gpu_memory_utilization 0.3; TRL 1.16 accepts
+vLLM 0.22-0.31 and sets RANK/WORLD_SIZE/MASTER_ADDR itself), against ``bench_grpo.py --backend vllm``.
+
 Step time = wall time between consecutive ``on_step_end`` callbacks (generation, scoring,
 forward/backward and the optimizer step all fall inside); the first step is warm-up.
 """
@@ -47,7 +50,9 @@ def main() -> None:
         output_dir="/tmp/bench_runs/trl", per_device_train_batch_size=16, gradient_accumulation_steps=4,
         num_generations=8, max_completion_length=TOKENS, temperature=1.0, top_p=1.0, bf16=DEVICE == "cuda", use_cpu=DEVICE != "cuda",
         learning_rate=1e-6, beta=0.0, max_steps=args.steps, logging_steps=1, save_strategy="no",
-        report_to="none", gradient_checkpointing=args.gc, generation_kwargs={"min_new_tokens": TOKENS},
+        report_to="none", gradient_checkpointing=args.gc,
+        # forced lengths: transformers' generate takes min_new_tokens, vLLM's SamplingParams min_tokens
+        generation_kwargs={"min_tokens" if args.vllm else "min_new_tokens": TOKENS},
         use_vllm=args.vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3, seed=0,
         disable_tqdm=True, log_completions=False, dataloader_num_workers=0, shuffle_dataset=False,
     )

@@ -4,13 +4,15 @@
 # runs and evaluations overlap and no run is cut by the 10-minute call limit. One phase per device call:
 #   first              carry .gpu_wheels, .gpu_assets/*.jsonl and the first GGUF part: wheels into /tmp/site
 #   part               carry the next part folder(s) (.gpu_assets/stage/<model>/pNN)
-#   join MODEL         check + import a staged model into /tmp/models/MODEL
-#   start JOB...       start jobs in the background (see `job` below); MIN=13 (env) = a run's training minutes
+#   vpart              carry the next vLLM part (.gpu_vllm/pN, then .gpu_vllm/deps): benchmarks/gpu/vllm_stage.sh
+#   join MODEL [JOB..] check + import a staged model into /tmp/models/MODEL, then start JOBs (detached)
+#   start JOB...       start jobs in the background (see `chain` below); MIN=13 (env) = a run's training minutes
 #   watch SECS         wait SECS while the jobs run; then status, curves and the packed run folders in $OUT
 #   run(command="bash benchmarks/gpu/session_learn.sh first", carry=[...])
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
 if [ "$phase" = part ]; then python3 benchmarks/gpu/stage_gguf.py collect; exit; fi  # a staging call: no setup
+if [ "$phase" = vpart ]; then bash benchmarks/gpu/vllm_stage.sh 2>&1 | tee -a /tmp/vllm_stage.log | tail -3; exit; fi
 source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
 export SELFPLAY_DATA_DIR=/tmp/selfplay_data SELFPLAY_LOG=info
 LOGS=/tmp/logs RUNS=/tmp/runs MODELS=/tmp/models
@@ -18,40 +20,89 @@ SMALL="--set rollout.max_new_tokens=512 --set spice.reasoner_max_new_tokens=512"
 mkdir -p $LOGS $RUNS $MODELS
 Q15=$MODELS/qwen2.5-coder-1.5b-instruct Q05=$MODELS/qwen2.5-coder-0.5b-instruct
 A=$PWD/.gpu_assets
+export LOGS RUNS MODELS Q15 Q05 A SMALL
 
 detach() {  # detach NAME GPU command...: runs on after this call returns; its log in $LOGS/NAME.log
   local name=$1 gpu=$2; shift 2
   CUDA_VISIBLE_DEVICES=$gpu OUT=$LOGS/$name setsid nohup "$@" > $LOGS/$name.log 2>&1 < /dev/null &
   echo "$!" > $LOGS/$name.pid
-  echo "started $name on GPU $gpu (pid $!): $*"
+  echo "started $name on GPU $gpu (pid $!)"
 }
 
-job() {
-  local name=$1 min=${2:-13}
-  mkdir -p $LOGS/$name
+# One chain of jobs per GPU of a 4-GPU machine (nvidia-h100-x4); each chain runs its steps in order, detached:
+#   spice15 (GPU 0): SPICE on the 1.5B for $MIN minutes, then spice_eval.py (cross-play base vs last checkpoint,
+#                    GSM8K, cloze)
+#   ssp15   (GPU 1): SSP on the 1.5B for $MIN minutes, then (once sspq is done) ssp_eval.py eval of base + checkpoints
+#   trl05   (GPU 2): TRL GRPOTrainer on GSM8K items 0-659 for $TRL_MIN minutes, checkpoints evaluated on 660-1318
+#   sspq    (GPU 3): ssp_eval.py make-questions with the base 1.5B for $SSPQ_MIN minutes, then (once vLLM is
+#                    staged) vllmb: TRL with vLLM colocate vs ours with vLLM on the 321M benchmark shape
+# spice05 / speval15 / speval05 / sspeval15 remain for a session that runs them on their own (GPU=N to choose).
+waitfor() {  # waitfor JOB: until JOB's process has ended
+  while [ -f $LOGS/$1.pid ] && kill -0 "$(cat $LOGS/$1.pid)" 2>/dev/null; do sleep 5; done
+}
+
+spice_eval() {  # spice_eval RUN BASE: cross-play base vs the run's last checkpoint, cloze, GSM8K
+  python3 benchmarks/gpu/spice_eval.py --run $1 --models base:$2 "$(ls -d $1/checkpoints/step-* | tail -1)" \
+    --docs $A/wiki_heldout.jsonl --tasks ${TASKS:-96} --answers 4 --gsm8k $A/gsm8k_test.jsonl --gsm8k-name gsm8k_test \
+    --cloze 300 --max-new-tokens 512
+}
+
+vllm_benches() {  # issue 22 item 2: the same 321M GRPO step (8 x 8 x 256 forced) four ways on one card
+  export VLLM_USE_FLASHINFER_SAMPLER=0
+  python3 benchmarks/gpu/bench_trl.py --vllm
+  python3 benchmarks/gpu/bench_grpo.py --backend vllm --tag "ours vllm defaults"
+  python3 benchmarks/gpu/bench_trl.py
+  python3 benchmarks/gpu/bench_grpo.py --tag "ours defaults"
+}
+
+chain() {  # the body of a detached job (runs in a child bash: functions exported below)
+  local name=$1 min=${MIN:-13}
   case $name in
-    spice15) rm -rf $RUNS/$name; detach $name 0 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml \
-               --run $RUNS/$name --minutes $min --deadline 1200 --set train.micro_batch_tokens=${MBT:-8192} --set train.prompts_per_step=16 $SMALL \
-               --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl ;;
-    spice05) rm -rf $RUNS/$name; detach $name 1 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml \
-               --run $RUNS/$name --minutes $min --deadline 1200 --set train.micro_batch_tokens=${MBT:-8192} --set train.prompts_per_step=16 $SMALL \
-               --set model.name_or_path=$Q05 --set corpus.path=$A/wiki.jsonl ;;
-    ssp15) rm -rf $RUNS/$name; detach $name 1 python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml \
-               --run $RUNS/$name --minutes $min --deadline 1200 --set train.micro_batch_tokens=4096 \
-               --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl ;;
-    sspq) detach $name 1 python3 benchmarks/gpu/ssp_eval.py make-questions --model base:$Q15 \
-               --config benchmarks/gpu/learn_ssp.yaml --n 200 --out $A/ssp_heldout.jsonl ;;
-    speval15|speval05)  # cross-play base vs the run's last checkpoint, cloze, GSM8K (skipped where recorded)
-      local run=$RUNS/spice${name#speval} gpu=0 base=$Q15
-      [ "$name" = speval05 ] && { gpu=1; base=$Q05; }
-      detach $name $gpu python3 benchmarks/gpu/spice_eval.py --run $run \
-               --models base:$base "$(ls -d $run/checkpoints/step-* | tail -1)" --docs $A/wiki_heldout.jsonl \
-               --tasks ${TASKS:-96} --answers 4 --gsm8k $A/gsm8k_test.jsonl --gsm8k-name gsm8k_test --cloze 300 \
-               --max-new-tokens 512 ;;
-    sspeval15) detach $name 1 python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 \
-               --bench $A/ssp_heldout.jsonl --judged ;;
+    spice15)
+      python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml --run $RUNS/$name --minutes $min \
+        --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} --set train.prompts_per_step=16 $SMALL \
+        --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl
+      echo "== spice15 trained; evaluating"; spice_eval $RUNS/$name $Q15 ;;
+    spice05)
+      python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml --run $RUNS/$name --minutes $min \
+        --deadline 1500 --set train.micro_batch_tokens=${MBT:-8192} --set train.prompts_per_step=16 $SMALL \
+        --set model.name_or_path=$Q05 --set corpus.path=$A/wiki.jsonl
+      echo "== spice05 trained; evaluating"; spice_eval $RUNS/$name $Q05 ;;
+    ssp15)
+      python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml --run $RUNS/$name --minutes $min \
+        --deadline 1500 --set train.micro_batch_tokens=4096 --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl
+      echo "== ssp15 trained; waiting for sspq"; waitfor sspq
+      python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/$name --bench $A/ssp_heldout.jsonl --judged ;;
+    trl05)
+      python3 benchmarks/gpu/trl_gsm8k.py train --run $RUNS/$name --model $Q05 --minutes ${TRL_MIN:-13.4} \
+        --save-every 120 --data $A/gsm8k_train.jsonl --bench $A/gsm8k_heldout.jsonl --deadline 1500 ;;
+    sspq)
+      python3 benchmarks/gpu/ssp_eval.py make-questions --model base:$Q15 --config benchmarks/gpu/learn_ssp.yaml \
+        --n 200 --batch 128 --minutes ${SSPQ_MIN:-6} --out $A/ssp_heldout.jsonl ;;
+    vllmb)
+      echo "== vllmb: waiting for sspq and for vLLM"; waitfor sspq
+      while [ ! -d /tmp/site/vllm ] || ! grep -q VLLM_STAGED /tmp/vllm_stage.log 2>/dev/null; do sleep 5; done
+      vllm_benches ;;
+    speval15) spice_eval $RUNS/spice15 $Q15 ;;
+    speval05) spice_eval $RUNS/spice05 $Q05 ;;
+    sspeval15) python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 --bench $A/ssp_heldout.jsonl --judged ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
+}
+
+job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
+  local name=$1 gpu
+  case $name in
+    spice15|speval15) gpu=0 ;; ssp15|sspeval15|spice05|speval05) gpu=1 ;; trl05) gpu=2 ;; sspq|vllmb) gpu=3 ;;
+    *) echo "unknown job $name"; return 1 ;;
+  esac
+  mkdir -p $LOGS/$name
+  case $name in spice15|spice05|ssp15|trl05) rm -rf $RUNS/$name ;; esac
+  local pre=""  # started by `join`: wait for the import first
+  [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
+  detach $name ${GPU:-$gpu} bash -c "$(declare -f waitfor spice_eval vllm_benches chain)
+    $pre
+    chain $name"
 }
 
 status() {
@@ -104,8 +155,12 @@ case $phase in
     tail -2 /tmp/setup.log
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
     python3 benchmarks/gpu/stage_gguf.py collect ;;
-  join) python3 benchmarks/gpu/stage_gguf.py join "$2" --dest $MODELS/$2 ;;
-  start) shift; for j in "$@"; do job $j ${MIN:-13}; done ;;
+  join)  # join MODEL [JOB...]: check + import MODEL, and start the JOBs, all detached (the call returns at once);
+         # each job waits for the import (its chain starts with waitfor join-MODEL)
+    m=$2; shift 2
+    detach join-$m 0 python3 benchmarks/gpu/stage_gguf.py join $m --dest $MODELS/$m
+    for j in "$@"; do WAIT=join-$m job $j; done ;;
+  start) shift; for j in "$@"; do job $j; done ;;
   stop)  # stop jobs (their runs end at the next step boundary with a checkpoint: SIGINT is not that, so the
          # time limit is what ends a run; this is for a job gone wrong)
     shift; for j in "$@"; do pkill -TERM -s "$(ps -o sid= -p "$(cat $LOGS/$j.pid)" | tr -d ' ')" 2>/dev/null; echo "stopped $j"; done ;;

@@ -1,9 +1,15 @@
 # Source on the GPU machine, from the repository root:  source benchmarks/gpu/setup.sh
 # Installs the carried wheels (.gpu_wheels/, built/downloaded by benchmarks/gpu/stage_wheels.sh)
 # into /tmp/site without touching the image's packages, and sets the environment.
-if ls .gpu_wheels/*.whl > /dev/null 2>&1; then
+# Once per warm machine: a later call (the wheels stay in the repo copy there) skips the install, so jobs that
+# are still running never see their packages replaced under them.
+WHEELS_ID=$(ls .gpu_wheels/*.whl 2>/dev/null | md5sum | cut -c1-12)
+if [ -f /tmp/site/.wheels-$WHEELS_ID ]; then
+  :
+elif ls .gpu_wheels/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu_wheels/*.whl \
     || { echo "setup: wheel install failed"; return 1 2>/dev/null || exit 1; }
+  touch /tmp/site/.wheels-$WHEELS_ID
 elif [ ! -d /tmp/site/deepspeed ]; then
   echo "setup: no .gpu_wheels carried and nothing in /tmp/site (a cold machine): carry .gpu_wheels"; return 1 2>/dev/null || exit 1
 fi

@@ -14,7 +14,7 @@ the Proposer prompt, the multi-turn search trajectory at the run's temperature a
 filter and the RAG check judged like the run, exact match then the frozen base). It keeps the valid
 questions, one per answer, and writes them as a ``trainer.evaluate`` JSONL benchmark: id, question,
 answer, document_id, plus how it was made. Rounds of ``--batch`` answers run until ``--n`` questions or
-``--max-rounds``; a file that already holds questions is extended, not rewritten.
+``--max-rounds`` (or ``--minutes``); a file that already holds questions is extended, not rewritten.
 
 ``eval``: each model (``base:<name>`` or a checkpoint folder; default: the run's base model and every
 checkpoint in RUN/checkpoints) answers every question as the SSP Solver (the Search-R1 prompt,
@@ -154,6 +154,9 @@ def cmd_make_questions(args) -> None:
     t0 = time.perf_counter()
     for round_ in range(args.max_rounds):
         if len(rows) >= args.n:
+            break
+        if args.minutes is not None and time.perf_counter() - t0 > args.minutes * 60:
+            print(f"make-questions: --minutes {args.minutes} spent after {round_} rounds", flush=True)
             break
         seeds = draw_answers(ctx, args.batch, rng, None)
         slots = propose_questions(ctx, tool, judge, seeds, rng, step=round_)
@@ -325,6 +328,7 @@ def main(argv=None) -> int:
     m.add_argument("--n", type=int, default=200, help="questions wanted")
     m.add_argument("--batch", type=int, default=64, help="answers proposed together in a round")
     m.add_argument("--max-rounds", type=int, default=20)
+    m.add_argument("--minutes", type=float, help="start no round after this many minutes (a machine session's budget)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--out", default=".gpu_assets/ssp_heldout.jsonl")
     e = sub.add_parser("eval", help="Solver accuracy with search, recorded in RUN/evals.jsonl")
