@@ -30,21 +30,23 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 }
 
 # One chain of jobs per GPU of a 4-GPU machine (nvidia-h100-x4); each chain runs its steps in order, detached:
-#   spice15 (GPU 0): SPICE on the 1.5B for $MIN minutes, then spice_eval.py (cross-play base vs last checkpoint,
-#                    GSM8K, cloze)
-#   ssp15   (GPU 1): SSP on the 1.5B for $MIN minutes, then (once sspq is done) ssp_eval.py eval of base + checkpoints
-#   trl05   (GPU 2): TRL GRPOTrainer on GSM8K items 0-659 for $TRL_MIN minutes, checkpoints evaluated on 660-1318
-#   sspq    (GPU 3): ssp_eval.py make-questions with the base 1.5B for $SSPQ_MIN minutes, then (once vLLM is
-#                    staged) vllmb: TRL with vLLM colocate vs ours with vLLM on the 321M benchmark shape
+#   spice15  (GPU 0): SPICE on the 1.5B over Wikipedia for $MIN minutes, then spice_eval.py (cross-play base vs
+#                     the last checkpoint on held-out documents, GSM8K, cloze)
+#   ssp15    (GPU 1): SSP on the 1.5B for $MIN minutes, then (once sspq is done) ssp_eval.py eval of base + checkpoints
+#   trl05    (GPU 2): TRL GRPOTrainer on GSM8K items 0-659 for $TRL_MIN minutes, checkpoints evaluated on 660-1318
+#   vllmb    (GPU 2, after trl05 and once vLLM is staged): TRL with vLLM colocate vs ours with vLLM, 321M shape
+#   sspq     (GPU 3): ssp_eval.py make-questions with the base 1.5B for $SSPQ_MIN minutes
+#   spicem15 (GPU 3, after sspq): SPICE on the 1.5B over the GSM8K-solutions corpus (items 0-659) for $MATH_MIN
+#                     minutes, then cross-play on documents 660-1318 and GSM8K items 660-1318
 # spice05 / speval15 / speval05 / sspeval15 remain for a session that runs them on their own (GPU=N to choose).
 waitfor() {  # waitfor JOB: until JOB's process has ended
   while [ -f $LOGS/$1.pid ] && kill -0 "$(cat $LOGS/$1.pid)" 2>/dev/null; do sleep 5; done
 }
 
-spice_eval() {  # spice_eval RUN BASE: cross-play base vs the run's last checkpoint, cloze, GSM8K
+spice_eval() {  # spice_eval RUN BASE [DOCS GSM8K NAME CLOZE TASKS]: cross-play base vs the last checkpoint, benchmarks
   python3 benchmarks/gpu/spice_eval.py --run $1 --models base:$2 "$(ls -d $1/checkpoints/step-* | tail -1)" \
-    --docs $A/wiki_heldout.jsonl --tasks ${TASKS:-96} --answers 4 --gsm8k $A/gsm8k_test.jsonl --gsm8k-name gsm8k_test \
-    --cloze 300 --max-new-tokens 512
+    --docs ${3:-$A/wiki_heldout.jsonl} --tasks ${7:-${TASKS:-96}} --answers 4 --gsm8k ${4:-$A/gsm8k_test.jsonl} \
+    --gsm8k-name ${5:-gsm8k_test} --cloze ${6:-300} --max-new-tokens 512
 }
 
 vllm_benches() {  # issue 22 item 2: the same 321M GRPO step (8 x 8 x 256 forced) four ways on one card
@@ -68,6 +70,13 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
         --deadline 1500 --set train.micro_batch_tokens=${MBT:-8192} --set train.prompts_per_step=16 $SMALL \
         --set model.name_or_path=$Q05 --set corpus.path=$A/wiki.jsonl
       echo "== spice05 trained; evaluating"; spice_eval $RUNS/$name $Q05 ;;
+    spicem15)
+      echo "== spicem15: waiting for sspq (same GPU)"; waitfor sspq
+      python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml --run $RUNS/$name \
+        --minutes ${MATH_MIN:-8} --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} \
+        --set train.prompts_per_step=16 $SMALL --set model.name_or_path=$Q15 --set corpus.path=$A/gsm8k_docs.jsonl
+      echo "== spicem15 trained; evaluating"
+      spice_eval $RUNS/$name $Q15 $A/gsm8k_docs_heldout.jsonl $A/gsm8k_heldout.jsonl gsm8k_heldout 0 64 ;;
     ssp15)
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=4096 --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl
@@ -78,9 +87,9 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
         --save-every 120 --data $A/gsm8k_train.jsonl --bench $A/gsm8k_heldout.jsonl --deadline 1500 ;;
     sspq)
       python3 benchmarks/gpu/ssp_eval.py make-questions --model base:$Q15 --config benchmarks/gpu/learn_ssp.yaml \
-        --n 200 --batch 128 --minutes ${SSPQ_MIN:-6} --out $A/ssp_heldout.jsonl ;;
+        --n 200 --batch 256 --minutes ${SSPQ_MIN:-5} --out $A/ssp_heldout.jsonl ;;
     vllmb)
-      echo "== vllmb: waiting for sspq and for vLLM"; waitfor sspq
+      echo "== vllmb: waiting for trl05 (same GPU) and for vLLM"; waitfor trl05
       while [ ! -d /tmp/site/vllm ] || ! grep -q VLLM_STAGED /tmp/vllm_stage.log 2>/dev/null; do sleep 5; done
       vllm_benches ;;
     speval15) spice_eval $RUNS/spice15 $Q15 ;;
@@ -93,11 +102,11 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15) gpu=0 ;; ssp15|sspeval15|spice05|speval05) gpu=1 ;; trl05) gpu=2 ;; sspq|vllmb) gpu=3 ;;
+    spice15|speval15) gpu=0 ;; ssp15|sspeval15|spice05|speval05) gpu=1 ;; trl05|vllmb) gpu=2 ;; sspq|spicem15) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   mkdir -p $LOGS/$name
-  case $name in spice15|spice05|ssp15|trl05) rm -rf $RUNS/$name ;; esac
+  case $name in spice15|spice05|spicem15|ssp15|trl05) rm -rf $RUNS/$name ;; esac
   local pre=""  # started by `join`: wait for the import first
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
   detach $name ${GPU:-$gpu} bash -c "$(declare -f waitfor spice_eval vllm_benches chain)
