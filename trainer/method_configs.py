@@ -224,6 +224,11 @@ class SpiceSection(MethodSection):
                            "(ours; the paper shows none). On for SmolLM2-135M (0/16 valid tasks without it); off "
                            "by default: Qwen2.5-Coder-0.5B wrote no grounded task with it, only word problems "
                            "imitating it (benchmarks/RESULTS.md). A task restating it is invalid either way.")
+    require_grounding: bool = Field(
+        True, description="A question sharing no content word (a name, a term, a number of two or more digits) with "
+                          "its document is invalid (ours: the paper's prompt asks for tasks from the document; "
+                          "Qwen2.5-Coder-1.5B's Challenger collapsed to 'How many correct answers? -> 1' without it). "
+                          "Documents with fewer than 5 Latin-script words are not checked.")
 
     @model_validator(mode="after")
     def _retry_cap(self) -> "SpiceSection":

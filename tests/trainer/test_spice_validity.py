@@ -1,4 +1,5 @@
-"""SPICE's task rules beyond parsing: "answer in question" and "question has no words", on real tasks.
+"""SPICE's task rules beyond parsing: "answer in question", "question has no words", "question refers to the
+document" and "question is not about the document", on real tasks.
 
 The examples are tasks written on an H100 (run folders spice05 = Qwen2.5-Coder-0.5B, 35 steps, and
 spice15 = Qwen2.5-Coder-1.5B, 15 steps): the 0.5B Challenger collapsed to digit strings answered by
@@ -10,16 +11,26 @@ import pytest
 
 from trainer.methods.parts import answer_in_question, count_words
 from trainer.methods.spice import step_metrics
-from trainer.methods.spice_tasks import Attempt, FormatChoice, SpiceTask, TaskError, parse_task, refers_to_document
+from trainer.config import load_config
+from trainer.methods.spice_tasks import (
+    Attempt,
+    FormatChoice,
+    SpiceTask,
+    TaskError,
+    content_words,
+    grounded,
+    parse_task,
+    refers_to_document,
+)
 from trainer.methods.ssp_tasks import rule_filter
 
 
-def _task(kind, question, answer):
+def _task(kind, question, answer, document=None):
     if kind == "mcq":
         text = json.dumps({"multiple_choice_question": question, "multiple_choice_correct": answer})
-        return parse_task(text, FormatChoice("mcq", None))
+        return parse_task(text, FormatChoice("mcq", None), document=document)
     text = json.dumps({"question": question, "answer": answer, "answer_type": kind.capitalize()})
-    return parse_task(text, FormatChoice("free_form", kind))
+    return parse_task(text, FormatChoice("free_form", kind), document=document)
 
 
 # the final (step 35) 0.5B Challenger on held-out documents, and its training tasks (samples.jsonl)
@@ -196,3 +207,56 @@ def test_each_rule_has_its_own_invalid_rate():
     chal = step_metrics(attempts)["challenger"]
     assert chal["invalid_answer_in_question_rate"] == chal["invalid_no_words_rate"] == 0.25
     assert chal["invalid_copies_example_rate"] == 0.0 and chal["invalid_task_rate"] == 0.75
+
+
+# Run spice15 of 2026-11-26 23:15 (H200, 33 steps, the three rules above in force): its final Challenger wrote
+# only "How many correct answers? -> 1" style tasks on held-out documents (96 of 96) and its Reasoner answered 1
+# (99.7%). Documents are the held-out Wikipedia summaries those tasks were written from (cut).
+TIMBUKTU = ("Timbuktu\nTimbuktu is an ancient city in Mali, situated 20 kilometres north of the Niger River. It is "
+            "the capital of the Tombouctou Region, one of the 19 administrative regions of Mali, having a population "
+            "of around one million people in the 2022 census.")
+VIENNA = ("Battle of Vienna\nThe Battle of Vienna took place at Kahlenberg Mountain near Vienna on 12 September 1683 "
+          "after the city had been besieged by the Ottoman Empire for two months.")
+NIGER = ("Niger\nNiger, officially the Republic of Niger, is a landlocked country in West Africa. It is a unitary "
+         "state bordered by Libya to the northeast, Chad to the east, Nigeria to the south.")
+SELF_REFERENTIAL = [("How many answers?", TIMBUKTU), ("How many correct answers?", VIENNA),
+                    ("How many correct answers are there?", NIGER),
+                    ("How many ways are there to answer this question?", VIENNA)]
+
+
+@pytest.mark.parametrize("question, document", SELF_REFERENTIAL)
+def test_the_self_referential_collapse_is_not_about_the_document(question, document):
+    assert not grounded(question, document)
+    with pytest.raises(TaskError, match="question is not about the document"):
+        _task("integer", question, "1", document=document)
+    assert _task("integer", question, "1").question == question  # the rule needs the document
+
+
+@pytest.mark.parametrize("kind, question, answer, document", [
+    ("string", "What is the name of the capital city of Niger?", "Niamey", NIGER),
+    ("integer", "For how many years did the Ottoman Empire siege Vienna?", "2", VIENNA),
+    ("integer", "Estimate the population of Timbuktu according to the given 2022 census, which states that there "
+     "are around one million people.", "1000000", TIMBUKTU),
+    ("integer", "In what year was the battle fought near Kahlenberg?", "1683", VIENNA),  # one shared name is enough
+    ("mcq", "Which country lies to the south? A) Chad B) Libya C) Nigeria D) Mali", "C", NIGER),
+])
+def test_the_base_challengers_grounded_tasks_stay_valid(kind, question, answer, document):
+    assert _task(kind, question, answer, document=document).question == question
+
+
+def test_content_words_keep_names_terms_and_numbers():
+    assert content_words("How many ships did Venice send in 1453?") == {"ship", "venice", "send", "1453"}
+    assert content_words("How many correct answers are there? What is the total number?") == set()
+    assert content_words("It covers 5,000 km2 and 7 towns.") == {"cover", "5000", "town"}  # "7", "km": too short
+    assert content_words("Mississippi glass") == {"mississippi", "glass"}  # "ss" endings are no plurals
+
+
+def test_a_document_in_another_script_is_not_checked():
+    doc = "尼日尔共和国是西非的一个内陆国家，首都尼亚美。"
+    assert grounded("尼日尔的首都是哪里？", doc)
+    assert grounded("How many correct answers?", "Le Niger est un pays.")  # too few Latin words to judge
+
+
+def test_the_grounding_rule_is_a_config_switch():
+    assert load_config({"method": "spice"}).spice.require_grounding is True
+    assert load_config({"method": "spice", "spice": {"require_grounding": False}}).spice.require_grounding is False

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from trainer.methods.parts import answer_in_question, count_words
 from trainer.prompts import chat
+from trainer.tools.bm25 import STOPWORDS
 from trainer.tools.corpus import document_text
 from trainer.verify import exact_match, extract_boxed, math_equal_many, mcq_match
 
@@ -362,10 +363,11 @@ def _check_answer(answer: str, kind: str, max_string_words: int) -> str:
 ANSWER_IN_QUESTION = "answer in question"
 NO_WORDS = "question has no words"
 REFERS_TO_DOCUMENT = "question refers to the document"
+NOT_GROUNDED = "question is not about the document"
 MIN_QUESTION_WORDS = 3
 # the task rules beyond "parses and matches its type", by the metric name step_metrics gives them
 TASK_RULES = {"copies_example": "question copies the prompt's example", "answer_in_question": ANSWER_IN_QUESTION,
-              "no_words": NO_WORDS, "refers_to_document": REFERS_TO_DOCUMENT}
+              "no_words": NO_WORDS, "refers_to_document": REFERS_TO_DOCUMENT, "not_grounded": NOT_GROUNDED}
 # The paper's Challenger prompts (spice.txt, CRITICAL rules): 'Never reference "the document" or "the text" in the
 # question'; 'NEVER use: "according to the text", "in the document", "as mentioned", "the passage states"'. The
 # Reasoner never sees the document, so such a question cannot be answered as asked.
@@ -375,6 +377,43 @@ _REFERS_TO_DOCUMENT = re.compile(
     rf"following|preceding)\s+)?{_DOCUMENT_WORDS}\b|\bas (?:mentioned|stated|described)\b", re.IGNORECASE)
 
 
+# Words any question may use whatever its document ("How many correct answers?"): they ground nothing.
+_TASK_WORDS = frozenset("""
+how many much what which who whom whose when where why does did do done is are was were be been being can could should
+would may might must not also more most less least than other another each every any all some only about after before
+during between here those answer answers answered answering question questions correct incorrect right wrong true false
+option options choice choices way ways number numbers total following given provided above below mentioned stated
+described based according name named called one two three four five six seven eight nine ten first second third last
+type types kind kinds part parts many
+""".split())
+_GROUND_TOKEN = re.compile(r"[a-z]+|\d[\d,.]*\d")
+MIN_GROUNDABLE_WORDS = 5  # a document with fewer Latin-script content words (another script) is not checked
+
+
+def content_words(text: str) -> set[str]:
+    """The words of ``text`` that can tie a question to a document: lower-cased Latin-script words of 3+ letters,
+    minus stop words and question words (``_TASK_WORDS``), a plural's final "s" dropped; and numbers of 2+ digits
+    (thousands commas dropped). "How many ships did Venice send in 1453?" -> {ship, venice, send, 1453}."""
+    out = set()
+    for t in _GROUND_TOKEN.findall((text or "").lower()):
+        if t[0].isdigit():
+            t = t.replace(",", "").rstrip(".")
+            if len(t) >= 2:
+                out.add(t)
+        elif len(t) >= 3 and t not in STOPWORDS and t not in _TASK_WORDS:
+            out.add(t[:-1] if len(t) > 3 and t.endswith("s") and not t.endswith("ss") else t)
+    return out
+
+
+def grounded(question: str, document: str) -> bool:
+    """Does the question share a content word with its document (``content_words``)? True when the document has too
+    few Latin-script words to tell. On the H100 runs' held-out tasks: 92 of the base 1.5B Challenger's 96 questions
+    and all 128 math questions are grounded; none of the collapsed Challengers' ("How many correct answers?",
+    digit strings) are."""
+    doc = content_words(document)
+    return len(doc) < MIN_GROUNDABLE_WORDS or bool(content_words(question) & doc)
+
+
 def refers_to_document(question: str) -> bool:
     """Does the question point at the document the Reasoner never sees? ("How many paragraphs are there in the
     given text?", "according to the passage", "as mentioned") - the paper's prompt forbids it."""
@@ -382,7 +421,7 @@ def refers_to_document(question: str) -> bool:
 
 
 def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
-               min_words: int = MIN_QUESTION_WORDS) -> SpiceTask:
+               min_words: int = MIN_QUESTION_WORDS, document: str | None = None) -> SpiceTask:
     """Turn two's JSON -> SpiceTask, or TaskError saying why the task is invalid.
 
     Beyond the paper's "formatted correctly and parsable" (and ``copies_example``), two rules of
@@ -402,7 +441,11 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
       makes it a CRITICAL rule that a question never mentions "the text", "the document", "the
       passage" or "as mentioned" (the Reasoner never sees it); we also check it. Qwen2.5-Coder-1.5B's
       Challenger collapsed within 15 steps to questions about the text's form answered 1 ("How many
-      paragraphs are there in the given text?"; 44 of 48 of its final tasks, 2 of 48 of the base's)."""
+      paragraphs are there in the given text?"; 44 of 48 of its final tasks, 2 of 48 of the base's);
+    - "question is not about the document" (both formats; ``grounded``, only when ``document`` is given): the
+      question shares no content word with the document. The next run's 1.5B Challenger collapsed within 33
+      steps to "How many correct answers? -> 1" (96 of its 96 held-out tasks; 4 of the base's 96), which no
+      other rule catches."""
     if choice.format == "mcq":
         obj = _last_with(text, ("multiple_choice_question", "multiple_choice_correct"))
         question, letter = obj["multiple_choice_question"], obj["multiple_choice_correct"]
@@ -415,7 +458,7 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
         if copies_example(question):
             raise TaskError("question copies the prompt's example instead of asking about the document")
         check_words(_OPTION.sub(" ", question), min_words)  # the option labels A) to D) are no words
-        check_standalone(question)
+        check_standalone(question, document)
         return SpiceTask("mcq", "mcq", question.strip(), letter.strip().strip(")").upper())
     obj = _last_with(text, ("question", "answer"))
     question = obj["question"]
@@ -433,7 +476,7 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
     if choice.answer_type != "boolean" and answer_in_question(question, answer):
         raise TaskError(f"{ANSWER_IN_QUESTION}: the Reasoner could copy it")
     check_words(question, min_words)
-    check_standalone(question)
+    check_standalone(question, document)
     return SpiceTask("free_form", choice.answer_type, question.strip(), answer)
 
 
@@ -442,9 +485,11 @@ def check_words(question: str, min_words: int) -> None:
         raise TaskError(f"{NO_WORDS} (fewer than {min_words} words with letters)")
 
 
-def check_standalone(question: str) -> None:
+def check_standalone(question: str, document: str | None = None) -> None:
     if refers_to_document(question):
         raise TaskError(f"{REFERS_TO_DOCUMENT}, which the Reasoner never sees")
+    if document is not None and not grounded(question, document):
+        raise TaskError(f"{NOT_GROUNDED}: it shares no name, term or number with it")
 
 
 def keep_preserving_ratio(valid: Sequence[bool], group_size: int, rng: random.Random) -> list[int]:
@@ -584,6 +629,7 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
     sec, tok = ctx.config.spice, ctx.policy.tokenizer
     attempts, N = [], sec.challenger_attempts
     draws = draw_numbers(docs) if draws is None else draws
+    doc_texts = [doc.text for doc in docs]
     for d, doc in enumerate(docs):
         prompt = challenger_prompt(tok, doc, sec)
         first_i = draws[d] * N
@@ -616,7 +662,8 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
         text = TASK_PREFILL[a.choice.format] + c.text
         a.turns.append({"role": "assistant", "text": text})
         try:
-            a.task = parse_task(text, a.choice, sec.max_string_answer_words)
+            a.task = parse_task(text, a.choice, sec.max_string_answer_words,
+                                document=f"{a.doc_title}\n{doc_texts[a.group]}" if sec.require_grounding else None)
         except TaskError as err:
             a.reason = f"task: {err}"
     return attempts
