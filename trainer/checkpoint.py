@@ -11,7 +11,11 @@ A checkpoint is a folder ``<run_dir>/checkpoints/step-000012/`` holding
 - ``config.yaml`` the run's config; ``meta.json`` step, method, model, LoRA rank, time.
 
 It is written into a temporary folder and renamed into place, so a crash never leaves a
-half-written checkpoint; only the newest ``keep_last`` are kept. ``load_checkpoint`` refuses,
+half-written checkpoint; only the newest ``keep_last`` are kept. When the disk has less room than
+the newest checkpoint takes (the next one is as large), the oldest are removed first, never the
+newest, so a full disk keeps fewer checkpoints instead of stopping the run (an H100 run of a 1.5B
+model, ~18 GB a checkpoint with its optimizer state, filled 235 GB with keep_last 6); only when the
+newest alone leaves too little room does the write fail, with ``CheckpointWriteError``. ``load_checkpoint`` refuses,
 with the reason, to resume a run whose method, model or LoRA rank changed, or whose files
 are missing.
 """
@@ -135,11 +139,13 @@ def _require(path: Path) -> None:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, cfg: Config, policy, engine, recipe_state: dict | None = None,
-                    keep_last: int | None = None) -> Path:
+                    keep_last: int | None = None, on_make_room=None) -> Path:
     """Write checkpoint ``step`` atomically and prune old ones; returns its folder.
 
-    Several ranks: every rank must call it (the engine state and ZeRO-3 weights are gathered
-    collectively); rank 0 writes the files, the others wait until they are in place."""
+    ``on_make_room(removed, need, free)`` is called when older checkpoints were removed early to
+    fit this one (``make_room``). Several ranks: every rank must call it (the engine state and
+    ZeRO-3 weights are gathered collectively); rank 0 writes the files, the others wait until they
+    are in place."""
     folder = checkpoints_dir(run_dir)
     final = folder / f"step-{step:06d}"
     engine_state = engine.state_dict()
@@ -148,6 +154,10 @@ def save_checkpoint(run_dir: str | Path, step: int, cfg: Config, policy, engine,
         dist.barrier()
         return final
     try:
+        folder.mkdir(parents=True, exist_ok=True)
+        removed, need, free = make_room(folder)
+        if removed and on_make_room is not None:
+            on_make_room(removed, need, free)
         _write_checkpoint(folder, final, step, cfg, policy, engine_state, weights, recipe_state, keep_last)
     finally:
         dist.barrier()
@@ -184,6 +194,30 @@ def _write_checkpoint(folder: Path, final: Path, step: int, cfg: Config, policy,
         shutil.rmtree(final)
     os.replace(tmp, final)
     _prune(folder, keep_last if keep_last is not None else cfg.checkpoint.keep_last)
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def disk_free(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def make_room(folder: Path, margin: float = 1.05) -> tuple[list[str], int, int]:
+    """Before a checkpoint is written into ``folder``: while the disk has less free space than the newest
+    checkpoint's size x ``margin``, remove the oldest checkpoint, never the newest. Returns (removed folder
+    names, bytes needed, bytes free after)."""
+    done = list_checkpoints(folder.parent)
+    if not done:
+        return [], 0, disk_free(folder)
+    need = int(folder_bytes(done[-1]) * margin)
+    removed = []
+    while len(done) > 1 and disk_free(folder) < need:
+        old = done.pop(0)
+        shutil.rmtree(old, ignore_errors=True)
+        removed.append(old.name)
+    return removed, need, disk_free(folder)
 
 
 def _prune(folder: Path, keep_last: int) -> None:

@@ -164,7 +164,17 @@ class RecipeContext:
         if self.run_dir is None:
             return None
         state = {**self.state, **(extra_state or {}), "_numpy_rng": self.rng.bit_generator.state}
-        path = save_checkpoint(self.run_dir, step, self.config, self.policy, self.engine, state)
+        made_room = []
+        path = save_checkpoint(self.run_dir, step, self.config, self.policy, self.engine, state,
+                               on_make_room=lambda *args: made_room.append(args))
+        for removed, need, free in made_room:  # the disk holds fewer checkpoints than keep_last: say so
+            gib = 1 << 30
+            self.sink.samples(step, [{
+                "kind": "event", "key": f"{step}:disk_made_room", "step": step,
+                "message": f"disk nearly full: removed {', '.join(removed)} early to fit step {step}'s checkpoint "
+                           f"({need / gib:.1f} GiB needed, {free / gib:.1f} GiB free now); fewer than "
+                           f"checkpoint.keep_last={self.config.checkpoint.keep_last} are kept",
+                "data": {"what": "disk_made_room", "removed": removed, "need_bytes": need, "free_bytes": free}}])
         self.final_checkpoint = str(path)
         self.sink.checkpoint(step, str(path))
         return str(path)

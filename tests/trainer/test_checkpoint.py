@@ -1,5 +1,6 @@
 """Checkpoints: explicit and atomic, pruned, and a resumed run takes exactly the steps an
 uninterrupted run takes; impossible resumes say why."""
+import json
 import random
 
 import numpy as np
@@ -93,3 +94,41 @@ def test_impossible_resumes_say_why(tiny_config, tmp_path, tiny_model_dir):
     (list_checkpoints(tmp_path / "r")[-1] / "engine.pt").unlink()
     with pytest.raises(ResumeError, match="engine.pt is missing"):
         trainer.run({**cfg, "train": {**cfg["train"], "steps": 2}}, run_dir=tmp_path / "r", resume=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of its own for the run folder, resizable (we are root on the test machine; otherwise skipped)."""
+    import subprocess
+
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+
+    def mount(size: int, remount: bool = False) -> None:
+        options = f"{'remount,' if remount else ''}size={size}"
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}); needs root")
+
+    yield mnt, mount
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_nearly_full_disk_keeps_fewer_checkpoints_instead_of_stopping_the_run(tiny_config, tmp_path, small_disk):
+    """keep_last 3 on a disk with room for ~2.5 checkpoints: the oldest goes early (never the newest), the run
+    finishes, and an event says what was removed; the 1.5B GPU runs of 2026-11-26 died on this instead."""
+    from trainer.checkpoint import folder_bytes
+
+    probe = trainer.run(tiny_config(train={"steps": 1}), run_dir=tmp_path / "probe")
+    size = folder_bytes(list_checkpoints(tmp_path / "probe")[-1])
+    mnt, mount = small_disk
+    mount(int(size * 2.6) + (1 << 20))  # 2 checkpoints + the run's logs fit, a third does not
+    result = trainer.run(tiny_config(train={"steps": 4}, checkpoint={"every": 1, "keep_last": 3}), run_dir=mnt / "run")
+    assert probe.steps == 1 and result.steps == 4
+    kept = [p.name for p in list_checkpoints(mnt / "run")]
+    assert kept[-1] == "step-000004" and len(kept) < 3
+    events = [json.loads(line) for line in (mnt / "run" / "samples.jsonl").read_text().splitlines()]
+    events = [e for e in events if e.get("data", {}).get("what") == "disk_made_room"]
+    assert events and events[0]["data"]["removed"] == ["step-000001"]
+    assert "disk nearly full: removed step-000001 early" in events[0]["message"]
+    assert "checkpoint.keep_last=3" in events[0]["message"]
