@@ -2,7 +2,8 @@
 # Issue 21 (b)-(d) in one machine session: the Qwen GGUFs staged part by part on a WARM machine, then the learning
 # runs started DETACHED (setsid: they outlive the call that starts them, until the machine goes back), so staging,
 # runs and evaluations overlap and no run is cut by the 10-minute call limit. One phase per device call:
-#   first              carry .gpu_wheels, .gpu_assets/*.jsonl and the first GGUF part: wheels into /tmp/site
+#   first              carry .gpu_wheels and the .gpu_assets/*.jsonl files (8 paths at most): wheels into /tmp/site
+#                      (parts: `stage_gguf.py split NAME` sizes them to fit beside the working tree, now ~15 MiB)
 #   part               carry the next part folder(s) (.gpu_assets/stage/<model>/pNN)
 #   vpart              carry the next vLLM part (.gpu_vllm/pN, then .gpu_vllm/deps): benchmarks/gpu/vllm_stage.sh
 #   join MODEL [JOB..] check + import a staged model into /tmp/models/MODEL, then start JOBs (detached)

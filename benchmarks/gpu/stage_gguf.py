@@ -44,7 +44,29 @@ def gguf_source(name: str) -> tuple[list[Path], int]:
     return parts, sum(p.stat().st_size for p in parts)
 
 
+CALL_MIB = 64  # what one device call may carry: the working tree plus the carried paths
+
+
+def tree_mib() -> float:
+    """MiB of the working tree a device call sends (tracked files; untracked ones not ignored travel too)."""
+    import subprocess
+
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.split(b"\0")
+    return sum((ROOT / n.decode()).stat().st_size for n in names if n and (ROOT / n.decode()).is_file()) / MIB
+
+
+def part_mib(margin: float = 2.0) -> int:
+    """The largest part that fits one call beside the working tree (it grew to 13 MiB with the run examples, and
+    a 53 MiB part no longer fit)."""
+    return int(CALL_MIB - tree_mib() - margin)
+
+
 def cmd_split(args) -> None:
+    if args.mib is None:
+        args.mib = part_mib()
+    if args.first_mib is None:
+        args.first_mib = max(8, args.mib - 13)  # the first part rides with the wheels (~7 MiB) and the JSONL assets
     if args.file:
         sources, total = [Path(args.file)], Path(args.file).stat().st_size
     else:
@@ -132,8 +154,9 @@ def main() -> None:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("split")
     p.add_argument("name")
-    p.add_argument("--first-mib", type=int, default=40, help="the first part travels with the wheels: smaller")
-    p.add_argument("--mib", type=int, default=53)
+    p.add_argument("--first-mib", type=int, help="the first part travels with the wheels: smaller (default "
+                   "--mib - 13)")
+    p.add_argument("--mib", type=int, help="part size (default: 64 MiB less the working tree and 2 MiB)")
     p.add_argument("--file", help="a GGUF file to split instead of the bundled model's installed parts")
     sub.add_parser("collect")
     p = sub.add_parser("join")
