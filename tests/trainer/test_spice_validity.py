@@ -19,6 +19,7 @@ from trainer.methods.spice_tasks import (
     TaskError,
     content_words,
     grounded,
+    mark_repeated,
     parse_task,
     refers_to_document,
 )
@@ -260,3 +261,43 @@ def test_a_document_in_another_script_is_not_checked():
 def test_the_grounding_rule_is_a_config_switch():
     assert load_config({"method": "spice"}).spice.require_grounding is True
     assert load_config({"method": "spice", "spice": {"require_grounding": False}}).spice.require_grounding is False
+
+
+def _attempt(doc_id, question, i=0, reason=""):
+    return Attempt(doc_id, doc_id, i, f"1:{doc_id}:{i}", [1], task=SpiceTask("free_form", "integer", question, "1"),
+                   reason=reason)
+
+
+def test_one_question_for_many_documents_is_invalid():
+    """spice15's step-33 Challenger: a handful of templates over 96 documents; each is marked on every document."""
+    final = [_attempt(f"wiki-{3000 + i}", q, i) for i, q in enumerate(
+        ["How many answers?", "How many correct answers?", "How many correct answers?", "How many correct answers are "
+         "there?", "how many correct answers", "How many correct answers are there?"])]
+    assert mark_repeated(final) == 5 and final[0].valid  # "How many answers?" was written once
+    assert all(a.reason.startswith("task: question repeated across documents") for a in final[1:])
+    assert "(3 documents)" in final[1].reason  # case and punctuation blind
+
+
+def test_distinct_questions_and_one_documents_repeats_stay_valid():
+    base = [_attempt("wiki-3001", "What is the name of the capital city of Niger?"),
+            _attempt("wiki-3002", "For how many years did the Ottoman Empire siege Vienna?"),
+            _attempt("wiki-3001", "What is the name of the capital city of Niger?", 1),  # drawn twice in a step
+            _attempt("wiki-3003", "How many correct answers?", reason="task: question is not about the document")]
+    assert mark_repeated(base) == 0 and [a.valid for a in base] == [True, True, True, False]
+
+
+def test_a_repeat_found_in_a_later_round_marks_the_earlier_copy_too_and_stays_marked():
+    first = [_attempt("d1", "How many correct answers?"), _attempt("d2", "What is the capital of Chad?")]
+    assert mark_repeated(first) == 0
+    later = first + [_attempt("d3", "How many correct answers?", 1)]
+    assert mark_repeated(later) == 2 and not later[0].valid and not later[2].valid
+    again = later + [_attempt("d4", "How many correct answers?", 2)]
+    assert mark_repeated(again) == 1 and "(3 documents)" in again[3].reason
+
+
+def test_the_repeated_rule_has_its_own_rate():
+    attempts = [_attempt("d1", "How many correct answers?"), _attempt("d2", "How many correct answers?"),
+                _attempt("d3", "What is the capital of Chad?")]
+    mark_repeated(attempts)
+    chal = step_metrics(attempts)["challenger"]
+    assert chal["invalid_repeated_rate"] == pytest.approx(2 / 3) and chal["invalid_task_rate"] == pytest.approx(2 / 3)

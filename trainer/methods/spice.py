@@ -59,8 +59,12 @@ Departures from the paper:
   "How many correct answers? -> 1" (96/96 of its held-out tasks, Reasoner 99.7%): a question sharing
   no content word (name, term, number) with its document is invalid ("question is not about the
   document", ``spice.require_grounding``, on by default; 4 of the base Challenger's 96 tasks fail it).
-  Metrics ``invalid_answer_in_question_rate``, ``invalid_no_words_rate``,
-  ``invalid_refers_to_document_rate``, ``invalid_not_grounded_rate`` (and ``invalid_copies_example_rate``);
+  A question the step's Challenger wrote for two or more different documents is invalid as well
+  ("question repeated across documents", ``spice_tasks.mark_repeated``; training only, the
+  cross-play evaluation keeps the per-task rules): every collapse so far was one template for all
+  documents. Metrics ``invalid_answer_in_question_rate``, ``invalid_no_words_rate``,
+  ``invalid_refers_to_document_rate``, ``invalid_not_grounded_rate``, ``invalid_repeated_rate`` (and
+  ``invalid_copies_example_rate``);
 - token budgets (the paper's text gives none): ``rollout.max_new_tokens`` 8192 for the task turn
   and each Reasoner answer (``task_max_new_tokens``, ``reasoner_max_new_tokens``), 256 for the
   format choice (``format_max_new_tokens``); 8192 is also Dr.GRPO's constant normaliser (seq_sum);
@@ -84,6 +88,7 @@ from trainer.methods.spice_tasks import (
     challenge,
     draw_numbers,
     keep_preserving_ratio,
+    mark_repeated,
     role_budget,
 )
 from trainer.rewards import spice_reward_fn
@@ -127,6 +132,7 @@ def challenge_until_valid(ctx, docs, step: int, draws: list[int], review: Review
             mark_flagged(a, review)
             review.remember(a.key, a.task.question if a.task else None)
             by_doc[a.group].append(a)
+        mark_repeated([a for attempts in by_doc for a in attempts])
         return sum(sum(a.loss_mask) for a in new)  # tokens the Challenger generated
 
     worst = sec.format_max_new_tokens + role_budget(ctx, sec.task_max_new_tokens)  # both Challenger turns

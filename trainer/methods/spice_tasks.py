@@ -364,10 +364,12 @@ ANSWER_IN_QUESTION = "answer in question"
 NO_WORDS = "question has no words"
 REFERS_TO_DOCUMENT = "question refers to the document"
 NOT_GROUNDED = "question is not about the document"
+REPEATED = "question repeated across documents"
 MIN_QUESTION_WORDS = 3
 # the task rules beyond "parses and matches its type", by the metric name step_metrics gives them
 TASK_RULES = {"copies_example": "question copies the prompt's example", "answer_in_question": ANSWER_IN_QUESTION,
-              "no_words": NO_WORDS, "refers_to_document": REFERS_TO_DOCUMENT, "not_grounded": NOT_GROUNDED}
+              "no_words": NO_WORDS, "refers_to_document": REFERS_TO_DOCUMENT, "not_grounded": NOT_GROUNDED,
+              "repeated": REPEATED}
 # The paper's Challenger prompts (spice.txt, CRITICAL rules): 'Never reference "the document" or "the text" in the
 # question'; 'NEVER use: "according to the text", "in the document", "as mentioned", "the passage states"'. The
 # Reasoner never sees the document, so such a question cannot be answered as asked.
@@ -490,6 +492,29 @@ def check_standalone(question: str, document: str | None = None) -> None:
         raise TaskError(f"{REFERS_TO_DOCUMENT}, which the Reasoner never sees")
     if document is not None and not grounded(question, document):
         raise TaskError(f"{NOT_GROUNDED}: it shares no name, term or number with it")
+
+
+def _question_key(question: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", question.lower()).split())
+
+
+def mark_repeated(attempts: Sequence["Attempt"]) -> int:
+    """A question written for two or more different documents is about none of them: every such task (compared
+    case- and punctuation-blind) becomes invalid, "question repeated across documents". Returns how many are marked.
+    A collapsed Challenger writes one template for every document ("How many correct answers?" for 96 of 96 held-out
+    documents); the same document drawn twice in a step may repeat its own question. Called on the step's attempts so
+    far after each retry round, so a task keeps its mark when later rounds add more copies."""
+    docs_of: dict[str, set[str]] = {}
+    live = [a for a in attempts if a.task is not None and (a.valid or a.reason.startswith(f"task: {REPEATED}"))]
+    for a in live:
+        docs_of.setdefault(_question_key(a.task.question), set()).add(a.doc_id)
+    marked = 0
+    for a in live:
+        n = len(docs_of[_question_key(a.task.question)])
+        if n > 1 and a.valid:
+            a.reason = f"task: {REPEATED} ({n} documents)"
+            marked += 1
+    return marked
 
 
 def keep_preserving_ratio(valid: Sequence[bool], group_size: int, rng: random.Random) -> list[int]:
