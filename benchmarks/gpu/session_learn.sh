@@ -50,7 +50,13 @@ spice_eval() {  # spice_eval RUN BASE [DOCS GSM8K NAME CLOZE TASKS]: cross-play 
     --gsm8k-name ${5:-gsm8k_test} --cloze ${6:-300} --max-new-tokens 512
 }
 
-vllm_benches() {  # issue 22 item 2: the same 321M GRPO step (8 x 8 x 256 forced) four ways on one card
+ssp_cloze() {  # ssp_cloze RUN_NAME: the Solver (base + checkpoints) on 300 held-out cloze items, with search
+  python3 benchmarks/gpu/ssp_eval.py make-cloze --n 300 --out $A/ssp_cloze.jsonl
+  python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/$1 --bench $A/ssp_cloze.jsonl --name ssp-cloze
+}
+
+vllm_benches() {  # issue 22 item 2: the same 321M GRPO step (8 x 8 x 256 forced) four ways on one card; needs
+                  # .gpu_assets/smollm2-tokenizer carried (the 321M model's tokenizer) and ~2 GB of free disk
   export VLLM_USE_FLASHINFER_SAMPLER=0
   python3 benchmarks/gpu/bench_trl.py --vllm
   python3 benchmarks/gpu/bench_grpo.py --backend vllm --tag "ours vllm defaults"
@@ -81,7 +87,8 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
     ssp15)
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=4096 --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl
-      echo "== ssp15 trained; waiting for sspq"; waitfor sspq
+      echo "== ssp15 trained; held-out cloze with search (no Proposer needed), then waiting for sspq"; ssp_cloze $name
+      waitfor sspq
       python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/$name --bench $A/ssp_heldout.jsonl --judged ;;
     trl05)
       python3 benchmarks/gpu/trl_gsm8k.py train --run $RUNS/$name --model $Q05 --minutes ${TRL_MIN:-13.4} \
@@ -95,7 +102,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       vllm_benches ;;
     speval15) spice_eval $RUNS/spice15 $Q15 ;;
     speval05) spice_eval $RUNS/spice05 $Q05 ;;
-    sspeval15) python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 --bench $A/ssp_heldout.jsonl --judged ;;
+    sspeval15) ssp_cloze ssp15; python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 --bench $A/ssp_heldout.jsonl --judged ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
 }
@@ -110,7 +117,7 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   case $name in spice15|spice05|spicem15|ssp15|trl05) rm -rf $RUNS/$name ;; esac
   local pre=""  # started by `join`: wait for the import first
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
-  detach $name ${GPU:-$gpu} bash -c "$(declare -f waitfor spice_eval vllm_benches chain)
+  detach $name ${GPU:-$gpu} bash -c "$(declare -f waitfor spice_eval ssp_cloze vllm_benches chain)
     $pre
     chain $name"
 }

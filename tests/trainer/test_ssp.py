@@ -475,3 +475,27 @@ def test_propose_questions_is_the_recipes_proposer_half_callable_on_a_loaded_mod
     again = propose_questions(ctx, SearchTool(retriever, k=1, tokenizer=loaded.tokenizer), None,
                               [("Castle Drogo", "d1")], random.Random(0), step=8, review=review)
     assert again[0].question == QUESTION and not again[0].valid and again[0].filter.reason == "flagged"
+
+
+def test_make_cloze_writes_a_proposer_independent_held_out_set(tmp_path):
+    """ssp_eval.py make-cloze: held-out cloze items from documents (no model), each answerable from its document;
+    a missing documents file is a clear error with exit 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "ssp_eval.py"
+    docs = tmp_path / "heldout.jsonl"
+    docs.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in DOCS))
+    out = tmp_path / "cloze.jsonl"
+    done = subprocess.run([sys.executable, str(script), "make-cloze", "--docs", str(docs), "--n", "5", "--out", str(out)],
+                          capture_output=True, text=True, env={"OUT": str(tmp_path / "out"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    items = [json.loads(line) for line in out.read_text().splitlines()]
+    texts = {d.id: d.text for d in DOCS}
+    assert items and len(items) <= min(5, len(DOCS))
+    for it in items:
+        assert "____" in it["question"] and it["answer"] in texts[it["document_id"]]
+    bad = subprocess.run([sys.executable, str(script), "make-cloze", "--docs", str(tmp_path / "none.jsonl")],
+                         capture_output=True, text=True, env={"OUT": str(tmp_path / "out"), "PATH": "/usr/bin:/bin"})
+    assert bad.returncode == 2 and "does not exist" in bad.stderr
