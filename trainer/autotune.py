@@ -29,8 +29,17 @@ update pass, the engine factory and the run's start resolve them with the rules 
 ``benchmarks/gpu/bench_share_crossover.py`` measures the update with and without sharing over a
 grid of prompt length x group size and prints the gain at the crossover: the value for
 ``SHARE_MIN_GAIN["cuda"]``.
+
+- **micro_batch_tokens** (``pick_micro_batch_tokens``): the packed micro-batch's token budget. The
+  update's activations grow with tokens x width x depth, roughly with the parameter count, so the
+  budget that fit a 0.5B model on an 80 GB GPU is scaled down with the parameters and up with the
+  GPU's memory, rounded down to a power of two within [1,024, 16,384]: Qwen2.5-0.5B on an H100 16,384
+  (ran), Qwen2.5-1.5B on an H100 4,096 (16,384 and 8,192 ran out of memory before the logits were
+  chunked, 2,048 ran; on an H200 4,096 ran), on an H200 8,192 (not run), a 7B 1,024.
 """
 from __future__ import annotations
+
+import math
 
 from collections.abc import Sequence
 
@@ -80,6 +89,29 @@ def share_pays(prompt_len: int, completion_lens: Sequence[int], micro_batch_size
     return share_gain(prompt_len, completion_lens, micro_batch_size) >= min_share_gain(device_type)
 
 
+# micro_batch_tokens: auto. The reference: full fine-tune (fp32 master weights, AdamW, bf16 autocast, no gradient
+# checkpointing) of Qwen2.5-Coder-0.5B-Instruct (494M parameters) at 16,384 tokens on one 80 GB H100, 2026-11-26
+# (benchmarks/RESULTS.md, "Learning on the GPU"); Qwen2.5-Coder-1.5B (1.54B) OOMed there at 16,384 and 8,192.
+MICRO_BATCH_TOKENS_REF = 16384
+MICRO_BATCH_PARAMS_REF = 0.5e9
+MICRO_BATCH_MEMORY_REF = 80e9  # bytes: an H100 80GB reports 85.5e9 total (79.6 GiB)
+MICRO_BATCH_TOKENS_RANGE = (1024, 16384)
+
+
+def pick_micro_batch_tokens(requested, n_params: int, gpu_memory_bytes: int | None) -> int:
+    """``train.micro_batch_tokens``: as set, or for ``auto`` 16,384 x (0.5B / parameters) x (GPU memory / 80 GB),
+    a power of two within MICRO_BATCH_TOKENS_RANGE; 16,384 without a GPU (packing is off on a CPU by default).
+    pick(auto, 494M, 85.5e9) = 16,384; pick(auto, 1.54B, 85.5e9) = 4,096; pick(auto, 1.54B, 150.7e9) = 8,192."""
+    if requested != "auto":
+        return int(requested)
+    lo, hi = MICRO_BATCH_TOKENS_RANGE
+    if not gpu_memory_bytes:
+        return hi
+    raw = (MICRO_BATCH_TOKENS_REF * (MICRO_BATCH_PARAMS_REF / max(n_params, 1))
+           * (gpu_memory_bytes / MICRO_BATCH_MEMORY_REF))
+    return max(lo, min(hi, 1 << int(math.floor(math.log2(max(raw, 1.0))))))
+
+
 def pick_packing(requested, device_type: str) -> bool:
     """``train.packing``: True/False as given; auto = on a GPU only."""
     if requested == "auto":
@@ -113,9 +145,10 @@ def engine_reason(requested: str, device_type: str, deepspeed_importable: bool, 
 
 
 def describe(train, device_type: str, engine: str, deepspeed_importable: bool,
-             compiled: bool = False) -> tuple[str, dict]:
+             compiled: bool = False, n_params: int = 0, gpu_memory_bytes: int | None = None) -> tuple[str, dict]:
     """The ``auto_settings`` event of a run: a sentence and the data (what each setting became)."""
     packing = pick_packing(train.packing, device_type)
+    tokens = pick_micro_batch_tokens(train.micro_batch_tokens, n_params, gpu_memory_bytes)
     share = train.share_prompt_prefix
     if compiled:
         share_text, share_value = "off (model.compile packs or pads groups)", False
@@ -130,10 +163,13 @@ def describe(train, device_type: str, engine: str, deepspeed_importable: bool,
             "packing": packing, "packing_reason": "set in the config" if train.packing != "auto"
             else ("GPU: varlen attention" if packing else "CPU: padded micro-batches"),
             "share_prompt_prefix": share_value, "share_min_gain": min_share_gain(device_type),
+            "micro_batch_tokens": tokens if packing else None,
             "requested": {"engine": train.engine, "packing": train.packing,
-                          "share_prompt_prefix": train.share_prompt_prefix}}
+                          "share_prompt_prefix": train.share_prompt_prefix,
+                          "micro_batch_tokens": train.micro_batch_tokens}}
     engine_text = engine + (f" ZeRO-{train.zero_stage}" if engine == "deepspeed" else "")
     message = (f"speed settings on {device_type}: engine {engine_text} ({data['engine_reason']}); "
-               f"packing {'on' if packing else 'off'} ({data['packing_reason']}); "
+               f"packing {'on' if packing else 'off'} ({data['packing_reason']}"
+               + (f"; {tokens} tokens a micro-batch" if packing else "") + "); "
                f"shared prompt {share_text}")
     return message, data

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
 
 from trainer.method_configs import SECTIONS, MethodSection, Section
 
@@ -128,8 +128,10 @@ class TrainConfig(Section):
     packing: Literal["auto", True, False] = Field(
         "auto", description="Pack the update's sequences into one row per micro-batch (no padding; varlen "
         "attention). auto = on a GPU, off on a CPU.")
-    micro_batch_tokens: int = Field(
-        16384, ge=1, description="With packing: most tokens in one packed micro-batch.")
+    micro_batch_tokens: Literal["auto"] | int = Field(
+        "auto", description="With packing: most tokens in one packed micro-batch. auto = 16,384 for a 0.5B model on "
+        "an 80 GB GPU, scaled down with the parameter count and with the GPU's memory (trainer/autotune.py; a "
+        "1.5B full fine-tune ran out of memory at 16,384).")
     offload_optimizer: bool = Field(
         False, description="DeepSpeed: keep fp32 master weights and Adam states in CPU memory (engine=deepspeed).")
     rollout_is_cap: float = Field(
@@ -142,6 +144,13 @@ class TrainConfig(Section):
         "which also spares the rollout engine from computing log-probs; 'auto' = trainer with rollout.backend=vllm "
         "(its bf16 kernels differ from the trainer's), rollout with hf (same model, same kernels) and for ssp and "
         "score, whose step makes several optimizer steps on one rollout (trainer is refused there).")
+
+    @field_validator("micro_batch_tokens", mode="before")
+    @classmethod
+    def _micro_batch_tokens(cls, value):
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError("must be auto or a whole number of tokens >= 1")
 
 
 class CheckpointConfig(Section):
@@ -568,7 +577,8 @@ def _choices(annotation) -> list | None:
 
 
 def _type_name(annotation) -> str:
-    """int | float | str | bool | choice | list (Optional unwrapped; a Literal-or-list union is a list)."""
+    """int | float | str | bool | choice | list | int_or_choice (Optional unwrapped; a Literal-or-list union is a
+    list; a Literal-or-int union, ``train.micro_batch_tokens: auto | 4096``, is int_or_choice)."""
     origin = get_origin(annotation)
     if origin is Literal:
         return "choice"
@@ -579,4 +589,6 @@ def _type_name(annotation) -> str:
     args = [a for a in get_args(annotation) if a is not type(None)]
     if any(get_origin(a) is list for a in args):
         return "list"
+    if int in args and any(get_origin(a) is Literal for a in args):
+        return "int_or_choice"
     return _type_name(args[0]) if args else "str"

@@ -207,7 +207,10 @@ def auto_settings_event(cfg: Config, policy, engine, step: int = 0) -> dict:
     device = policy.device.type
     picked = "deepspeed" if getattr(engine, "zero_stage", None) is not None else "torch"
     importable = picked == "deepspeed" or (device == "cuda" and deepspeed_importable())
-    message, data = describe(cfg.train, device, picked, importable, compiled=cfg.model.compile)
+    from trainer.update import gpu_memory, model_size
+
+    message, data = describe(cfg.train, device, picked, importable, compiled=cfg.model.compile,
+                             n_params=model_size(policy.base_model()), gpu_memory_bytes=gpu_memory(policy.device))
     return {"kind": "event", "key": f"{step}:auto_settings", "step": step, "message": message,
             "data": {"what": "auto_settings", **data}}
 

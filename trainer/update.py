@@ -49,7 +49,7 @@ from transformers import DynamicCache
 from trainer import distributed as dist
 from trainer.algos import aggregate, entropy, get_kl, policy_loss, token_logprobs
 from trainer.algos.losses import per_token_advantage, truncated_is_weights
-from trainer.autotune import pick_packing, share_pays
+from trainer.autotune import pick_micro_batch_tokens, pick_packing, share_pays
 
 
 @dataclass
@@ -294,8 +294,8 @@ def _update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraLoss | 
         # model.compile compiles training forwards without a KV cache: the shared-prompt path (a cache
         # of the group's prompt) would run every layer eagerly, so compile packs/pads groups instead.
         share = False if cfg.model.compile else t.share_prompt_prefix  # auto: per group, where it pays
-        plan = plan_micro_batches(run, t.micro_batch_size, share,
-                                  t.micro_batch_tokens if packing else None, device_type=device.type)
+        tokens = pick_micro_batch_tokens(t.micro_batch_tokens, model_size(lm), gpu_memory(device)) if packing else None
+        plan = plan_micro_batches(run, t.micro_batch_size, share, tokens, device_type=device.type)
         idle = _missing_micro_batches(len(plan), engine)  # agreed BEFORE any backward: ZeRO reduces in each
         for group, shared in plan:
             mb = make_micro_batch(group, cfg.rollout.temperature, device, shared, packed=packing)
@@ -316,6 +316,25 @@ def _update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraLoss | 
         policy.model.train(was_training)
     grad_norm = engine.step() if step else float("nan")
     return {role: _finish(st.sums, grad_norm, engine.lr) for role, st in stats.items()}
+
+
+def model_size(model) -> int:
+    """Parameters of ``model`` (ZeRO-3 partitions them: their full size is ``ds_numel``); counted once per model."""
+    n = getattr(model, "_selfplay_n_params", None)
+    if n is None:
+        n = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+        try:
+            model._selfplay_n_params = n
+        except AttributeError:
+            pass
+    return n
+
+
+def gpu_memory(device) -> int | None:
+    """Total memory of a CUDA ``device`` in bytes; None elsewhere."""
+    if getattr(device, "type", device) != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).total_memory
 
 
 def _global_denominator(samples: list[Sample], loss_agg: str, max_len: int) -> float:

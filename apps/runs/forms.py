@@ -156,6 +156,9 @@ def _form_field(row: dict) -> forms.Field:
         return forms.ChoiceField(choices=[(str(c), str(c)) for c in row["choices"]], **common)
     if kind == "int":
         return forms.IntegerField(min_value=row["min"], max_value=row["max"], **common)
+    if kind == "int_or_choice":  # e.g. train.micro_batch_tokens: auto, or a number
+        hint = " or ".join(map(str, row["choices"] or [])) + ", or a whole number"
+        return forms.CharField(**common, widget=forms.TextInput(attrs={"placeholder": hint}))
     if kind == "float":
         return forms.FloatField(**common, widget=forms.TextInput(attrs={"inputmode": "decimal"}))
     if kind == "list":
@@ -168,7 +171,7 @@ def _initial(row: dict):
     default = row["default"]
     if row["type"] == "list" and isinstance(default, list):
         return ", ".join(map(str, default))
-    if row["type"] == "choice":
+    if row["type"] in ("choice", "int_or_choice"):
         return str(default)
     return default
 
@@ -183,6 +186,13 @@ def typed(row: dict, value):
             if str(choice) == value:
                 return choice
         return value
+    if kind == "int_or_choice":  # a choice, else a number; anything else goes to the config's own check
+        text = str(value if value is not None else "").strip()
+        if not text:
+            return row["default"]
+        if text in map(str, row["choices"] or []):
+            return text
+        return int(text) if text.lstrip("-").isdigit() else text
     if kind == "list":
         text = (value or "").strip()
         if row["choices"] and text in map(str, row["choices"]):

@@ -81,6 +81,40 @@ def test_the_config_defaults_are_auto_and_bad_values_are_refused(tiny_config):
     assert "train.packing" in paths and "train.engine" in paths
 
 
+H100, H200 = 85_520_809_984, 150_754_820_096  # total_memory as torch reports it
+
+
+@pytest.mark.parametrize("params, memory, tokens", [
+    (494_032_768, H100, 16384),     # Qwen2.5-Coder-0.5B: ran at 16,384 on an H100 (GRPO on GSM8K)
+    (1_543_714_304, H100, 4096),    # Qwen2.5-Coder-1.5B: 16,384 and 8,192 ran out of memory on an H100, 2,048 ran
+    (1_543_714_304, H200, 8192),    # ... 4,096 ran on an H200; 8,192 estimated to fit with the chunked logits
+    (7_615_616_512, H100, 1024),    # a 7B: the floor
+    (134_515_008, H100, 16384),     # SmolLM2-135M: the ceiling
+    (1_543_714_304, None, 16384),   # no GPU: packing is off there by default, the value is the ceiling
+])
+def test_auto_micro_batch_tokens_scale_with_the_model_and_the_gpu(params, memory, tokens):
+    assert autotune.pick_micro_batch_tokens("auto", params, memory) == tokens
+    assert autotune.pick_micro_batch_tokens(2048, params, memory) == 2048  # a number is kept as set
+
+
+def test_micro_batch_tokens_is_auto_by_default_and_checked(tiny_config):
+    assert load_config(tiny_config()).train.micro_batch_tokens == "auto"
+    assert load_config(tiny_config(), ["train.micro_batch_tokens=4096"]).train.micro_batch_tokens == 4096
+    for bad in ("0", "lots", "true", "2.5"):
+        with pytest.raises(ConfigError) as err:
+            load_config(tiny_config(), [f"train.micro_batch_tokens={bad}"])
+        assert [p for p, _ in err.value.problems] == ["train.micro_batch_tokens"], bad
+        assert "auto or a whole number of tokens" in str(err.value)
+
+
+def test_the_update_packs_with_the_auto_budget(tiny_config):
+    """packing on with micro_batch_tokens auto: a CPU has no GPU memory to scale by, so the ceiling, 16,384."""
+    cfg = load_config(tiny_config(train={"packing": True}))
+    policy = load_policy(cfg)
+    out = policy_update(policy, make_engine(cfg, policy), _group(12, 4, 6, 0), cfg)
+    assert out["solver"]["samples"] == 4 and out["solver"]["tokens"] == 24
+
+
 def _group(prompt_len, n, comp_len, seed, role="solver"):
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(5, 900, (prompt_len,), generator=g).tolist()

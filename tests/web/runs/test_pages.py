@@ -91,6 +91,24 @@ def test_config_errors_show_next_to_their_fields(client, researcher, run_env):
     assert not Run.objects.exists()
 
 
+def test_micro_batch_tokens_takes_auto_or_a_number_in_the_form(client, researcher, run_env):
+    """train.micro_batch_tokens is 'auto' or a whole number: a text field, typed on the way in, errors beside it."""
+    client.force_login(researcher)
+    html = client.get("/runs/new/?method=grpo").content.decode()
+    assert 'name="cfg__train__micro_batch_tokens"' in html and 'value="auto"' in html
+    path = str(run_env / "prompts" / "arith.jsonl")
+    data = _form_data(client, "grpo", run_env, cfg__data__path=path, cfg__train__micro_batch_tokens="lots")
+    response = client.post("/runs/new/?method=grpo", data)
+    assert response.status_code == 400
+    assert "auto or a whole number" in response.context["form"].errors["cfg__train__micro_batch_tokens"][0]
+    data = _form_data(client, "grpo", run_env, cfg__data__path=path, cfg__train__micro_batch_tokens="4096",
+                      cfg__train__device="cpu")
+    with _callbacks(execute=False):
+        response = client.post("/runs/new/?method=grpo", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert Run.objects.get().config["train"]["micro_batch_tokens"] == 4096
+
+
 def test_the_run_page_has_the_live_elements_and_escapes_model_text(client, researcher):
     run = Run.objects.create(method="grpo", model_name="tiny", config={}, owner=researcher)
     run.mark_running("w")
