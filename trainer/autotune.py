@@ -40,7 +40,6 @@ grid of prompt length x group size and prints the gain at the crossover: the val
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 
 # Token-count gain a group's shared prompt must bring before it is shared, per device type.

@@ -13,11 +13,11 @@ A checkpoint is a folder ``<run_dir>/checkpoints/step-000012/`` holding
 It is written into a temporary folder and renamed into place, so a crash never leaves a
 half-written checkpoint; only the newest ``keep_last`` are kept. When the disk has less room than
 the newest checkpoint takes (the next one is as large), the oldest are removed first, never the
-newest, so a full disk keeps fewer checkpoints instead of stopping the run (an H100 run of a 1.5B
-model, ~18 GB a checkpoint with its optimizer state, filled 235 GB with keep_last 6); only when the
-newest alone leaves too little room does the write fail, with ``CheckpointWriteError``. ``load_checkpoint`` refuses,
-with the reason, to resume a run whose method, model or LoRA rank changed, or whose files
-are missing.
+newest, so a full disk keeps fewer checkpoints instead of stopping the run (four 1.5B runs on one
+GPU machine, ~18 GB a checkpoint with its optimizer state, filled its 235 GB disk); only when the
+newest alone leaves too little room does the write fail, with ``CheckpointWriteError``.
+``load_checkpoint`` refuses, with the reason, to resume a run whose method, model or LoRA rank
+changed, or whose files are missing.
 """
 from __future__ import annotations
 

@@ -409,7 +409,7 @@ def content_words(text: str) -> set[str]:
 
 def grounded(question: str, document: str) -> bool:
     """Does the question share a content word with its document (``content_words``)? True when the document has too
-    few Latin-script words to tell. On the H100 runs' held-out tasks: 92 of the base 1.5B Challenger's 96 questions
+    few Latin-script words to tell. On the GPU runs' held-out tasks: 92 of the base 1.5B Challenger's 96 questions
     and all 128 math questions are grounded; none of the collapsed Challengers' ("How many correct answers?",
     digit strings) are."""
     doc = content_words(document)
