@@ -2,16 +2,23 @@
 # Issue 21 (b)-(d) in one machine session: the Qwen GGUFs staged part by part on a WARM machine, then the learning
 # runs started DETACHED (setsid: they outlive the call that starts them, until the machine goes back), so staging,
 # runs and evaluations overlap and no run is cut by the 10-minute call limit. One phase per device call:
-#   first              carry .gpu_wheels and the .gpu_assets/*.jsonl files (8 paths at most): wheels into /tmp/site
+#   bundle (HERE)      gather .gpu_assets/*.jsonl and smollm2-tokenizer into .gpu_assets/first (a carry names 8
+#                      paths at most; a session of 2026-11-26 lost its vLLM benchmark to the tokenizer left behind)
+#   first              carry .gpu_wheels and .gpu_assets/first: wheels into /tmp/site, the assets into .gpu_assets/
 #                      (parts: `stage_gguf.py split NAME` sizes them to fit beside the working tree, now ~15 MiB)
 #   part               carry the next part folder(s) (.gpu_assets/stage/<model>/pNN)
 #   vpart              carry the next vLLM part (.gpu_vllm/pN, then .gpu_vllm/deps): benchmarks/gpu/vllm_stage.sh
 #   join MODEL [JOB..] check + import a staged model into /tmp/models/MODEL, then start JOBs (detached)
 #   start JOB...       start jobs in the background (see `chain` below); MIN=13 (env) = a run's training minutes
 #   watch SECS         wait SECS while the jobs run; then status, curves and the packed run folders in $OUT
-#   run(command="bash benchmarks/gpu/session_learn.sh first", carry=[...])
+#   run(command="bash benchmarks/gpu/session_learn.sh first", carry=[".gpu_wheels", ".gpu_assets/first"])
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
+if [ "$phase" = bundle ]; then  # HERE, after learn_assets.sh, gsm8k_split.py and stage_wheels.sh
+  rm -rf .gpu_assets/first && mkdir -p .gpu_assets/first
+  cp .gpu_assets/*.jsonl .gpu_assets/first/ && cp -r .gpu_assets/smollm2-tokenizer .gpu_assets/first/
+  du -sh .gpu_assets/first .gpu_wheels; exit
+fi
 if [ "$phase" = part ]; then python3 benchmarks/gpu/stage_gguf.py collect; exit; fi  # a staging call: no setup
 if [ "$phase" = vpart ]; then bash benchmarks/gpu/vllm_stage.sh 2>&1 | tee -a /tmp/vllm_stage.log | tail -3; exit; fi
 source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
@@ -169,6 +176,8 @@ pack() {  # run folders without weights (samples cut to ~${SAMPLES_MB:-8} MB eac
 
 case $phase in
   first)
+    [ -d .gpu_assets/first ] && cp -r .gpu_assets/first/. .gpu_assets/
+    ls .gpu_assets
     tail -2 /tmp/setup.log
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
     python3 benchmarks/gpu/stage_gguf.py collect ;;
