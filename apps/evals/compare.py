@@ -44,7 +44,7 @@ def comparison(runs, benchmarks) -> dict:
         for (spec, name), r in found.items():
             by_step.setdefault(r.job.step, {})[name] = r  # a step evaluated from two paths: the newest wins
         for step in steps:
-            rows.append({"label": f"run {run.pk} @ step {step}", "run": run.pk, "step": step,
+            rows.append({"label": f"{run.label} @ step {step}", "run": run.pk, "step": step,
                          "cells": [_cell(by_step[step].get(n)) for n in names]})
         spec = f"base:{run.model_name}"
         own = _latest(complete.filter(job__run=run, job__model_spec=spec))
@@ -52,7 +52,7 @@ def comparison(runs, benchmarks) -> dict:
             points = [(0, own.get((spec, n)) or base.get((spec, n)))] + [(s, by_step[s].get(n)) for s in steps]
             points = [(s, r) for s, r in points if r is not None and r.score is not None]
             if points:
-                series.append({"name": f"run {run.pk} · {n}", "run": run.pk, "benchmark": n,
+                series.append({"name": f"{run.label} · {n}", "run": run.pk, "benchmark": n,
                                "steps": [s for s, _ in points], "scores": [r.score for _, r in points],
                                "ci_low": [r.ci_low for _, r in points], "ci_high": [r.ci_high for _, r in points],
                                "train_seconds": [0.0 if s == 0 else r.train_seconds for s, r in points]})

@@ -110,6 +110,17 @@ class Run(JobRow):
         return bool(self.imported_from)
 
     @property
+    def imported_name(self) -> str:
+        """The imported folder's name (".../examples/runs/trl-grpo-gsm8k-qwen05-lr1e-6" -> its last part), or ""."""
+        return self.imported_from.rstrip("/").rsplit("/", 1)[-1] if self.imported_from else ""
+
+    @property
+    def label(self) -> str:
+        """How charts name the run: "run 10", or for an imported run "run 10 (<folder name>)" - runs imported from
+        examples/runs/ (ours and TRL's on one model) are told apart by their folders."""
+        return f"run {self.pk} ({self.imported_name})" if self.imported_name else f"run {self.pk}"
+
+    @property
     def settings_summary(self) -> list[str]:
         """What the launcher set (``overrides``, secrets hidden) as ``key=value`` items, the model and
         corpus left out (they have columns): what tells two runs of one method and model apart."""

@@ -252,5 +252,6 @@ def compare(request):
     return render(request, "runs/compare.html", {
         "runs": with_last_reward(Run.objects.filter(pk__in=[r.pk for r in runs])).select_related("owner"),
         "ids": ",".join(str(r.pk) for r in runs), "run_ids": [r.pk for r in runs], "compared": runs,
+        "run_labels": [r.label for r in runs],
         "metric": metric, "choices": choices,
     })
