@@ -2,10 +2,12 @@
 
 Each returns ``{(kind, key): [reason, ...]}`` for the records of one flush:
 
-- ``near_duplicates``: a task whose question's character 5-grams have a Jaccard similarity of at
-  least ``duplicate_similarity`` with one of the run's recent tasks or an earlier task of the same
-  flush (the run page's ledger counts near duplicates the same way). Self-play Challengers that
-  collapse onto one question show up here first.
+- ``near_duplicates``: a valid task whose question's character 5-grams have a Jaccard similarity of
+  at least ``duplicate_similarity`` with one of the run's recent tasks or an earlier task of the
+  same flush (the run page's ledger counts near duplicates the same way). Self-play Challengers that
+  collapse onto one question show up here first. A task the recipe already refused (its question is
+  on record, e.g. SPICE's "question is not about the document") is compared against, never queued:
+  nobody trains on it.
 - ``extreme_difficulty``: a valid task with pass rate 0 (nobody solved it: wrong gold answer?)
   or 1 (trivial).
 - ``judge_disagreement``: a grade whose judge samples disagree (``data`` holds several votes
@@ -26,12 +28,14 @@ VOTE_FIELDS = ("samples", "votes", "judge_samples")
 def near_duplicates(run_id: int, tasks: list[dict], threshold: float, recent: int) -> dict:
     """Tasks of this flush that nearly repeat one of the run's ``recent`` tasks or an earlier one of
     the flush (apps/episodes/near_duplicates.py: the detector the run page's ledger uses)."""
-    fresh = [(str(t["key"]), t["question"]) for t in tasks if t.get("question")]
+    fresh = [(str(t["key"]), t["question"]) for t in tasks if t.get("question") and t.get("valid", True)]
+    refused = [(str(t["key"]), t["question"]) for t in tasks if t.get("question") and not t.get("valid", True)]
     if not fresh:
         return {}
-    keys = {k for k, _ in fresh}
+    keys = {k for k, _ in fresh + refused}
     older = list(Task.objects.filter(run_id=run_id).exclude(key__in=keys).exclude(question="")
                  .order_by("-step", "-id").values_list("key", "question")[:recent])[::-1]
+    older += refused  # this flush's refused tasks: compared against, not queued
     items = older + fresh
     found = most_similar_earlier([text for _, text in items], threshold, start=len(older))
     return {("task", items[i][0]): [f"near-duplicate of task {items[j][0]} (similarity {similarity:.2f})"]

@@ -301,3 +301,24 @@ def test_the_repeated_rule_has_its_own_rate():
     mark_repeated(attempts)
     chal = step_metrics(attempts)["challenger"]
     assert chal["invalid_repeated_rate"] == pytest.approx(2 / 3) and chal["invalid_task_rate"] == pytest.approx(2 / 3)
+
+
+def test_a_refused_task_keeps_its_question_on_record():
+    """A task that parsed but broke a rule is invalid and its question stays in the run's records (the ledger's
+    near-duplicate rate then sees a collapse the rules refuse); a task that did not parse has none."""
+    from trainer.methods.spice import records
+
+    with pytest.raises(TaskError) as err:
+        _task("integer", "How many correct answers?", "1", document=VIENNA)
+    assert err.value.task == SpiceTask("free_form", "integer", "How many correct answers?", "1")
+    with pytest.raises(TaskError) as err:
+        _task("mcq", "Which? A) 1 B) 2 C) 3 D) 4 according to the text", "A", document=VIENNA)
+    assert err.value.task is not None and err.value.task.answer == "A"
+    with pytest.raises(TaskError) as err:
+        parse_task("no json here", FormatChoice("free_form", "integer"))
+    assert err.value.task is None
+    refused = _attempt("wiki-3621", "How many correct answers?", reason="task: question is not about the document")
+    assert not refused.valid
+    row = records(33, [refused])[0]
+    assert (row["question"], row["valid"]) == ("How many correct answers?", False)
+    assert row["data"]["invalid_reason"] == "task: question is not about the document"

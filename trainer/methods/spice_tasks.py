@@ -36,6 +36,7 @@ import math
 import random
 import re
 from collections import Counter
+from contextlib import contextmanager
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -226,7 +227,13 @@ REASONER_MCQ = ("{question}\n\nPlease reason step by step, and put the letter of
 
 
 class TaskError(ValueError):
-    """A Challenger output that does not make a valid task; ``str(err)`` is the reason."""
+    """A Challenger output that does not make a valid task; ``str(err)`` is the reason. ``task``: the parsed
+    task when it parsed but broke a rule (answer in question, not about the document, ...), so the run's records
+    and its task ledger still show the question that was refused."""
+
+    def __init__(self, message: str, task: "SpiceTask | None" = None):
+        super().__init__(message)
+        self.task = task
 
 
 @dataclass(frozen=True)
@@ -457,11 +464,13 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
             raise TaskError("multiple_choice_correct must be A, B, C or D")
         if not _has_four_options(question):
             raise TaskError("question does not list options A) to D)")
-        if copies_example(question):
-            raise TaskError("question copies the prompt's example instead of asking about the document")
-        check_words(_OPTION.sub(" ", question), min_words)  # the option labels A) to D) are no words
-        check_standalone(question, document)
-        return SpiceTask("mcq", "mcq", question.strip(), letter.strip().strip(")").upper())
+        task = SpiceTask("mcq", "mcq", question.strip(), letter.strip().strip(")").upper())
+        with _keeping(task):
+            if copies_example(question):
+                raise TaskError("question copies the prompt's example instead of asking about the document")
+            check_words(_OPTION.sub(" ", question), min_words)  # the option labels A) to D) are no words
+            check_standalone(question, document)
+        return task
     obj = _last_with(text, ("question", "answer"))
     question = obj["question"]
     if not isinstance(question, str) or not question.strip():
@@ -475,11 +484,23 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
     if not answer:
         raise TaskError("empty answer")
     answer = _check_answer(answer, choice.answer_type, max_string_words)
-    if choice.answer_type != "boolean" and answer_in_question(question, answer):
-        raise TaskError(f"{ANSWER_IN_QUESTION}: the Reasoner could copy it")
-    check_words(question, min_words)
-    check_standalone(question, document)
-    return SpiceTask("free_form", choice.answer_type, question.strip(), answer)
+    task = SpiceTask("free_form", choice.answer_type, question.strip(), answer)
+    with _keeping(task):
+        if choice.answer_type != "boolean" and answer_in_question(question, answer):
+            raise TaskError(f"{ANSWER_IN_QUESTION}: the Reasoner could copy it")
+        check_words(question, min_words)
+        check_standalone(question, document)
+    return task
+
+
+@contextmanager
+def _keeping(task: SpiceTask):
+    """A rule broken by a task that parsed: the TaskError carries the task (its question stays on record)."""
+    try:
+        yield
+    except TaskError as err:
+        err.task = task
+        raise
 
 
 def check_words(question: str, min_words: int) -> None:
@@ -691,6 +712,7 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
                                 document=f"{a.doc_title}\n{doc_texts[a.group]}" if sec.require_grounding else None)
         except TaskError as err:
             a.reason = f"task: {err}"
+            a.task = err.task  # a parsed task that broke a rule: invalid (it has a reason), its question on record
     return attempts
 
 

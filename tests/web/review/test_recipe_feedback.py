@@ -147,7 +147,11 @@ def test_a_flagged_question_is_not_trained_on_in_the_next_step(tiny_config, tiny
     again = Task.objects.filter(run=run, step=2, question=QUESTION)
     assert again.exists()  # the taught model wrote the same question in step 2 ...
     for t in again:  # ... and the recipe, told at the step boundary, kept it out of training
-        assert not t.valid and t.data["invalid_reason"] == "flagged by a reviewer" and not t.data["reasoner_group"]
+        assert not t.valid and not t.data["reasoner_group"]
+    # on the Solar System document as flagged; on Castle Drogo's it was never valid ("largest" is not in it), and
+    # its refused question is on record too
+    reasons = {t.data["invalid_reason"].split(":")[0] for t in again}
+    assert "flagged by a reviewer" in reasons and reasons <= {"flagged by a reviewer", "task"}
     assert not Task.objects.filter(run=run, step=2, valid=True, data__reasoner_group=True).exists()
 
 

@@ -128,6 +128,20 @@ def test_near_duplicates_within_one_flush_use_character_5gram_jaccard(make_run):
     assert near_duplicates(run.pk, tasks, threshold=0.76, recent=100) == {}
 
 
+def test_refused_tasks_are_compared_against_but_never_queued(make_run):
+    """A collapsed SPICE Challenger's refused templates stay out of the review queue; a valid task repeating one of
+    them is still sent."""
+    from apps.review.suspicious import near_duplicates
+
+    run = make_run()
+    tasks = [{"key": "33:a", "question": "How many correct answers?", "valid": False},
+             {"key": "33:b", "question": "How many correct answers?", "valid": False},
+             {"key": "33:c", "question": "How many correct answers ?", "valid": True}]
+    assert near_duplicates(run.pk, tasks, threshold=0.9, recent=100) == {
+        ("task", "33:c"): ["near-duplicate of task 33:b (similarity 1.00)"]}
+    assert near_duplicates(run.pk, tasks[:2], threshold=0.9, recent=100) == {}
+
+
 def test_a_short_queue_gets_a_few_items_of_every_step():
     """At 5% a step of ten tasks usually sends none; while fewer than short_queue items wait, each
     step sends at least min_per_step of each sampled kind (the lowest hashes), marked sampled."""
