@@ -40,7 +40,10 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 # One chain of jobs per GPU of a 4-GPU machine (nvidia-h100-x4); each chain runs its steps in order, detached:
 #   spice15  (GPU 0): SPICE on the 1.5B over Wikipedia for $MIN minutes, then spice_eval.py (cross-play base vs
 #                     the last checkpoint on held-out documents, GSM8K, cloze)
-#   ssp15    (GPU 1): SSP on the 1.5B for $MIN minutes, then (once sspq is done) ssp_eval.py eval of base + checkpoints
+#   grpo05   (GPU 1): ours, GRPO on GSM8K items 0-659 for $GRPO_MIN minutes, checkpoints evaluated on 660-1318
+#   grpo05s1 (GPU 1, after grpo05): the same with seed 1 (seed-to-seed noise)
+#   ssp15    (GPU 3): SSP on the 1.5B for $MIN minutes, then ssp_eval.py on held-out cloze items with search (and on
+#                     held-out Proposer questions where sspq made them)
 #   trl05    (GPU 2): TRL GRPOTrainer on GSM8K items 0-659 for $TRL_MIN minutes, checkpoints evaluated on 660-1318
 #   vllmb    (GPU 2, after trl05 and once vLLM is staged): TRL with vLLM colocate vs ours with vLLM, 321M shape
 #   sspq     (GPU 3): ssp_eval.py make-questions with the base 1.5B for $SSPQ_MIN minutes
@@ -94,9 +97,18 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
     ssp15)
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=4096 --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl
-      echo "== ssp15 trained; held-out cloze with search (no Proposer needed), then waiting for sspq"; ssp_cloze $name
-      waitfor sspq
-      python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/$name --bench $A/ssp_heldout.jsonl --judged ;;
+      echo "== ssp15 trained; held-out cloze with search (no Proposer needed)"; ssp_cloze $name
+      waitfor sspq  # held-out Proposer questions, where a session made them (sspq)
+      [ -f $A/ssp_heldout.jsonl ] && python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/$name \
+        --bench $A/ssp_heldout.jsonl --judged ;;
+    grpo05|grpo05s1)  # issue 21 (a) / issue 22 item 3: ours, the time-to-accuracy run beside trl05 (same card kind),
+                      # checkpoints every 20 steps evaluated as they come; grpo05s1 = a second seed, after grpo05
+      local seed=0 gmin=${GRPO_MIN:-10}
+      [ $name = grpo05s1 ] && { echo "== grpo05s1: waiting for grpo05 (same GPU)"; waitfor grpo05; seed=1
+                                gmin=${GRPO1_MIN:-$gmin}; }
+      python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_grpo_gsm8k.yaml --run $RUNS/$name \
+        --minutes $gmin --deadline 1700 --bench $A/gsm8k_heldout.jsonl --set seed=$seed \
+        --set model.name_or_path=$Q05 --set data.path=$A/gsm8k_train.jsonl ;;
     trl05)
       python3 benchmarks/gpu/trl_gsm8k.py train --run $RUNS/$name --model $Q05 --minutes ${TRL_MIN:-13.4} \
         --save-every 120 --data $A/gsm8k_train.jsonl --bench $A/gsm8k_heldout.jsonl --deadline 1500 ;;
@@ -117,11 +129,12 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15) gpu=0 ;; ssp15|sspeval15|spice05|speval05) gpu=1 ;; trl05|vllmb) gpu=2 ;; sspq|spicem15) gpu=3 ;;
+    spice15|speval15) gpu=0 ;; grpo05|grpo05s1|spice05|speval05) gpu=1 ;; trl05|vllmb) gpu=2 ;;
+    ssp15|sspeval15|sspq|spicem15) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   mkdir -p $LOGS/$name
-  case $name in spice15|spice05|spicem15|ssp15|trl05) rm -rf $RUNS/$name ;; esac
+  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1) rm -rf $RUNS/$name ;; esac
   local pre=""  # started by `join`: wait for the import first
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
   detach $name ${GPU:-$gpu} bash -c "$(declare -f waitfor spice_eval ssp_cloze vllm_benches chain)
