@@ -10,8 +10,10 @@ every rank generates rollouts for its own shard of the step's prompts.
 """
 from __future__ import annotations
 
+import gc
 import os
 import socket
+import sys
 from collections.abc import Sequence
 
 import torch
@@ -78,6 +80,31 @@ def shard(items: Sequence, r: int | None = None, n: int | None = None) -> list:
 def barrier() -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
+
+
+def shutdown() -> None:
+    """Leave the process group at the end of a rank's work: every rank calls it once its last
+    collective is done (a no-op where no group was joined).
+
+    A barrier first, so no rank leaves while another still exchanges with it; then every group
+    is destroyed (through DeepSpeed where it made groups, so its own references to them go too)
+    and a garbage collection frees them: a gloo group nothing else holds joins its worker threads
+    now. Left to interpreter exit, a worker thread can still be releasing its last work while
+    Python finalizes, and the process aborts ("terminate called without an active exception",
+    SIGABRT). Release what holds a group first (``DeepSpeedEngine.close()``). A module imported
+    after the group was made may keep the default group as a default argument (DeepSpeed's,
+    ``torch.distributed.nn``'s): it then outlives this call, idle. Not for an error path: the
+    barrier would wait for ranks that may be inside another collective.
+    """
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    torch.distributed.barrier()
+    ds_comm = sys.modules.get("deepspeed.comm")
+    if ds_comm is not None and ds_comm.is_initialized():
+        ds_comm.destroy_process_group()
+    else:
+        torch.distributed.destroy_process_group()
+    gc.collect()
 
 
 def active() -> bool:

@@ -33,7 +33,10 @@ def main(config_path, samples_path, out, split):
     if dist.is_main():
         torch.save({"weights": {k: v.float().cpu() for k, v in weights.items()},
                     "metrics": metrics, "world": dist.world_size()}, out)
-    dist.barrier()
+    if hasattr(engine, "close"):  # a DeepSpeed engine holds process groups until closed
+        engine.close()
+    del engine, policy
+    dist.shutdown()
 
 
 if __name__ == "__main__":

@@ -124,27 +124,52 @@ def test_deepspeed_matches_torch_engine(stage):
             torch.testing.assert_close(b.detach(), a.detach(), atol=2e-6, rtol=1e-4, msg=name)
 
 
-def _rank_main(rank, world, port, stage, out):
+def _gloo_threads() -> list[str]:
+    """This process's threads that belong to a process group (gloo transport and workers, the store)."""
+    tasks = "/proc/self/task"
+    names = [open(f"{tasks}/{t}/comm").read().strip() for t in os.listdir(tasks)]
+    return sorted(n for n in names if n.startswith(("gloo", "pt_gloo", "pt_tcpstore")))
+
+
+def _spawn_ranks(fn, world: int, *args):
+    """fn(rank, world, *args) in `world` spawned CPU processes that fn joins in one gloo group (the
+    engine does; a group made before `import deepspeed` would stay referenced by DeepSpeed's default
+    arguments). A rank whose fn returns leaves through trainer.distributed.shutdown() and checks that
+    no thread of the group is left (one still running at interpreter exit can abort it: SIGABRT)."""
+    import torch.multiprocessing as mp
+
+    from trainer.distributed import free_port
+
+    mp.spawn(_rank, args=(fn, world, free_port(), args), nprocs=world, join=True)
+
+
+def _rank(rank, fn, world, port, args):
+    from trainer import distributed as dist
+
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
+    fn(rank, world, *args)
+    dist.shutdown()
+    left = _gloo_threads()
+    assert not left, f"rank {rank}: threads of the process group outlived shutdown(): {left}"
+
+
+def _train_and_save(rank, world, stage, out):
     engine = _ds_engine(_model(), stage)
     _train(engine, engine.ds.module, range(2), rank, world)
     state = engine.state_dict()  # collective
     if rank == 0:
         torch.save(state, out)
+    engine.close()
 
 
 @needs_deepspeed
 def test_checkpoint_resumes_on_a_different_world_size(tmp_path):
     """2 ranks (ZeRO-2) train 2 steps and save; 1 rank resumes for step 3. The result equals
     3 steps on 1 rank: weights, Adam moments, step count and schedule all came across."""
-    import torch.multiprocessing as mp
-
-    from trainer.distributed import free_port
-
     out = tmp_path / "ckpt.pt"
-    mp.spawn(_rank_main, args=(2, free_port(), 2, str(out)), nprocs=2, join=True)
+    _spawn_ranks(_train_and_save, 2, 2, str(out))
     state = torch.load(out, weights_only=False)
     assert state["world_size"] == 2 and state["steps"] == 2 and state["adam_step"] == 2
 

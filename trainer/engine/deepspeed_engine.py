@@ -150,6 +150,12 @@ class DeepSpeedEngine:
     def zero_grad(self) -> None:
         self.ds.zero_grad()
 
+    def close(self) -> None:
+        """Take DeepSpeed's hooks off the model. They reference the engine, so without this the
+        engine, and the process groups it holds, live until the interpreter exits (see
+        ``trainer.distributed.shutdown``). The engine is not usable after."""
+        self.ds.destroy()
+
     # -- checkpoints (world-size independent) -------------------------------------------------
     def _trainable(self):
         return [(n, p) for n, p in self.ds.module.named_parameters() if p.requires_grad]
