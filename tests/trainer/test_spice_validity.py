@@ -278,6 +278,13 @@ def test_one_question_for_many_documents_is_invalid():
     assert "(3 documents)" in final[1].reason  # case and punctuation blind
 
 
+def test_repeats_are_found_through_typographic_punctuation():
+    """Curly quotes and a hyphen instead of a space are the same question (the graders' normalize_answer would keep
+    "’" and join "1990-91")."""
+    attempts = [_attempt("d1", "What’s the “best” team of 1990-91?"), _attempt("d2", "What's the \"best\" team of 1990 91?")]
+    assert mark_repeated(attempts) == 2
+
+
 def test_distinct_questions_and_one_documents_repeats_stay_valid():
     base = [_attempt("wiki-3001", "What is the name of the capital city of Niger?"),
             _attempt("wiki-3002", "For how many years did the Ottoman Empire siege Vienna?"),

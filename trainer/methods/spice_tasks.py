@@ -516,6 +516,10 @@ def check_standalone(question: str, document: str | None = None) -> None:
 
 
 def _question_key(question: str) -> str:
+    """What ``mark_repeated`` compares: lower case, every character other than a letter, digit, "_" or space made a
+    space ("What’s" and "What's", "1990-91" and "1990 91" are one key). Not ``verify.normalize_answer`` (the
+    graders'): it deletes ASCII punctuation only (joining "1990-91" into "199091"), keeps typographic quotes and
+    drops articles."""
     return " ".join(re.sub(r"[^\w\s]", " ", question.lower()).split())
 
 
