@@ -13,6 +13,8 @@ from trainer.methods.parts import answer_in_question, count_words
 from trainer.methods.spice import step_metrics
 from trainer.config import load_config
 from trainer.methods.spice_tasks import (
+    _NOT_CONTENT,
+    _TASK_WORDS,
     Attempt,
     FormatChoice,
     SpiceTask,
@@ -24,6 +26,7 @@ from trainer.methods.spice_tasks import (
     refers_to_document,
 )
 from trainer.methods.ssp_tasks import rule_filter
+from trainer.tools.bm25 import STOPWORDS
 
 
 def _task(kind, question, answer, document=None):
@@ -250,6 +253,10 @@ def test_content_words_keep_names_terms_and_numbers():
     assert content_words("How many correct answers are there? What is the total number?") == set()
     assert content_words("It covers 5,000 km2 and 7 towns.") == {"cover", "5000", "town"}  # "7", "km": too short
     assert content_words("Mississippi glass") == {"mississippi", "glass"}  # "ss" endings are no plurals
+
+
+def test_the_words_that_ground_nothing_are_the_bm25_stop_words_and_the_task_words():
+    assert _NOT_CONTENT == STOPWORDS | _TASK_WORDS and not STOPWORDS & _TASK_WORDS  # each word listed once
 
 
 def test_a_document_in_another_script_is_not_checked():

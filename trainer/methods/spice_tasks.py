@@ -386,22 +386,23 @@ _REFERS_TO_DOCUMENT = re.compile(
     rf"following|preceding)\s+)?{_DOCUMENT_WORDS}\b|\bas (?:mentioned|stated|described)\b", re.IGNORECASE)
 
 
-# Words any question may use whatever its document ("How many correct answers?"): they ground nothing.
+# Words any question may use whatever its document ("How many correct answers?"), beyond the BM25 stop words (what,
+# which, who, is, ...): neither grounds anything.
 _TASK_WORDS = frozenset("""
-how many much what which who whom whose when where why does did do done is are was were be been being can could should
-would may might must not also more most less least than other another each every any all some only about after before
-during between here those answer answers answered answering question questions correct incorrect right wrong true false
-option options choice choices way ways number numbers total following given provided above below mentioned stated
-described based according name named called one two three four five six seven eight nine ten first second third last
-type types kind kinds part parts many
+how many much whose does did do done been being can could should may might must not also more most less least than
+other another each every any all some only about after before during between here those answer answers answered
+answering question questions correct incorrect right wrong true false option options choice choices way ways number
+numbers total following given provided above below mentioned stated described based according name named called one
+two three four five six seven eight nine ten first second third last type types kind kinds part parts
 """.split())
+_NOT_CONTENT = STOPWORDS | _TASK_WORDS
 _GROUND_TOKEN = re.compile(r"[a-z]+|\d[\d,.]*\d")
 MIN_GROUNDABLE_WORDS = 5  # a document with fewer Latin-script content words (another script) is not checked
 
 
 def content_words(text: str) -> set[str]:
     """The words of ``text`` that can tie a question to a document: lower-cased Latin-script words of 3+ letters,
-    minus stop words and question words (``_TASK_WORDS``), a plural's final "s" dropped; and numbers of 2+ digits
+    minus stop words and question words (``_NOT_CONTENT``), a plural's final "s" dropped; and numbers of 2+ digits
     (thousands commas dropped). "How many ships did Venice send in 1453?" -> {ship, venice, send, 1453}."""
     out = set()
     for t in _GROUND_TOKEN.findall((text or "").lower()):
@@ -409,7 +410,7 @@ def content_words(text: str) -> set[str]:
             t = t.replace(",", "").rstrip(".")
             if len(t) >= 2:
                 out.add(t)
-        elif len(t) >= 3 and t not in STOPWORDS and t not in _TASK_WORDS:
+        elif len(t) >= 3 and t not in _NOT_CONTENT:
             out.add(t[:-1] if len(t) > 3 and t.endswith("s") and not t.endswith("ss") else t)
     return out
 
