@@ -107,7 +107,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       [ $name = grpo05s1 ] && { echo "== grpo05s1: waiting for grpo05 (same GPU)"; waitfor grpo05; seed=1
                                 gmin=${GRPO1_MIN:-$gmin}; }
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_grpo_gsm8k.yaml --run $RUNS/$name \
-        --minutes $gmin --deadline 1700 --bench $A/gsm8k_heldout.jsonl --set seed=$seed \
+        --minutes $gmin --deadline 1700 --bench $A/gsm8k_heldout.jsonl --scoring math --set seed=$seed \
         --set model.name_or_path=$Q05 --set data.path=$A/gsm8k_train.jsonl ;;
     trl05)
       python3 benchmarks/gpu/trl_gsm8k.py train --run $RUNS/$name --model $Q05 --minutes ${TRL_MIN:-13.4} \
@@ -119,6 +119,18 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       echo "== vllmb: waiting for trl05 (same GPU) and for vLLM"; waitfor trl05
       while [ ! -d /tmp/site/vllm ] || ! grep -q VLLM_STAGED /tmp/vllm_stage.log 2>/dev/null; do sleep 5; done
       vllm_benches ;;
+    mathof-*)  # mathof-RUN: keep RUN's checkpoints (hard links) while it trains, then score them all on GSM8K
+               # held-out with math scoring into RUN-math (a GRPO run started without --scoring math is scored
+               # `exact`, while TRL's and earlier runs' are `math`)
+      local r=${name#mathof-} keep=$RUNS/${name#mathof-}-math
+      mkdir -p $keep/checkpoints
+      while [ ! -f $LOGS/$r.pid ] || kill -0 "$(cat $LOGS/$r.pid)" 2>/dev/null; do
+        for c in $RUNS/$r/checkpoints/step-*; do
+          [ -f $c/meta.json ] && [ ! -d $keep/checkpoints/$(basename $c) ] && cp -al $c $keep/checkpoints/
+        done; sleep 3
+      done
+      cp $RUNS/$r/config.yaml $RUNS/$r/metrics.jsonl $keep/
+      python3 benchmarks/gpu/learn_run.py eval --run $keep --bench $A/gsm8k_heldout.jsonl --scoring math ;;
     speval15) spice_eval $RUNS/spice15 $Q15 ;;
     speval05) spice_eval $RUNS/spice05 $Q05 ;;
     sspeval15) ssp_cloze ssp15; python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 --bench $A/ssp_heldout.jsonl --judged ;;
@@ -129,7 +141,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15) gpu=0 ;; grpo05|grpo05s1|spice05|speval05) gpu=1 ;; trl05|vllmb) gpu=2 ;;
+    spice15|speval15) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*) gpu=1 ;; trl05|vllmb) gpu=2 ;;
     ssp15|sspeval15|sspq|spicem15) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
