@@ -11,7 +11,9 @@ Benchmarks are lists of ``Item`` (question, gold answer, optional choices / rubr
 
 Scoring modes (``SCORING``): ``math`` (math-verify equivalence), ``mcq`` (option letter),
 ``exact`` (SQuAD-normalized exact match), ``f1`` (SQuAD token F1), ``judge`` (an LLM judge:
-``Judge.grade`` against the item's rubric when it has one, else ``Judge.equivalent``).
+``Judge.grade`` against the item's rubric when it has one, else ``Judge.equivalent``). A JSONL file's
+default (``default_scoring``): ``mcq`` where every item has choices, ``math`` where every answer is a
+number, else ``exact``; a bundled benchmark has its own.
 The model answers with SPICE's Reasoner prompt (``\\boxed{}``), or with the search tool using
 the Search-R1 prompt of SSP (``<answer>``) and ``multi_turn_rollout``.
 
@@ -215,8 +217,19 @@ def write_jsonl(items: list[Item], path: str | Path) -> Path:
     return path
 
 
+_NUMBER_ANSWER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
 def default_scoring(items: list[Item]) -> str:
-    return "mcq" if items and all(i.choices for i in items) else "exact"
+    """A JSONL benchmark's mode when none is given: ``mcq`` where every item has choices, ``math`` where every
+    answer is a number (GSM8K-style: "15" then matches "15.00", "$15" and a boxed 15, as the bundled GSM8K
+    is scored; ``exact`` compared the strings and under-counted a GPU run's held-out GSM8K by 0.6 points),
+    else ``exact``."""
+    if items and all(i.choices for i in items):
+        return "mcq"
+    if items and all(isinstance(i.answer, str) and _NUMBER_ANSWER.fullmatch(i.answer.strip()) for i in items):
+        return "math"
+    return "exact"
 
 
 def load_benchmark(spec: str, scoring: str | None = None) -> tuple[list[Item], str]:

@@ -199,7 +199,8 @@ def main() -> None:
         q.add_argument("--bench", action="append", default=[])
         q.add_argument("--base", help="the base model when the run folder has no config.yaml yet")
         q.add_argument("--max-new-tokens", type=int, default=512)
-        q.add_argument("--scoring", help="default: the benchmark's own (a JSONL: exact); gsm8k: math")
+        q.add_argument("--scoring", help="default: the benchmark's own (a JSONL: mcq where every item has choices, "
+                       "math where every answer is a number, else exact)")
     e.add_argument("--run", required=True)
     p = sub.add_parser("pack")
     p.add_argument("--run", required=True)

@@ -305,6 +305,26 @@ def test_challenger_tasks_batches_documents_and_logs_every_attempt(tiny):
         challenger_tasks(tiny, DOCS, 1, sampling, section, batch_size=0)
 
 
+def test_a_jsonl_of_numeric_answers_is_scored_as_math_by_default(tmp_path):
+    """GSM8K's halves as JSONL (benchmarks/gpu/gsm8k_split.py) were scored `exact` unless told, while the bundled
+    GSM8K is `math`: "\\boxed{15.00}" against 15 counted wrong."""
+    from trainer.evaluate import default_scoring, load_benchmark
+
+    rows = [{"question": "Sheep?", "answer": "15"}, {"question": "Cost?", "answer": "1,200"},
+            {"question": "Change?", "answer": "-2.5"}]
+    bench = tmp_path / "gsm.jsonl"
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items, scoring = load_benchmark(str(bench))
+    assert scoring == "math"
+    assert score_prediction("\\boxed{15.00}", items[0].answer, scoring) == 1.0
+    assert score_prediction("\\boxed{15.00}", items[0].answer, "exact") == 0.0
+    assert load_benchmark(str(bench), "exact")[1] == "exact"  # an explicit mode still wins
+    mixed = items + [Item("4", "Capital?", "Paris")]
+    assert default_scoring(mixed) == "exact"
+    assert default_scoring([Item("5", "Pick", "B", choices=["x", "y"])]) == "mcq"
+    assert default_scoring([Item("6", "Aliases", ["15", "fifteen"])]) == "exact"
+
+
 def test_the_command_line_prints_one_json_line(tmp_path, tiny_model_dir, capsys):
     from trainer.evaluate import main
 
