@@ -156,6 +156,10 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
 
 status() {
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader
+  # a chain left out of every join/start is otherwise silent (2026-11-27: vllmb was staged for, never started)
+  local never=""
+  for j in spice15 grpo05 grpo05s1 trl05 vllmb ssp15 sspq spicem15; do [ -f $LOGS/$j.pid ] || never="$never $j"; done
+  echo "== never started:${never:- none}"
   for pidf in $LOGS/*.pid; do
     [ -f "$pidf" ] || continue
     local n; n=$(basename "$pidf" .pid)
