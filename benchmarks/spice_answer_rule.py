@@ -111,7 +111,7 @@ def training(runs: list[Path], share: float, size: int, trials: int, max_step: i
     rng = random.Random(0)
     steps = {True: 0, False: 0}
     tasks = {True: 0, False: 0}
-    total = 0
+    total, top = 0, []
     for _ in range(trials):
         step_docs = rng.sample(pool, size)
         total += sum(map(len, step_docs))
@@ -119,9 +119,17 @@ def training(runs: list[Path], share: float, size: int, trials: int, max_step: i
             m = marks(step_docs, share, whole)
             steps[whole] += m > 0
             tasks[whole] += m
+        weight = Counter()
+        for keys in step_docs:
+            for k in keys:
+                weight[k] += 1 / len(keys)
+        top.append(max(weight.values(), default=0) / size)
+    top.sort()
     print(f"  bootstrap: {trials} steps of {size} documents from {len(pool)} documents of steps <= {max_step}: "
           f"steps with a mark split {steps[False] / trials:.1%} whole {steps[True] / trials:.1%}; "
-          f"tasks marked split {tasks[False] / total:.2%} whole {tasks[True] / total:.2%}")
+          f"tasks marked split {tasks[False] / total:.2%} whole {tasks[True] / total:.2%}; most common answer's "
+          f"split share median {top[trials // 2]:.1%}, 99th percentile {top[int(trials * 0.99)]:.1%}, "
+          f"largest {top[-1]:.1%}")
 
 
 def main() -> None:
