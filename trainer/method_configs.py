@@ -229,6 +229,12 @@ class SpiceSection(MethodSection):
                           "its document is invalid (ours: the paper's prompt asks for tasks from the document; "
                           "Qwen2.5-Coder-1.5B's Challenger collapsed to 'How many correct answers? -> 1' without it). "
                           "Documents with fewer than 5 Latin-script words are not checked.")
+    max_answer_share: float = Field(
+        0.25, gt=0, le=1, description="A free-form answer the Challenger gives for more than this share of a step's "
+        "documents (and for 3 or more of them; a document counts once, split over its tasks' answers; numbers "
+        "compared by value) makes every task with it invalid, 'answer repeated across documents' (ours, training "
+        "only: the Reasoner could guess it without reading; Qwen2.5-Coder-1.5B's Challenger collapsed to answers "
+        "1 and 2 on 94 of 96 documents). MCQ letters are exempt. 1.0 turns it off.")
 
     @model_validator(mode="after")
     def _retry_cap(self) -> "SpiceSection":

@@ -6,6 +6,7 @@ spice15 = Qwen2.5-Coder-1.5B, 15 steps): the 0.5B Challenger collapsed to digit 
 themselves, which parsed as valid (its Reasoner learned to copy them; held-out GSM8K 28.0% -> 14.2%).
 """
 import json
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from trainer.methods.spice_tasks import (
     content_words,
     grounded,
     mark_repeated,
+    mark_repeated_answers,
     parse_task,
     refers_to_document,
 )
@@ -336,3 +338,229 @@ def test_a_refused_task_keeps_its_question_on_record():
     row = records(33, [refused])[0]
     assert (row["question"], row["valid"]) == ("How many correct answers?", False)
     assert row["data"]["invalid_reason"] == "task: question is not about the document"
+
+
+# ---- "answer repeated across documents" (spice_tasks.mark_repeated_answers) ------------------------------------------
+
+def _answered(doc_id, question, answer, kind="integer", i=0, reason=""):
+    fmt = "mcq" if kind == "mcq" else "free_form"
+    return Attempt(doc_id, doc_id, i, f"37:{doc_id}:{i}", [1], task=SpiceTask(fmt, kind, question, answer),
+                   reason=reason)
+
+
+# today's 1.5B run, step 37, on held-out documents: grounded in a name of the document, worded differently each time,
+# answered 1 or 2 (94 of its 96 tasks); its Reasoner learned to guess 1 or 2
+STEP_37 = [("wiki-3160", "How many continents does Niger lie on?", "1"),
+           ("wiki-3237", "How many continents does Prague belong to?", "1"),
+           ("wiki-3439", "How many regions make up Mali?", "1"),
+           ("wiki-3507", "How many world capitals are there in Poland?", "1"),
+           ("wiki-3302", "How many time zones does San Francisco have?", "1"),
+           ("wiki-3621", "How many sides did the Polish-Lithuanian Commonwealth have?", "2"),
+           ("wiki-3658", "How many important treaties were signed at the Congress of Berlin?", "2"),
+           ("wiki-3969", "How many types of national flags are there?", "2"),
+           ("wiki-3054", "How many major parts does Manchester have?", "2"),
+           ("wiki-3719", "How many historical dynasties existed during the Five Dynasties and Ten Kingdoms period?",
+            "5")]
+# the base Challenger on held-out documents of the same run: answers mostly distinct, "1" on 4 of its 96 documents
+BASE = [("wiki-3621", "What year was the Battle of Vienna fought?", "1683", "integer"),
+        ("wiki-3658", "How many European powers participated at the Congress of Berlin?", "5", "integer"),
+        ("wiki-3392", "What is the world's largest island in terms of area in Indonesia?", "Sulawesi", "string"),
+        ("wiki-3359", "How many islands does Solomon Islands have?", "6", "integer"),
+        ("wiki-3465", "How many cities does Uganda have?", "1", "integer"),
+        ("wiki-3530", "What is the average discharge of the Yamuna compared to the Ganges in terms of millions of "
+                      "cubic meters per second?", "24.5", "float"),
+        ("wiki-3753", "For how many years did the Great Turkish War last?", "16", "float"),
+        ("wiki-3098", "What official language is spoken by residents of Monaco?", "French", "string"),
+        ("wiki-3484", "What is the largest city in British Columbia? A) Vancouver B) Abbotsford C) Victoria D) Kelowna",
+         "A", "mcq"),
+        ("wiki-3576", "What was the period from which Algeria earned its independence? A) 1947-1950 B) 1955-1958 "
+                      "C) 1959-1961 D) 1962-1965", "A", "mcq"),
+        ("wiki-3918", "Which historically important period was initially ruled by the Le dynasty? A) Later Le B) Mac "
+                      "C) Tay Son D) Nguyen", "A", "mcq")]
+
+
+def test_a_collapsed_challengers_guessable_answers_are_invalid_and_the_rest_stay_valid():
+    """Ten of step 37's tasks as one step: 1 (5 documents) and 2 (4 documents) are over a quarter of the 10
+    documents; the single 5 is not, nor is anything of the base Challenger's."""
+    step = [_answered(d, q, a, i=i) for i, (d, q, a) in enumerate(STEP_37)]
+    assert mark_repeated_answers(step) == 9
+    assert [a.valid for a in step] == [False] * 9 + [True]
+    assert step[0].reason == "task: answer repeated across documents (5 documents, 50% of the step's 10)"
+    assert step[5].reason == "task: answer repeated across documents (4 documents, 40% of the step's 10)"
+    base = [_answered(d, q, a, kind, i) for i, (d, q, a, kind) in enumerate(BASE)]
+    assert mark_repeated_answers(base) == 0 and all(a.valid for a in base)
+
+
+def test_mcq_letters_are_exempt():
+    """Three of the base Challenger's MCQs answer A: a letter is one of four by design, never 'repeated'."""
+    mcqs = [_answered(d, q, a, kind, i) for i, (d, q, a, kind) in enumerate(BASE) if kind == "mcq"]
+    assert len(mcqs) == 3 and mark_repeated_answers(mcqs) == 0 and all(a.valid for a in mcqs)
+
+
+def test_one_documents_repeated_answer_is_one_document():
+    """A document's 8 attempts may all answer 1: it counts once (split over its tasks), so with 6 other documents
+    answering otherwise nothing is marked."""
+    niger = [_answered("wiki-3160", "How many continents does Niger lie on?", "1", i=i) for i in range(8)]
+    others = [_answered(d, q, a, kind, 8 + i) for i, (d, q, a, kind) in enumerate(BASE[:7]) if a != "1"]
+    assert mark_repeated_answers(niger + others) == 0 and all(a.valid for a in niger + others)
+
+
+def test_two_documents_sharing_an_answer_is_fine_even_over_the_share():
+    """Answer 1 on 2 of 4 documents is half the step, but 3 documents at least make a repeat."""
+    step = [_answered(d, q, a, i=i) for i, (d, q, a) in enumerate(STEP_37[:2] + STEP_37[5:7])]
+    assert mark_repeated_answers(step) == 0 and all(a.valid for a in step)
+    step.append(_answered(*STEP_37[2], i=9))  # a third document answers 1
+    assert mark_repeated_answers(step) == 3 and sum(a.valid for a in step) == 2
+
+
+def test_answers_are_equal_as_numbers_and_as_normalized_text():
+    """The graders' equality: "1" = "1.0" = "01"; "1,000" = "1000"; "The Danube" = "danube." (the answers' spelling is
+    varied here; the questions are step 37's)."""
+    ones = [_answered("wiki-3160", STEP_37[0][1], "1"), _answered("wiki-3237", STEP_37[1][1], "1.0", "float"),
+            _answered("wiki-3439", STEP_37[2][1], "01"), _answered("wiki-3621", STEP_37[5][1], "2")]
+    assert mark_repeated_answers(ones) == 3 and ones[3].valid
+    thousands = [_answered(f"d{i}", f"How many soldiers did army {i} have?", a, kind)
+                 for i, (a, kind) in enumerate([("1,000", "integer"), ("1000", "integer"), ("1000.0", "float"),
+                                                ("999", "integer")])]
+    assert mark_repeated_answers(thousands) == 3 and thousands[3].valid
+    rivers = [_answered(f"d{i}", f"Which river flows through city {i}?", a, "string")
+              for i, a in enumerate(["The Danube", "danube.", "DANUBE", "Rhine"])]
+    assert mark_repeated_answers(rivers) == 3 and rivers[3].valid
+    near = [_answered(f"d{i}", f"What is ratio {i}?", a, "float") for i, a in enumerate(["0.5", "0.50", "0.4999999"])]
+    assert mark_repeated_answers(near + [_answered("d9", "What is ratio 9?", "0.7", "float")]) == 3  # 1e-6: equal
+
+
+def test_a_document_weighs_its_share_of_its_answers():
+    """Three documents each answering 1 in one of their 4 attempts weigh 3/4 of a document: not over a quarter of 3
+    documents... until a fourth document answers 1 in every attempt (1.75 of 4 documents)."""
+    step = [_answered(f"d{d}", f"How many {w} does place {d} have?", "1" if i == 0 else str(10 + 4 * d + i), i=i)
+            for d in range(3) for i, w in enumerate(["rivers", "lakes", "hills", "towns"])]
+    assert mark_repeated_answers(step) == 0
+    step += [_answered("d3", "How many continents does Niger lie on?", "1", i=i) for i in range(4)]
+    assert mark_repeated_answers(step) == 7  # 3 + 4 tasks answering 1
+
+
+def test_booleans_count_like_any_answer():
+    step = [_answered(f"d{i}", f"Was treaty {i} signed before 1900?", "true", "boolean") for i in range(3)]
+    assert mark_repeated_answers(step + [_answered("d9", "How many?", "4")]) == 3
+
+
+def test_a_share_of_one_turns_the_rule_off_and_a_repeat_stays_marked_in_later_rounds():
+    step = [_answered(d, q, a, i=i) for i, (d, q, a) in enumerate(STEP_37)]
+    assert mark_repeated_answers(step, max_share=1.0) == 0 and all(a.valid for a in step)
+    first = [_answered(d, q, a, i=i) for i, (d, q, a) in enumerate(STEP_37[:2] + STEP_37[5:7])]
+    assert mark_repeated_answers(first) == 0
+    later = first + [_answered(*STEP_37[2], i=9)]
+    assert mark_repeated_answers(later) == 3 and not first[0].valid
+    again = later + [_answered(f"wiki-{4000 + i}", f"How many capitals does place {i} have?", str(30 + i), i=i)
+                     for i in range(8)]  # more documents: 1 is now 3 of 13, but the marks stay
+    assert mark_repeated_answers(again) == 0 and sum(not a.valid for a in again) == 3
+
+
+def test_a_question_already_repeated_does_not_count_for_the_answer_rule():
+    """The recipe marks repeated questions first; the answer rule counts the tasks still valid."""
+    step = [_answered(f"wiki-{3000 + i}", "How many correct answers?", "1", i=i) for i in range(4)]
+    assert mark_repeated(step) == 4 and mark_repeated_answers(step) == 0
+    assert all(a.reason.startswith("task: question repeated across documents") for a in step)
+
+
+def test_the_answer_rule_has_its_own_rate_and_refused_tasks_keep_their_question():
+    from trainer.methods.spice import records
+
+    step = [_answered(d, q, a, i=i) for i, (d, q, a) in enumerate(STEP_37)]
+    mark_repeated_answers(step)
+    chal = step_metrics(step)["challenger"]
+    assert chal["invalid_repeated_answer_rate"] == pytest.approx(0.9)
+    assert chal["invalid_task_rate"] == pytest.approx(0.9)
+    assert chal["invalid_repeated_rate"] == 0
+    row = records(37, step[:1])[0]
+    assert (row["question"], row["answer"], row["valid"]) == ("How many continents does Niger lie on?", "1", False)
+    assert row["data"]["invalid_reason"].startswith("task: answer repeated across documents")
+
+
+def test_max_answer_share_is_a_checked_config_key():
+    from trainer.config import ConfigError
+
+    assert load_config({"method": "spice"}).spice.max_answer_share == 0.25
+    assert load_config({"method": "spice", "spice": {"max_answer_share": 1}}).spice.max_answer_share == 1.0
+    for bad, says in ((0, "greater than 0"), (1.5, "less than or equal to 1"), ("most", "valid number")):
+        with pytest.raises(ConfigError, match=f"spice.max_answer_share: .*{says}"):
+            load_config({"method": "spice", "spice": {"max_answer_share": bad}})
+
+
+HELD_OUT = Path(__file__).resolve().parents[2] / "examples" / "runs"
+
+
+@pytest.mark.parametrize("run, marked", [
+    ("spice-wiki-qwen15-lr2e-6-rules2", {"base": 0, "step 33": 96}),  # "How many correct answers? -> 1"
+    ("spice-wiki-qwen15-lr2e-6", {"base": 0, "step 15": 43}),  # "How many paragraphs ... -> 1" (43 of 48)
+    ("spice-wiki-qwen05-lr2e-6", {"base": 0, "step 35": 0}),  # digit strings, each its own (other rules catch them)
+    ("spice-gsm8kdocs-qwen15-lr2e-6", {"base": 0, "step 10": 0}),  # math tasks: "50" on 4 of 64 documents
+])
+def test_the_runs_held_out_tasks_as_one_step_per_challenger(run, marked):
+    rows = [json.loads(line) for line in (HELD_OUT / run / "crossplay_tasks.jsonl").read_text().splitlines()]
+    for challenger, want in marked.items():
+        step = [_answered(r["document_id"], r["question"], r["answer"], r["answer_type"], i)
+                for i, r in enumerate(rows) if r["challenger"] == challenger]
+        assert mark_repeated_answers(step) == want, challenger
+
+
+def test_the_recipes_challenger_rounds_mark_repeated_answers(monkeypatch):
+    """Through ``spice.challenge_until_valid`` (the recipe's Challenger loop, generation replaced by step 37's tasks):
+    round 0 gives answer 1 on 2 of 7 documents (fine), a retry round gives it on a third, so all three tasks become
+    invalid, the round-0 ones included; the document whose retry answered 1 has no valid task left."""
+    from types import SimpleNamespace
+
+    from trainer.methods import spice
+    from trainer.methods.review import ReviewState
+    from trainer.tools.corpus import Document
+
+    titles = ["Niger", "Prague", "Battle of Vienna", "Congress of Berlin", "Five Dynasties", "Vancouver", "Mali"]
+    docs = [Document(f"wiki-{3000 + i}", t, t) for i, t in enumerate(titles)]
+    script = {  # (document, round) -> (question, answer, answer type) of its 2 attempts; None: an attempt that failed
+        ("Niger", 0): [(STEP_37[0][1], "1", "integer"), None],
+        ("Prague", 0): [(STEP_37[1][1], "1", "integer"), None],
+        ("Battle of Vienna", 0): [(STEP_37[5][1], "2", "integer"), None],
+        ("Congress of Berlin", 0): [(STEP_37[6][1], "2", "integer"), None],
+        ("Five Dynasties", 0): [(STEP_37[9][1], "5", "integer"), None],
+        ("Vancouver", 0): [(BASE[8][1], "A", "mcq"), None],
+        ("Mali", 0): [None, None],
+        ("Mali", 1): [(STEP_37[2][1], "1.0", "float"), None],
+    }
+    rounds = []
+
+    def challenge(ctx, batch, step, draws):
+        round_ = draws[0] % 2  # draws[d] * rounds + round_, 2 rounds
+        rounds.append((round_, [d.title for d in batch]))
+        out = []
+        for g, doc in enumerate(batch):
+            for i, spec in enumerate(script[(doc.title, round_)]):
+                a = Attempt(str(doc.id), doc.title, 2 * round_ + i, f"{step}:{doc.id}:{2 * round_ + i}", [1], group=g,
+                            loss_mask=[1])
+                if spec is None:
+                    a.reason = "task: no parsable JSON"
+                else:
+                    q, ans, kind = spec
+                    a.task = SpiceTask("mcq" if kind == "mcq" else "free_form", kind, q, ans)
+                out.append(a)
+        return out
+
+    monkeypatch.setattr(spice, "challenge", challenge)
+    cfg = load_config({"method": "spice", "spice": {"challenger_attempts": 2, "max_challenger_attempts": 4,
+                                                     "challenger_token_budget": 10**6}})
+    ctx = SimpleNamespace(config=cfg, policy=SimpleNamespace(device=SimpleNamespace(type="cpu")))
+    by_doc, report = spice.challenge_until_valid(ctx, docs, 37, [0] * len(docs), ReviewState())
+    assert rounds == [(0, titles), (1, ["Mali"])]
+    reasons = {a.task.answer: a.reason for row in by_doc for a in row if a.task}
+    assert all(reasons[x].startswith("task: answer repeated across documents (3 documents") for x in ("1", "1.0"))
+    assert not reasons["2"] and not reasons["5"] and not reasons["A"]  # 2 documents each; an MCQ letter
+    assert [any(a.valid for a in row) for row in by_doc] == [False, False, True, True, True, True, False]
+    attempts = [a for row in by_doc for a in row]
+    assert step_metrics(attempts)["challenger"]["invalid_repeated_answer_rate"] == pytest.approx(3 / 16)
+
+    off = load_config({"method": "spice", "spice": {"challenger_attempts": 2, "max_challenger_attempts": 4,
+                                                     "challenger_token_budget": 10**6, "max_answer_share": 1.0}})
+    rounds.clear()
+    by_doc, _ = spice.challenge_until_valid(SimpleNamespace(config=off, policy=ctx.policy), docs, 37, [0] * len(docs),
+                                            ReviewState())
+    assert all(a.valid for row in by_doc for a in row if a.task)

@@ -62,9 +62,21 @@ Departures from the paper:
   A question the step's Challenger wrote for two or more different documents is invalid as well
   ("question repeated across documents", ``spice_tasks.mark_repeated``; training only, the
   cross-play evaluation keeps the per-task rules): every collapse so far was one template for all
-  documents. Metrics ``invalid_answer_in_question_rate``, ``invalid_no_words_rate``,
-  ``invalid_refers_to_document_rate``, ``invalid_not_grounded_rate``, ``invalid_repeated_rate`` (and
-  ``invalid_copies_example_rate``);
+  documents. With all of these in force, the next 1.5B run's Challenger collapsed within 37 steps to integer
+  questions grounded in a name of their document and worded differently for each ("How many continents does Niger
+  lie on? -> 1", "How many sides did the Polish-Lithuanian Commonwealth have? -> 2"): answers 1 and 2 on 94 of its
+  96 held-out documents (the base Challenger's most frequent answer: 1, on 4), which its Reasoner learned to guess
+  (63.5% on them). So a free-form answer the step's Challenger gives for more than ``spice.max_answer_share`` (0.25)
+  of the step's documents, and for 3 or more of them, is invalid too ("answer repeated across documents",
+  ``spice_tasks.mark_repeated_answers``; training only; numbers compared by value as the graders do, MCQ letters
+  exempt; a document counts once, split over the answers of its valid free-form tasks, since counting it whole for
+  any attempt's answer would flag 60% of 16-document steps drawn from the 1.5B runs' first steps). Taking each
+  Challenger's held-out set as one step, it marks 94/96 of that collapse, 96/96 of the step-33 one, 43/48 of the first
+  1.5B run's step-15 tasks, none of the 0.5B's digit strings (each its own; the rules above refuse them), none of
+  the five base Challengers' 347 tasks and none of the GSM8K-document run's 64 step-10 tasks
+  (benchmarks/spice_answer_rule.py). Metrics ``invalid_answer_in_question_rate``, ``invalid_no_words_rate``,
+  ``invalid_refers_to_document_rate``, ``invalid_not_grounded_rate``, ``invalid_repeated_rate``,
+  ``invalid_repeated_answer_rate`` (and ``invalid_copies_example_rate``);
 - token budgets (the paper's text gives none): ``rollout.max_new_tokens`` 8192 for the task turn
   and each Reasoner answer (``task_max_new_tokens``, ``reasoner_max_new_tokens``), 256 for the
   format choice (``format_max_new_tokens``); 8192 is also Dr.GRPO's constant normaliser (seq_sum);
@@ -89,6 +101,7 @@ from trainer.methods.spice_tasks import (
     draw_numbers,
     keep_preserving_ratio,
     mark_repeated,
+    mark_repeated_answers,
     role_budget,
 )
 from trainer.rewards import spice_reward_fn
@@ -132,7 +145,9 @@ def challenge_until_valid(ctx, docs, step: int, draws: list[int], review: Review
             mark_flagged(a, review)
             review.remember(a.key, a.task.question if a.task else None)
             by_doc[a.group].append(a)
-        mark_repeated([a for attempts in by_doc for a in attempts])
+        step_attempts = [a for attempts in by_doc for a in attempts]
+        mark_repeated(step_attempts)
+        mark_repeated_answers(step_attempts, sec.max_answer_share)
         return sum(sum(a.loss_mask) for a in new)  # tokens the Challenger generated
 
     worst = sec.format_max_new_tokens + role_budget(ctx, sec.task_max_new_tokens)  # both Challenger turns
