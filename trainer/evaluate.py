@@ -17,7 +17,8 @@ number, else ``exact``; a bundled benchmark has its own.
 The model answers with SPICE's Reasoner prompt (``\\boxed{}``), or with the search tool using
 the Search-R1 prompt of SSP (``<answer>``) and ``multi_turn_rollout``.
 
-``bootstrap_ci`` gives the 95% percentile bootstrap interval of the mean score.
+``bootstrap_ci`` gives the 95% percentile bootstrap interval of the mean score; ``paired_difference`` the
+interval of a checkpoint's per-item gain over another on the same items (the base's, say).
 
 Cross-play (SPICE Figure 3): ``challenger_tasks(model_i, documents)`` writes tasks with the SPICE
 Challenger of checkpoint i (``challenge`` of trainer/methods/spice_tasks.py, which the recipe
@@ -390,6 +391,21 @@ def bootstrap_ci(scores, n_resamples: int = 1000, confidence: float = 0.95, seed
     tail = (1.0 - confidence) / 2
     lo, hi = np.quantile(means, [tail, 1.0 - tail])
     return float(lo), float(hi)
+
+
+def paired_difference(before: dict, after: dict, n_resamples: int = 2000, seed: int = 0) -> dict | None:
+    """``after`` minus ``before`` on the items both scored (dicts item key -> score), with the 95% percentile
+    bootstrap interval of the mean per-item difference: {"diff", "low", "high", "n", "gained", "lost"}, None when
+    they share no item. Paired, so the items' own difficulty cancels: a held-out cloze score of 13.0% [9.3, 17.0] ->
+    19.0% [14.7, 23.7] overlaps as two intervals, while its paired difference is +6.0 points [+2.0, +10.0] (a GPU
+    SPICE run, benchmarks/RESULTS.md)."""
+    keys = [k for k in before if k in after]
+    if not keys:
+        return None
+    d = np.asarray([float(after[k]) - float(before[k]) for k in keys], dtype=np.float64)  # [N]
+    lo, hi = bootstrap_ci(d, n_resamples=n_resamples, seed=seed)
+    return {"diff": float(d.mean()), "low": lo, "high": hi, "n": len(keys),
+            "gained": int((d > 0).sum()), "lost": int((d < 0).sum())}
 
 
 # ---- the evaluation loop ------------------------------------------------------------------------

@@ -305,6 +305,30 @@ def test_challenger_tasks_batches_documents_and_logs_every_attempt(tiny):
         challenger_tasks(tiny, DOCS, 1, sampling, section, batch_size=0)
 
 
+def test_paired_difference_matches_items_and_sees_a_gain_two_intervals_hide():
+    from trainer.evaluate import paired_difference
+
+    # 300 items: 30 gained, 12 lost, the rest unchanged (the GPU SPICE run's held-out cloze, 13.0% -> 19.0%)
+    before = {i: 1.0 if i < 39 else 0.0 for i in range(300)}
+    after = dict(before)
+    for i in range(12):
+        after[i] = 0.0
+    for i in range(100, 130):
+        after[i] = 1.0
+    assert sum(before.values()) == 39 and sum(after.values()) == 57
+    lo_a, hi_a = bootstrap_ci(list(before.values()))
+    lo_b, hi_b = bootstrap_ci(list(after.values()))
+    assert lo_b < hi_a  # the two intervals overlap ...
+    d = paired_difference(before, after)
+    assert d["n"] == 300 and (d["gained"], d["lost"]) == (30, 12)
+    assert d["diff"] == pytest.approx(0.06) and 0.0 < d["low"] < 0.06 < d["high"]  # ... the paired one excludes 0
+    assert paired_difference(before, before) == {"diff": 0.0, "low": 0.0, "high": 0.0, "n": 300, "gained": 0,
+                                                 "lost": 0}
+    # only shared items count; none shared -> None
+    assert paired_difference({"a": 0.0, "b": 1.0}, {"b": 0.0, "c": 1.0})["n"] == 1
+    assert paired_difference({"a": 1.0}, {"b": 1.0}) is None
+
+
 def test_a_jsonl_of_numeric_answers_is_scored_as_math_by_default(tmp_path):
     """GSM8K's halves as JSONL (benchmarks/gpu/gsm8k_split.py) were scored `exact` unless told, while the bundled
     GSM8K is `math`: "\\boxed{15.00}" against 15 counted wrong."""
