@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import OUT, ROOT, emit
+from common import OUT, ROOT, emit, write_eval_samples
 
 from trainer.runfolder import append_eval, read_evals
 
@@ -75,9 +75,7 @@ def eval_one(run: Path, step: int, spec: str, bench: str, max_new_tokens: int, s
            "seconds": round(result.seconds, 1), "train_seconds": train_seconds_at(run, step) if step else 0.0,
            "tokens_per_s": round(tokens / max(result.seconds, 1e-9)), "boxed_rate": round(boxed, 3)}
     row = append_eval(run, row)  # checked against the format import_run reads (trainer/runfolder.py)
-    with (OUT / f"eval_samples_step{step}.jsonl").open("w") as f:
-        for s in result.samples[:40]:
-            f.write(json.dumps(s, default=str) + "\n")
+    write_eval_samples(run, Path(bench).stem, step, result.samples)  # every item: the web's paired difference
     emit("eval", row)
     return row
 

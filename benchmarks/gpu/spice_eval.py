@@ -61,7 +61,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import OUT, emit  # noqa: F401  (puts the repository on sys.path; OUT: where emit writes)
+from common import OUT, emit, write_eval_samples  # noqa: F401  (puts the repository on sys.path; OUT: where emit writes)
 
 STATE, TASKS_FILE, CLOZE_NAME = "crossplay_state.jsonl", "crossplay_tasks.jsonl", "cloze-heldout"
 PHASES = ("load", "challenger", "reasoner", "gsm8k", "cloze")
@@ -363,11 +363,7 @@ class Evaluation:
             "correct": result.correct, "model": t.label, "max_new_tokens": self.args.max_new_tokens,
             "boxed_rate": sum("\\boxed{" in o for o in outputs) / max(1, len(outputs)),
             "tokens_per_s": tokens / max(result.seconds, 1e-9)})
-        folder = self.run / "eval_samples"
-        folder.mkdir(exist_ok=True)
-        with open(folder / f"{name}-step{t.step}.jsonl", "w", encoding="utf-8") as f:
-            for s in result.samples:
-                f.write(json.dumps(s, default=str) + "\n")
+        write_eval_samples(self.run, name, t.step, result.samples)
         emit("spice_eval_benchmark", {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
 
     # -- outputs ----------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from common import OUT, emit  # noqa: E402
+from common import OUT, emit, write_eval_samples  # noqa: E402
 
 from trainer.runfolder import BENCHMARK_NAME, append_eval, read_evals  # noqa: E402
 
@@ -326,6 +326,7 @@ def cmd_eval(args) -> None:
         with (OUT / f"ssp_eval_samples_step{step}.jsonl").open("w") as f:
             for s in samples[: args.keep_samples]:
                 f.write(json.dumps(s, default=str) + "\n")
+        write_eval_samples(run, name, step, samples)  # every item, for the web's paired difference against the base
         del loaded
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
