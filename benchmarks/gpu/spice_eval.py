@@ -351,7 +351,7 @@ class Evaluation:
 
     def benchmark(self, t: Target, loaded, batch: int, name: str, items, scoring: str) -> None:
         from trainer.evaluate import evaluate
-        from trainer.runfolder import append_eval
+        from trainer.runfolder import append_eval, write_eval_samples
 
         result = evaluate(loaded.generator, loaded.tokenizer, items, scoring, sampling=self.greedy, batch_size=batch,
                           name=name)
@@ -363,11 +363,7 @@ class Evaluation:
             "correct": result.correct, "model": t.label, "max_new_tokens": self.args.max_new_tokens,
             "boxed_rate": sum("\\boxed{" in o for o in outputs) / max(1, len(outputs)),
             "tokens_per_s": tokens / max(result.seconds, 1e-9)})
-        folder = self.run / "eval_samples"
-        folder.mkdir(exist_ok=True)
-        with open(folder / f"{name}-step{t.step}.jsonl", "w", encoding="utf-8") as f:
-            for s in result.samples:
-                f.write(json.dumps(s, default=str) + "\n")
+        write_eval_samples(self.run, name, t.step, result.samples)
         emit("spice_eval_benchmark", {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
 
     # -- outputs ----------------------------------------------------------------------------------
