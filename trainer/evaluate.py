@@ -32,9 +32,10 @@ Command line::
     python -m trainer.evaluate var/runs/7/checkpoints/step-000050 --benchmark my.jsonl --scoring f1
     python -m trainer.evaluate RUN/checkpoints/step-000050 --benchmark gsm8k --record RUN
 
-``--record RUN_DIR`` appends the result to the run folder's ``evals.jsonl`` (``append_eval``; the
-format, and ``write_crossplay``'s crossplay.json, are in trainer/runfolder.py), which
-``manage.py import_run`` shows on the run's page.
+``--record RUN_DIR`` appends the result to the run folder's ``evals.jsonl`` (``append_eval``) and
+writes its samples to ``eval_samples/<benchmark>-step<N>.jsonl`` (``write_eval_samples``; the formats,
+and ``write_crossplay``'s crossplay.json, are in trainer/runfolder.py), which ``manage.py import_run``
+shows on the run's page, with each checkpoint's paired difference from the base model.
 """
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from trainer.runfolder import BENCHMARK_NAME, append_eval, write_crossplay  # noqa: F401  (evaluation scripts' writers)
+from trainer.runfolder import (  # noqa: F401  (evaluation scripts' writers)
+    BENCHMARK_NAME, append_eval, write_crossplay, write_eval_samples)
 from trainer.jsonl import json_objects
 from trainer.verify import (LAST_NUMBER, SCORING, exact_match, extract_boxed, extract_tag, f1, math_equal, mcq_letter,
                             mcq_match)
@@ -682,8 +684,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, help="questions generated together (default: 256 on a GPU, "
                         "where decoding replays CUDA graphs and a large batch keeps the card busy; 16 on the CPU)")
     parser.add_argument("--samples", metavar="OUT.jsonl", help="write the sample-level outputs here")
-    parser.add_argument("--record", metavar="RUN_DIR", help="append the result to RUN_DIR/evals.jsonl "
-                        "(trainer/runfolder.py), for manage.py import_run")
+    parser.add_argument("--record", metavar="RUN_DIR", help="append the result to RUN_DIR/evals.jsonl and its "
+                        "samples to RUN_DIR/eval_samples/ (trainer/runfolder.py), for manage.py import_run")
     parser.add_argument("--step", type=int, help="the step recorded with --record (default: the checkpoint's "
                         "own step; 0 for base:<model>)")
     parser.add_argument("--name", help="the benchmark's name recorded with --record (default: --benchmark, or "
@@ -717,6 +719,7 @@ def main(argv=None) -> int:
         append_eval(args.record, {**record, "scoring": scoring, "n": result.n, "score": result.score,
                                   "ci_low": result.ci_low, "ci_high": result.ci_high, "seconds": result.seconds,
                                   "correct": result.correct})
+        write_eval_samples(args.record, record["benchmark"], record["step"], result.samples)
     print(json.dumps({**result.summary(), "model": loaded.label}))
     return 0
 

@@ -20,6 +20,11 @@ Checkpoint evaluations, added by evaluation scripts (``append_eval``, ``write_cr
                          "steps_challenger": [ints], "steps_reasoner": [ints],
                          "pass_rate": [[float|null]], "n": [[int]]}
                         rows = challengers, columns = reasoners (SPICE Figure 3).
+    DIR/eval_samples/<benchmark>-step<N>.jsonl   (optional) the items behind one evals.jsonl line,
+                        one per line (``write_eval_samples``; trainer.evaluate.evaluate's samples):
+                        {"index": int, "score": float in [0, 1], "id": str (optional),
+                         "question", "gold" (str or [aliases]), "prediction" (str|null), "output",
+                         "correct": bool (optional; default score == 1), ...}
 
 ``benchmark`` is a name of lowercase letters, digits, ``-`` and ``_`` (the web's benchmark names).
 A bundled name (``gsm8k``) means items of that set from the first (``n`` says how many); name a
@@ -31,6 +36,10 @@ of correct answers of reasoner j on challenger i's tasks (null: not computed, or
 ``n[i][j]`` how many answers it counts. ``train_seconds`` (optional; benchmarks/gpu/learn_run.py and
 trl_gsm8k.py write it) is the run's summed training seconds when the checkpoint was saved (0 for
 the base model): the web's compare view plots the scores against it (time to accuracy).
+An eval_samples file lets the web pair a checkpoint's items with the base model's (step 0) on the
+same benchmark: the mean per-item difference and its 95% interval (``trainer.evaluate.paired_difference``),
+matched by ``id`` when every item has a distinct one, else by ``index``. Its ``<benchmark>`` and
+``<N>`` name a line of evals.jsonl; a re-evaluation rewrites the file whole.
 
 Every reader raises ``RunFolderError`` whose message names the file and line and what to fix.
 """
@@ -47,9 +56,10 @@ from trainer.sink import SAMPLE_KINDS
 from trainer.verify import SCORING
 
 REQUIRED = ("config.yaml", "metrics.jsonl")
-OPTIONAL = ("samples.jsonl", "checkpoints.jsonl", "evals.jsonl", "crossplay.json")
-EVALS, CROSSPLAY = "evals.jsonl", "crossplay.json"
+OPTIONAL = ("samples.jsonl", "checkpoints.jsonl", "evals.jsonl", "crossplay.json", "eval_samples/")
+EVALS, CROSSPLAY, EVAL_SAMPLES = "evals.jsonl", "crossplay.json", "eval_samples"
 BENCHMARK_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+EVAL_SAMPLES_FILE = re.compile(r"^(?P<benchmark>[a-z0-9][a-z0-9_-]{0,99})-step(?P<step>[0-9]+)\.jsonl$")
 EVAL_FIELDS = {"step": int, "checkpoint": str, "benchmark": str, "scoring": str, "n": int, "score": float,
                "ci_low": float, "ci_high": float, "seconds": float}
 CROSSPLAY_FIELDS = ("challengers", "reasoners", "steps_challenger", "steps_reasoner", "pass_rate", "n")
@@ -77,13 +87,15 @@ def check_run_folder(run_dir: str | Path) -> Path:
     return folder
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) of every non-blank line; RunFolderError names the file and the bad line."""
+def iter_jsonl(path: str | Path, name: str | None = None) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of every non-blank line; RunFolderError names the file (``name``, default its
+    file name) and the bad line."""
     path = Path(path)
+    label = name or path.name
     try:
         handle = open(path, encoding="utf-8")
     except OSError as exc:
-        raise RunFolderError(f"{path.name}: cannot be read ({exc.strerror or exc})") from None
+        raise RunFolderError(f"{label}: cannot be read ({exc.strerror or exc})") from None
     with handle:
         number = 0
         while True:
@@ -91,7 +103,7 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
             try:
                 line = handle.readline()
             except UnicodeDecodeError:
-                raise RunFolderError(f"{path.name} line {number}: not UTF-8 text") from None
+                raise RunFolderError(f"{label} line {number}: not UTF-8 text") from None
             if not line:
                 return
             if not line.strip():
@@ -100,10 +112,10 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 cut = " (the line is cut off: the run may have stopped while writing it)" if not line.endswith("\n") else ""
-                raise RunFolderError(f"{path.name} line {number}: not valid JSON ({exc.msg} at column {exc.colno})"
+                raise RunFolderError(f"{label} line {number}: not valid JSON ({exc.msg} at column {exc.colno})"
                                      f"{cut}; repair or delete that line") from None
             if not isinstance(row, dict):
-                raise RunFolderError(f"{path.name} line {number}: expected a JSON object, got {type(row).__name__}")
+                raise RunFolderError(f"{label} line {number}: expected a JSON object, got {type(row).__name__}")
             yield number, row
 
 
@@ -232,6 +244,90 @@ def read_evals(run_dir: str | Path) -> list[dict]:
         record = check_eval(row, _where(EVALS, number))
         latest[(record["step"], record["benchmark"])] = record
     return [latest[k] for k in sorted(latest)]
+
+
+def eval_samples_path(run_dir: str | Path, benchmark: str, step: int) -> Path:
+    return Path(run_dir) / EVAL_SAMPLES / f"{benchmark}-step{step}.jsonl"
+
+
+def write_eval_samples(run_dir: str | Path, benchmark: str, step: int, samples: list[dict]) -> Path:
+    """Write ``run_dir/eval_samples/<benchmark>-step<step>.jsonl`` (replaced whole, atomically): the samples of
+    ``trainer.evaluate.evaluate`` behind the evals.jsonl line of (step, benchmark); returns its path."""
+    if not BENCHMARK_NAME.match(benchmark):
+        raise RunFolderError(f"benchmark {benchmark!r} must be 1-100 lowercase letters, digits, - and _")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise RunFolderError(f"step must be a whole number >= 0, got {step!r}")
+    path = eval_samples_path(run_dir, benchmark, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for s in samples:
+            f.write(json.dumps(s, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def eval_sample_files(run_dir: str | Path) -> list[tuple[str, int, Path]]:
+    """(benchmark, step, path) of every file of eval_samples/ by benchmark and step ([] when absent); a .jsonl
+    file named otherwise than ``<benchmark>-step<N>.jsonl`` is a RunFolderError."""
+    folder = Path(run_dir) / EVAL_SAMPLES
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("*.jsonl")):
+        match = EVAL_SAMPLES_FILE.match(path.name)
+        if match is None:
+            raise RunFolderError(f"{EVAL_SAMPLES}/{path.name}: name it <benchmark>-step<N>.jsonl after its "
+                                 "evals.jsonl line (e.g. cloze-heldout-step10.jsonl), or move it out of the folder")
+        found.append((match["benchmark"], int(match["step"]), path))
+    return sorted(found, key=lambda f: (f[0], f[1]))
+
+
+def _text(row: dict, key: str, where: str, aliases: bool = False) -> str | list[str] | None:
+    value = row.get(key)
+    if value is None or isinstance(value, str) or (aliases and isinstance(value, list)
+                                                   and all(isinstance(v, str) for v in value)):
+        return value
+    raise RunFolderError(f'{where}: "{key}" must be text{" or a list of texts" if aliases else ""}, got {value!r}')
+
+
+def check_eval_sample(row: dict, where: str) -> dict:
+    """One eval_samples line, checked, with the keys of an ``evaluate`` sample (index, id, question, gold,
+    prediction, output, score, correct; the others kept); RunFolderError says which field is wrong."""
+    index = row.get("index")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise RunFolderError(f'{where}: "index" (the item\'s position in the benchmark) must be a whole number >= 0, '
+                             f"got {index!r}")
+    score = row.get("score")
+    if not _is_number(score) or not 0.0 <= score <= 1.0:
+        raise RunFolderError(f'{where}: "score" must be a number in [0, 1], got {score!r}')
+    item = row.get("id")
+    if isinstance(item, bool) or not isinstance(item, (str, int, type(None))):
+        raise RunFolderError(f'{where}: "id" must be text or a whole number, got {item!r}')
+    correct = row.get("correct", score >= 1.0)
+    if not isinstance(correct, bool):
+        raise RunFolderError(f'{where}: "correct" must be true or false, got {correct!r}')
+    return {**row, "index": index, "score": float(score), "id": "" if item is None else str(item),
+            "question": _text(row, "question", where) or "", "gold": _text(row, "gold", where, aliases=True) or "",
+            "prediction": _text(row, "prediction", where), "output": _text(row, "output", where) or "",
+            "correct": correct}
+
+
+def read_eval_samples(path: str | Path) -> list[dict]:
+    """The checked samples of one eval_samples file, by index; a repeated index is a RunFolderError."""
+    path = Path(path)
+    name = f"{EVAL_SAMPLES}/{path.name}"
+    seen: dict[int, int] = {}
+    out = []
+    for number, row in iter_jsonl(path, name):
+        where = _where(name, number)
+        sample = check_eval_sample(row, where)
+        if sample["index"] in seen:
+            raise RunFolderError(f'{where}: "index" {sample["index"]} is on line {seen[sample["index"]]} already; '
+                                 "each item appears once")
+        seen[sample["index"]] = number
+        out.append(sample)
+    return sorted(out, key=lambda s: s["index"])
 
 
 def _check_crossplay(data: Any, where: str) -> dict:

@@ -109,7 +109,10 @@ SAMPLES = inline_serializer("EvalSamples", {"count": serializers.IntegerField(),
 COMPARISON = inline_serializer("EvalComparison", {
     "benchmarks": serializers.ListField(child=serializers.CharField()),
     "runs": serializers.ListField(child=serializers.IntegerField()),
-    "rows": serializers.ListField(child=serializers.DictField(), help_text="label, run, step, cells (one per benchmark)"),
+    "rows": serializers.ListField(child=serializers.DictField(), help_text=(
+        "label, run, step, cells (one per benchmark: score, ci_low, ci_high, n, job, scoring, and for a checkpoint "
+        "paired: its difference from the base model on the same items, {diff, low, high, n, gained, lost}, "
+        "fractions with the 95% bootstrap interval; null without samples on both sides)")),
     "series": serializers.ListField(child=serializers.DictField(), help_text="per run and benchmark: steps, scores, CIs")})
 _CROSSPLAY_FIELDS = {
     "id": serializers.IntegerField(), "url": serializers.CharField(), "run": serializers.IntegerField(),
@@ -313,7 +316,12 @@ def eval_samples(request, job_id: int):
                examples=[OpenApiExample("comparison", response_only=True, value={
                    "benchmarks": ["gsm8k"], "runs": [7], "rows": [
                        {"label": "base:smollm2-135m-instruct", "run": None, "step": None,
-                        "cells": [{"score": 0.3, "ci_low": 0.21, "ci_high": 0.39, "n": 100, "job": 3, "scoring": "math"}]}],
+                        "cells": [{"score": 0.3, "ci_low": 0.21, "ci_high": 0.39, "n": 100, "job": 3, "scoring": "math",
+                                   "paired": None}]},
+                       {"label": "run 7 @ step 50", "run": 7, "step": 50,
+                        "cells": [{"score": 0.41, "ci_low": 0.31, "ci_high": 0.51, "n": 100, "job": 4, "scoring": "math",
+                                   "paired": {"diff": 0.11, "low": 0.04, "high": 0.18, "n": 100, "gained": 15,
+                                              "lost": 4}}]}],
                    "series": [{"name": "run 7 · gsm8k", "run": 7, "benchmark": "gsm8k", "steps": [0, 50],
                                "scores": [0.3, 0.41], "ci_low": [0.21, 0.31], "ci_high": [0.39, 0.51]}]})])
 @api_view(["GET"])

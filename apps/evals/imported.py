@@ -8,8 +8,11 @@ from its rows), all on queue ``imported``, so the run page, /evals/ and the comp
 A benchmark name this site does not know becomes a ``Benchmark`` of kind ``imported`` (scores
 only; no items, so it cannot be evaluated again). Each is an upsert on (run, step[, benchmark]):
 importing again replaces, never duplicates. A record's ``train_seconds`` (the run's training time at
-that checkpoint) is kept on its result for the runs compare view's time-to-accuracy chart. A bad line
-raises ``RunFolderError``.
+that checkpoint) is kept on its result for the runs compare view's time-to-accuracy chart. The items
+of eval_samples/<benchmark>-step<N>.jsonl become the ``EvalSample`` rows of the result of that line
+(replacing the result's samples, so importing again changes nothing), from which the evals pages pair
+a checkpoint's items with the base model's (apps/evals/compare.py ``paired``). A bad line, or a
+samples file with no evals.jsonl line, raises ``RunFolderError``.
 """
 from __future__ import annotations
 
@@ -18,23 +21,33 @@ from pathlib import Path
 from django.utils import timezone
 
 from apps.evals.benchmarks import ensure_builtins
-from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, Status
+from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample, Status
 from apps.runs.importer import IMPORTED_QUEUE
 from apps.runs.models import Run
-from trainer.runfolder import read_crossplay, read_evals
+from trainer.runfolder import (
+    EVAL_SAMPLES,
+    EVALS,
+    RunFolderError,
+    eval_sample_files,
+    read_crossplay,
+    read_eval_samples,
+    read_evals,
+)
 
 BINARY_SCORING = ("math", "mcq", "exact")  # a sample scores 0 or 1: correct = score * n
 
 
 def import_evaluations(run: Run, folder: Path) -> dict:
-    """The evaluations and cross-play of the run folder as rows of ``run``; {"evals": n, "crossplay": bool}."""
+    """The evaluations, their samples and the cross-play of the run folder as rows of ``run``;
+    {"evals": n, "eval_samples": n, "crossplay": bool}."""
     when = timezone.now()  # when they arrived here (the folder does not say when they ran)
     records = read_evals(folder)
     crossplay = read_crossplay(folder)
-    _import_evals(run, records, when)
+    results = _import_evals(run, records, when)
+    samples = _import_samples(folder, results)
     if crossplay is not None:
         _import_crossplay(run, crossplay, when)
-    return {"evals": len(records), "crossplay": crossplay is not None}
+    return {"evals": len(records), "eval_samples": samples, "crossplay": crossplay is not None}
 
 
 def _benchmark(record: dict, run: Run) -> Benchmark:
@@ -49,10 +62,12 @@ def _benchmark(record: dict, run: Run) -> Benchmark:
     return bench
 
 
-def _import_evals(run: Run, records: list[dict], when) -> int:
-    """One finished EvalJob per step of evals.jsonl (step 0: the base model), a result per benchmark."""
+def _import_evals(run: Run, records: list[dict], when) -> dict[tuple[int, str], EvalResult]:
+    """One finished EvalJob per step of evals.jsonl (step 0: the base model), a result per benchmark;
+    (step, benchmark) -> its result."""
     if not records:
-        return 0
+        return {}
+    results = {}
     ensure_builtins()
     by_step: dict[int, list[dict]] = {}
     for record in records:
@@ -75,12 +90,29 @@ def _import_evals(run: Run, records: list[dict], when) -> int:
             correct = r.get("correct")
             if isinstance(correct, bool) or not isinstance(correct, int):
                 correct = round(r["score"] * r["n"]) if r["scoring"] in BINARY_SCORING else 0
-            EvalResult.objects.update_or_create(job=job, benchmark=bench, defaults={
+            results[(step, bench.name)], _ = EvalResult.objects.update_or_create(job=job, benchmark=bench, defaults={
                 "scoring": r["scoring"], "n": r["n"], "correct": correct, "score": r["score"], "ci_low": r["ci_low"],
                 "ci_high": r["ci_high"], "seconds": r["seconds"], "train_seconds": r.get("train_seconds"),
                 "complete": True})
             job.benchmarks.add(bench)
-    return len(records)
+    return results
+
+
+def _import_samples(folder: Path, results: dict[tuple[int, str], EvalResult]) -> int:
+    """eval_samples/<benchmark>-step<N>.jsonl as the samples of the result of (N, benchmark), replacing its
+    samples; how many were stored. One file in memory at a time; a bad line fails the whole import."""
+    stored = 0
+    for benchmark, step, path in eval_sample_files(folder):
+        result = results.get((step, benchmark))
+        if result is None:
+            raise RunFolderError(f"{EVAL_SAMPLES}/{path.name}: {EVALS} has no line for benchmark {benchmark} at step "
+                                 f"{step}, so these samples belong to no evaluation; append that line (append_eval) "
+                                 "or move the file out of the folder")
+        samples = read_eval_samples(path)
+        result.samples.all().delete()
+        EvalSample.objects.bulk_create([EvalSample.from_sample(result, s) for s in samples], batch_size=1000)
+        stored += len(samples)
+    return stored
 
 
 def _import_crossplay(run: Run, data: dict, when) -> None:

@@ -80,7 +80,7 @@ def _evaluate(job: EvalJob) -> None:
         result.samples.all().delete()
 
         def store(samples, n_done, n_total, result=result, offset=done):
-            EvalSample.objects.bulk_create([_sample_row(result, s) for s in samples])
+            EvalSample.objects.bulk_create([EvalSample.from_sample(result, s) for s in samples])
             job.beat(done=offset + n_done)
             EvalResult.objects.filter(pk=result.pk).update(n=n_done)
 
@@ -105,34 +105,6 @@ def _search_tool(job: EvalJob, tokenizer):
     if job.corpus_id is None:
         raise RuntimeError("the search corpus of this evaluation was deleted; launch it again with another corpus")
     return SearchTool(PgvectorRetriever(job.corpus), tokenizer=tokenizer)
-
-
-def _sample_row(result: EvalResult, s: dict) -> EvalSample:
-    gold = s["gold"]
-    data = {k: s[k] for k in ("turns", "passages", "searches", "document_id") if k in s}
-    if isinstance(gold, list):
-        data["aliases"] = gold
-        gold = " | ".join(gold)
-    return EvalSample(result=result, index=s["index"], item_id=str(s["id"])[:200], question=_clean(s["question"]),
-                      gold=_clean(gold), prediction=None if s["prediction"] is None else _clean(s["prediction"]),
-                      output=_clean(s["output"]), correct=bool(s["correct"]), score=float(s["score"]),
-                      data=_json_clean(data))
-
-
-def _clean(text) -> str:
-    return "" if text is None else str(text).replace("\x00", "")
-
-
-def _json_clean(value):
-    if isinstance(value, dict):
-        return {str(k): _json_clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_clean(v) for v in value]
-    if isinstance(value, str):
-        return _clean(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 # ---- cross-play ---------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ the same job; ``finish`` / ``fail`` are conditional on running too.
 """
 from __future__ import annotations
 
+import math
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -230,10 +232,42 @@ class EvalSample(models.Model):
         ordering = ["index"]
         constraints = [models.UniqueConstraint(fields=["result", "index"], name="evalsample_unique")]
 
+    @classmethod
+    def from_sample(cls, result: EvalResult, s: dict) -> EvalSample:
+        """The row of one ``trainer.evaluate.evaluate`` sample (index, id, question, gold, prediction, output,
+        correct, score; turns, passages, searches, document_id kept in ``data``), unsaved; an eval job's
+        batches and an imported folder's eval_samples/ (apps/evals/imported.py) both store them so."""
+        gold = s["gold"]
+        data = {k: s[k] for k in ("turns", "passages", "searches", "document_id") if k in s}
+        if isinstance(gold, list):
+            data["aliases"] = gold
+            gold = " | ".join(gold)
+        return cls(result=result, index=s["index"], item_id=_clean(s["id"])[:200], question=_clean(s["question"]),
+                   gold=_clean(gold), prediction=None if s["prediction"] is None else _clean(s["prediction"]),
+                   output=_clean(s["output"]), correct=bool(s["correct"]), score=float(s["score"]),
+                   data=_json_clean(data))
+
     def as_dict(self) -> dict:
         return {"index": self.index, "id": self.item_id, "question": self.question, "gold": self.gold,
                 "prediction": self.prediction, "output": self.output, "correct": self.correct, "score": self.score,
                 "data": self.data}
+
+
+def _clean(text) -> str:
+    """Text Postgres stores: no NUL characters."""
+    return "" if text is None else str(text).replace("\x00", "")
+
+
+def _json_clean(value):
+    if isinstance(value, dict):
+        return {str(k): _json_clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_clean(v) for v in value]
+    if isinstance(value, str):
+        return _clean(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 class CrossPlay(JobMixin):

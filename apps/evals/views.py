@@ -17,7 +17,7 @@ from apps.accounts.roles import can, role_required
 from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
 from apps.evals.api import compare_inputs
-from apps.evals.compare import comparison
+from apps.evals.compare import annotate_paired, comparison
 from apps.evals.launch import EvalCancelError, EvalLaunchError, can_cancel, cancel_eval, launch_crossplay, launch_eval
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
 from apps.jobs.lifecycle import QueueUnavailable
@@ -58,11 +58,13 @@ def _default_queue() -> str:
 
 
 def panel_context(request, run: Run, error: str = "", notice: str = "") -> dict:
-    """The run page's evals panel: launch form, this run's evaluations, cross-play."""
+    """The run page's evals panel: launch form, this run's evaluations (a checkpoint's results with their
+    paired difference from the base model: ``r.paired``), cross-play."""
     reap()
     bench_service.ensure_builtins()
     checkpoints = [c for c in run.checkpoints.all()[:50] if Path(c.path).is_dir()]
     jobs = list(run.evals.prefetch_related("results__benchmark")[:10])
+    annotate_paired(run, [r for j in jobs for r in j.results.all()])  # each checkpoint result vs the base model
     crossplays = list(run.crossplays.all()[:5])
     return {
         "run": run, "checkpoints": checkpoints, "benchmarks": Benchmark.objects.exclude(kind=Benchmark.Kind.IMPORTED),
@@ -79,8 +81,8 @@ def evals_chart_context(run: Run) -> dict:
     cross-play of the run with a computed cell (imported or computed here)."""
     names = sorted(set(EvalResult.objects.filter(job__run=run, complete=True)
                        .values_list("benchmark__name", flat=True)))
-    series = comparison([run], list(Benchmark.objects.filter(name__in=names).order_by("name")))["series"] \
-        if names else []
+    benches = list(Benchmark.objects.filter(name__in=names).order_by("name"))
+    series = comparison([run], benches, pairs=False)["series"] if names else []
     cross = run.crossplays.filter(cells_done__gt=0).order_by("-created", "-id").first()
     heatmap = None
     if cross is not None:
@@ -103,7 +105,8 @@ def wallclock_chart_context(runs: list[Run]) -> dict:
     if not names:
         return {"data": None}
     series, lacking = [], {}
-    for s in comparison(runs, list(Benchmark.objects.filter(name__in=names).order_by("name")))["series"]:
+    benches = list(Benchmark.objects.filter(name__in=names).order_by("name"))
+    for s in comparison(runs, benches, pairs=False)["series"]:
         keep = [i for i, t in enumerate(s["train_seconds"]) if t is not None]
         missing = [step for step, t in zip(s["steps"], s["train_seconds"]) if t is None]
         if missing:
@@ -190,7 +193,8 @@ def _number(value, default: int, name: str) -> int:
 def job_detail(request, job_id: int):
     reap()
     job = get_object_or_404(EvalJob.objects.select_related("run", "checkpoint", "corpus", "owner"), pk=job_id)
-    results = list(job.results.select_related("benchmark"))
+    results = list(job.results.select_related("benchmark", "job"))
+    annotate_paired(job.run, results)
     chosen = request.GET.get("benchmark") or (results[0].benchmark.name if results else "")
     samples = EvalSample.objects.filter(result__job=job, result__benchmark__name=chosen).order_by("index")
     if request.GET.get("correct") in ("true", "false"):

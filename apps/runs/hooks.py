@@ -11,7 +11,7 @@ DjangoSink (apps/runs/sink.py) calls what is registered:
   automatic evaluations);
 - ``on_import(fn)``: ``fn(run, folder) -> dict`` of counts, when ``manage.py import_run`` has stored
   a run folder's run, metrics, samples and checkpoints (apps/runs/importer.py), inside its
-  transaction (apps.evals: evals.jsonl and crossplay.json).
+  transaction (apps.evals: evals.jsonl, eval_samples/ and crossplay.json).
 
 A hook that raises never stops a run: the sink logs it and goes on (see the sink for each case).
 An import hook that raises (a bad line) fails the import, which then leaves nothing behind.

@@ -10,12 +10,12 @@ config.yaml. Its rows are those a live run of this site has:
   no websocket messages, no review sampling;
 - checkpoints.jsonl and the checkpoints/step-* folders become ``Checkpoint`` rows (the weights need
   not be here: a GPU run's stay on the GPU machine; only checkpoints on disk can be evaluated again);
-- evals.jsonl and crossplay.json are the import hooks' (apps/runs/hooks.py): apps.evals makes
-  them finished evaluations and a cross-play matrix (apps/evals/imported.py).
+- evals.jsonl, eval_samples/ and crossplay.json are the import hooks' (apps/runs/hooks.py): apps.evals
+  makes them finished evaluations with their item samples and a cross-play matrix (apps/evals/imported.py).
 
 Importing the same folder again updates that run in place: every write is an upsert on a natural
 key (metric (run, step, role, name), sample (run, key), checkpoint (run, step), evaluation (run,
-step, benchmark)), so nothing is duplicated, and a folder that grew since (a resumed run, new
+step, benchmark); an evaluation's item samples are replaced whole), so nothing is duplicated, and a folder that grew since (a resumed run, new
 evaluations) adds what is new. The whole import is one transaction: a bad line leaves the database
 as it was. Every problem is a ``RunImportError`` that names the file, the line and the fix.
 """
@@ -47,13 +47,15 @@ class ImportSummary:
     samples: int = 0
     checkpoints: int = 0
     evals: int = 0  # (step, benchmark) results
+    eval_samples: int = 0  # their items (eval_samples/)
     crossplay: bool = False
 
     def as_dict(self) -> dict:
         return {"run": self.run.pk, "url": f"/runs/{self.run.pk}/", "created": self.created,
                 "imported_from": self.run.imported_from, "method": self.run.method, "model": self.run.model_name,
                 "steps": self.run.current_step, "metrics": self.metrics, "samples": self.samples,
-                "checkpoints": self.checkpoints, "evals": self.evals, "crossplay": self.crossplay}
+                "checkpoints": self.checkpoints, "evals": self.evals, "eval_samples": self.eval_samples,
+                "crossplay": self.crossplay}
 
 
 def import_folder(path: str | Path, user=None) -> ImportSummary:
@@ -118,13 +120,15 @@ def _import(folder: Path, cfg, user) -> ImportSummary:
     run.current_step = max(run.current_step, last or 0)
     run.save(update_fields=["checkpoint_path", "current_step"])
 
-    for hook in hooks.IMPORT:  # apps.evals: evals.jsonl, crossplay.json
+    for hook in hooks.IMPORT:  # apps.evals: evals.jsonl, eval_samples/, crossplay.json
         counts = hook(run, folder) or {}
         summary.evals += int(counts.get("evals", 0))
+        summary.eval_samples += int(counts.get("eval_samples", 0))
         summary.crossplay |= bool(counts.get("crossplay"))
 
     what = (f"{summary.metrics} metric lines, {summary.samples} samples, {summary.checkpoints} checkpoints, "
-            f"{summary.evals} evaluations{', a cross-play matrix' if summary.crossplay else ''}")
+            f"{summary.evals} evaluations{f' ({summary.eval_samples} item samples)' if summary.eval_samples else ''}"
+            f"{', a cross-play matrix' if summary.crossplay else ''}")
     message = f"imported from {folder}: {what}" if created else f"imported again from {folder} (updated in place): {what}"
     RunEvent.objects.create(run=run, kind=RunEvent.Kind.STATUS, step=run.current_step, message=message,
                             data={"to": Status.FINISHED, "imported_from": str(folder)})

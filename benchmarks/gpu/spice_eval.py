@@ -351,7 +351,7 @@ class Evaluation:
 
     def benchmark(self, t: Target, loaded, batch: int, name: str, items, scoring: str) -> None:
         from trainer.evaluate import evaluate
-        from trainer.runfolder import append_eval
+        from trainer.runfolder import append_eval, write_eval_samples
 
         result = evaluate(loaded.generator, loaded.tokenizer, items, scoring, sampling=self.greedy, batch_size=batch,
                           name=name)

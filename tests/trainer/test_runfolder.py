@@ -1,18 +1,21 @@
 """trainer/runfolder.py: the evaluation files scripts add to a run folder (evals.jsonl written by
-``append_eval`` and ``python -m trainer.evaluate --record``, crossplay.json by ``write_crossplay``), and
-the readers ``manage.py import_run`` uses, whose errors name the file and the line."""
+``append_eval`` and ``python -m trainer.evaluate --record``, eval_samples/ by ``write_eval_samples`` and
+``--record``, crossplay.json by ``write_crossplay``), and the readers ``manage.py import_run`` uses, whose
+errors name the file and the line."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from trainer.evaluate import append_eval, write_crossplay
+from trainer.evaluate import append_eval, write_crossplay, write_eval_samples
 from trainer.runfolder import (
     RunFolderError,
     check_run_folder,
+    eval_sample_files,
     read_checkpoints,
     read_crossplay,
+    read_eval_samples,
     read_evals,
     read_metrics,
     read_samples,
@@ -159,6 +162,67 @@ def test_evaluate_command_records_into_the_run_folder(tiny_model_dir, tmp_path, 
     assert record["benchmark"] == "arith" and record["step"] == 0 and record["checkpoint"] == str(tiny_model_dir)
     assert (record["n"], record["score"], record["ci_low"], record["ci_high"]) == \
         (3, printed["score"], printed["ci_low"], printed["ci_high"])
+    # and its items, for the web's paired difference from the base model
+    assert [(b, s) for b, s, _ in eval_sample_files(run)] == [("arith", 0)]
+    samples = read_eval_samples(run / "eval_samples" / "arith-step0.jsonl")
+    assert [s["index"] for s in samples] == [0, 1, 2]
+    assert sum(s["score"] for s in samples) / 3 == pytest.approx(record["score"])
+    assert {"id", "question", "gold", "prediction", "output", "correct"} <= set(samples[0])
     # a model folder has no step of its own: --record asks for it before loading anything
     assert main([str(tiny_model_dir), "--benchmark", str(bench), "--record", str(run)]) == 2
     assert "give --step N" in capsys.readouterr().err
+
+
+# ---- eval_samples/ ------------------------------------------------------------------------------
+
+SAMPLE = {"index": 0, "id": "cloze-0", "question": "Who ___?", "gold": ["Ada", "Ada Lovelace"], "prediction": "Ada",
+          "output": "\\boxed{Ada}", "score": 1.0, "correct": True, "scoring": "exact"}
+
+
+def test_eval_samples_are_written_whole_and_read_back_by_index(tmp_path):
+    samples = [{**SAMPLE, "index": 1, "id": "cloze-1", "score": 0.0, "correct": False}, SAMPLE]
+    path = write_eval_samples(tmp_path, "cloze-heldout", 10, samples)
+    assert path == tmp_path / "eval_samples" / "cloze-heldout-step10.jsonl"
+    write_eval_samples(tmp_path, "gsm8k", 0, [SAMPLE])
+    assert [(b, s) for b, s, _ in eval_sample_files(tmp_path)] == [("cloze-heldout", 10), ("gsm8k", 0)]
+    back = read_eval_samples(path)
+    assert [(s["index"], s["id"], s["score"], s["correct"], s["gold"]) for s in back] == \
+        [(0, "cloze-0", 1.0, True, ["Ada", "Ada Lovelace"]), (1, "cloze-1", 0.0, False, ["Ada", "Ada Lovelace"])]
+    assert back[0]["scoring"] == "exact"  # other keys are kept
+    write_eval_samples(tmp_path, "gsm8k", 0, [])  # a re-evaluation replaces the file
+    assert read_eval_samples(tmp_path / "eval_samples" / "gsm8k-step0.jsonl") == []
+    # only index and score are required: the rest defaults as evaluate's samples have it
+    (tmp_path / "eval_samples" / "gsm8k-step0.jsonl").write_text(json.dumps({"index": 3, "score": 1}) + "\n")
+    [bare] = read_eval_samples(tmp_path / "eval_samples" / "gsm8k-step0.jsonl")
+    assert bare == {"index": 3, "score": 1.0, "id": "", "question": "", "gold": "", "prediction": None, "output": "",
+                    "correct": True}
+    assert eval_sample_files(tmp_path / "nowhere") == []
+
+
+@pytest.mark.parametrize("line, says", [
+    ('{"index": 0, "score": ', "line 2: not valid JSON"),
+    ('{"index": -1, "score": 1.0}', 'line 2: "index" (the item\'s position in the benchmark) must be a whole number'),
+    ('{"index": 1, "score": "yes"}', 'line 2: "score" must be a number in [0, 1], got \'yes\''),
+    ('{"index": 1, "score": 2}', 'line 2: "score" must be a number in [0, 1], got 2'),
+    ('{"index": 1, "score": 1, "gold": 7}', 'line 2: "gold" must be text or a list of texts, got 7'),
+    ('{"index": 1, "score": 1, "correct": "yes"}', 'line 2: "correct" must be true or false'),
+    ('{"index": 0, "score": 1}', 'line 2: "index" 0 is on line 1 already'),
+    ('[1, 2]', "line 2: expected a JSON object"),
+])
+def test_a_bad_eval_samples_line_is_named_with_its_file_and_line(tmp_path, line, says):
+    path = write_eval_samples(tmp_path, "cloze-heldout", 10, [SAMPLE])
+    with open(path, "a") as f:
+        f.write(line + "\n")
+    with pytest.raises(RunFolderError) as info:
+        read_eval_samples(path)
+    assert str(info.value).startswith(f"eval_samples/cloze-heldout-step10.jsonl {says}")
+
+
+def test_an_eval_samples_file_must_be_named_after_its_evals_line(tmp_path):
+    (tmp_path / "eval_samples").mkdir()
+    (tmp_path / "eval_samples" / "notes.txt").write_text("not read")
+    (tmp_path / "eval_samples" / "cloze-final.jsonl").write_text("")
+    with pytest.raises(RunFolderError, match=r"eval_samples/cloze-final.jsonl: name it <benchmark>-step<N>.jsonl"):
+        eval_sample_files(tmp_path)
+    with pytest.raises(RunFolderError, match="must be 1-100 lowercase"):
+        write_eval_samples(tmp_path, "Cloze", 1, [])

@@ -1,7 +1,9 @@
 """``{% evals_panel run %}``: the evals panel of the run page (apps/evals/views.panel_context);
 ``{% evals_chart run %}``: its checkpoints' scores against step next to the cross-play heatmap
 (apps/evals/views.evals_chart_context); ``{% wallclock_chart runs %}``: the runs compare view's
-scores against training wall-clock (apps/evals/views.wallclock_chart_context)."""
+scores against training wall-clock (apps/evals/views.wallclock_chart_context). Filters: ``pct`` (a
+score in percent) and ``points`` (a paired difference in signed percentage points,
+templates/evals/_paired.html)."""
 from django import template
 
 from apps.evals.views import evals_chart_context, panel_context, wallclock_chart_context
@@ -28,3 +30,12 @@ def wallclock_chart(runs):
 def pct(value):
     """0.4123 -> "41.2"; None -> "—"."""
     return "—" if value is None else f"{100 * value:.1f}"
+
+
+@register.filter
+def points(value):
+    """A difference of fractions in signed percentage points: 0.06 -> "+6.0", -0.0201 -> "-2.0", 0 -> "+0.0"."""
+    if value is None:
+        return "—"
+    x = round(100 * value, 1)
+    return f"{x + 0.0:+.1f}"  # + 0.0: no "-0.0"

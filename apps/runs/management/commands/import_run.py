@@ -1,7 +1,7 @@
 """manage.py import_run DIR [DIR ...] [--user NAME] [--json]
 
-Loads standalone run folders (``python -m trainer run CONFIG --out DIR``, plus the evals.jsonl /
-crossplay.json that evaluation scripts add: trainer/runfolder.py) into the web as finished, imported
+Loads standalone run folders (``python -m trainer run CONFIG --out DIR``, plus the evals.jsonl,
+eval_samples/ and crossplay.json that evaluation scripts add: trainer/runfolder.py) into the web as finished, imported
 runs with their metrics, samples, checkpoints and checkpoint evaluations (apps/runs/importer.py).
 Importing a folder again updates its run in place (nothing is duplicated). Prints one line per
 folder (``--json``: one JSON object); exits 1, naming the folder, the file and the line, when a folder
@@ -46,7 +46,8 @@ class Command(BaseCommand):
                 continue
             run = summary.run
             what = (f"{summary.metrics} metric lines, {summary.samples} samples, {summary.checkpoints} checkpoints, "
-                    f"{summary.evals} evaluations" + (", cross-play" if summary.crossplay else ""))
+                    f"{summary.evals} evaluations" + (f" ({summary.eval_samples} item samples)" if summary.eval_samples
+                                                      else "") + (", cross-play" if summary.crossplay else ""))
             if summary.created:
                 self.stdout.write(f"run {run.pk} imported from {run.imported_from}: {run.method}, {run.model_name}, "
                                   f"{run.current_step} steps; {what} (/runs/{run.pk}/)")
