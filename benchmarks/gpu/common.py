@@ -43,22 +43,6 @@ if SMOKE:
                       intermediate_size=128)
 
 
-def write_eval_samples(run: Path, benchmark: str, step: int, samples: list[dict]) -> Path:
-    """Every item's sample of one evaluation (index, id, question, gold, prediction, output, score, ...) into
-    RUN/eval_samples/<benchmark>-step<step>.jsonl, replaced whole: ``manage.py import_run`` loads them, and the web
-    then shows each checkpoint's paired difference against the base on the same items
-    (``trainer.evaluate.paired_difference``)."""
-    folder = Path(run) / "eval_samples"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{benchmark}-step{step}.jsonl"
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for s in samples:
-            f.write(json.dumps(s, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
-
-
 def sync() -> None:
     if DEVICE == "cuda":
         torch.cuda.synchronize()

@@ -25,9 +25,9 @@ import threading
 import time
 from pathlib import Path
 
-from common import OUT, ROOT, emit, write_eval_samples
+from common import OUT, ROOT, emit
 
-from trainer.runfolder import append_eval, read_evals
+from trainer.runfolder import append_eval, read_evals, write_eval_samples
 
 
 def evaluated(run: Path) -> set[tuple[int, str]]:

@@ -61,7 +61,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import OUT, emit, write_eval_samples  # noqa: F401  (puts the repository on sys.path; OUT: where emit writes)
+from common import OUT, emit  # noqa: F401  (puts the repository on sys.path; OUT: where emit writes)
 
 STATE, TASKS_FILE, CLOZE_NAME = "crossplay_state.jsonl", "crossplay_tasks.jsonl", "cloze-heldout"
 PHASES = ("load", "challenger", "reasoner", "gsm8k", "cloze")

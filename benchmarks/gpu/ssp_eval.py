@@ -45,9 +45,9 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from common import OUT, emit, write_eval_samples  # noqa: E402
+from common import OUT, emit  # noqa: E402
 
-from trainer.runfolder import BENCHMARK_NAME, append_eval, read_evals  # noqa: E402
+from trainer.runfolder import BENCHMARK_NAME, append_eval, read_evals, write_eval_samples  # noqa: E402
 
 TRAIN_CORPUS, HELDOUT = ".gpu_assets/wiki.jsonl", ".gpu_assets/wiki_heldout.jsonl"
 
