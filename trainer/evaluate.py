@@ -399,7 +399,7 @@ def paired_difference(before: dict, after: dict, n_resamples: int = 2000, seed: 
     """``after`` minus ``before`` on the items both scored (dicts item key -> score), with the 95% percentile
     bootstrap interval of the mean per-item difference: {"diff", "low", "high", "n", "gained", "lost"}, None when
     they share no item. Paired, so the items' own difficulty cancels: a held-out cloze score of 13.0% [9.3, 17.0] ->
-    19.0% [14.7, 23.7] overlaps as two intervals, while its paired difference is +6.0 points [+2.0, +10.0] (a GPU
+    19.0% [14.7, 23.7] overlaps as two intervals, while its paired difference is +6.0 points [+1.7, +10.0] (a GPU
     SPICE run, benchmarks/RESULTS.md)."""
     keys = [k for k in before if k in after]
     if not keys:
