@@ -11,7 +11,7 @@ run's training time at that checkpoint, 0 for the base model, None when not reco
 A checkpoint's cell also carries ``paired``: its score minus that base model's, item by item, with the
 95% bootstrap interval of the mean per-item difference (``paired``). Two overlapping intervals of the
 scores hide a real gain that the paired interval shows (13.0% [9.3, 17.0] -> 19.0% [14.7, 23.7], paired
-+6.0 points [+2.0, +10.0]). None when either result has no samples (an imported folder without
++6.0 points [+1.7, +10.0]). None when either result has no samples (an imported folder without
 eval_samples/) or they share no item.
 """
 from __future__ import annotations
