@@ -12,6 +12,13 @@
 #   start JOB...       start jobs in the background (see `chain` below); MIN=13 (env) = a run's training minutes
 #   watch SECS         wait SECS while the jobs run; then status, curves and the packed run folders in $OUT
 #   run(command="bash benchmarks/gpu/session_learn.sh first", carry=[".gpu_wheels", ".gpu_assets/first"])
+# The calls of the 2026-11-27 session (4 x H100, 29 device-minutes), in order, with vllmb where it belonged:
+#   first (kind nvidia-h100-x4) -> part x11 (0.5B p01..p11) ->
+#   `GRPO_MIN=10 GRPO1_MIN=8 TRL_MIN=10 ... join qwen2.5-coder-0.5b-instruct grpo05 trl05 grpo05s1 vllmb`
+#   (carrying the 1.5B's p01, `stage_gguf.py collect` first) -> part x23 (1.5B p02..p24) ->
+#   `MIN=13 ... join qwen2.5-coder-1.5b-instruct spice15 ssp15` (carrying p24) -> vpart x4 (deps, p0, p1, p2) ->
+#   watch 480 -> watch 530 -> watch 225 (status says which chains never started) -> give_back.
+# The machine goes back after 30 s idle: from the joins on, a `watch` call must always be running.
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
 if [ "$phase" = bundle ]; then  # HERE, after learn_assets.sh, gsm8k_split.py and stage_wheels.sh
