@@ -220,7 +220,7 @@ def write_jsonl(items: list[Item], path: str | Path) -> Path:
     return path
 
 
-_NUMBER_ANSWER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_NUMBER_ANSWER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")  # 15, -2.5, 1,200; not "3,5" or "1,"
 
 
 def default_scoring(items: list[Item]) -> str:
@@ -380,6 +380,9 @@ def score_batch(items: list[Item], predictions: list[str | None], outputs: list[
     return scores
 
 
+_BOOTSTRAP_CELLS = 4_000_000  # resampled values held at once (32 MB of indices); above: counts or chunks
+
+
 def bootstrap_ci(scores, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``scores`` (resampled with replacement).
 
@@ -389,7 +392,16 @@ def bootstrap_ci(scores, n_resamples: int = 1000, confidence: float = 0.95, seed
     if x.size == 0:
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(n_resamples, x.size))].mean(axis=1)  # [R]
+    if x.size * n_resamples <= _BOOTSTRAP_CELLS:
+        means = x[rng.integers(0, x.size, size=(n_resamples, x.size))].mean(axis=1)  # [R]
+    else:  # bounded memory for large N (a 100k-item upload: 2000 x 100k indices would be 1.6 GB)
+        values, counts = np.unique(x, return_counts=True)
+        if values.size <= 64:  # 0/1 scores, -1/0/1 differences: resample the counts, the same distribution
+            means = rng.multinomial(x.size, counts / x.size, size=n_resamples) @ values / x.size  # [R]
+        else:
+            step = max(1, _BOOTSTRAP_CELLS // x.size)
+            means = np.concatenate([x[rng.integers(0, x.size, size=(min(step, n_resamples - i), x.size))].mean(axis=1)
+                                    for i in range(0, n_resamples, step)])
     tail = (1.0 - confidence) / 2
     lo, hi = np.quantile(means, [tail, 1.0 - tail])
     return float(lo), float(hi)

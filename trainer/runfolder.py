@@ -200,7 +200,7 @@ def check_eval(record: Any, where: str = "evals.jsonl") -> dict:
             out[key] = float(value)
         if kind is str and not isinstance(value, str):
             raise RunFolderError(f'{where}: "{key}" must be text, got {value!r}')
-    if not BENCHMARK_NAME.match(record["benchmark"]):
+    if not BENCHMARK_NAME.fullmatch(record["benchmark"]):
         raise RunFolderError(f'{where}: "benchmark" {record["benchmark"]!r} must be 1-100 lowercase letters, digits, '
                              "- and _ (e.g. gsm8k or gsm8k-660-1318)")
     if record["scoring"] not in SCORING:
@@ -253,7 +253,7 @@ def eval_samples_path(run_dir: str | Path, benchmark: str, step: int) -> Path:
 def write_eval_samples(run_dir: str | Path, benchmark: str, step: int, samples: list[dict]) -> Path:
     """Write ``run_dir/eval_samples/<benchmark>-step<step>.jsonl`` (replaced whole, atomically): the samples of
     ``trainer.evaluate.evaluate`` behind the evals.jsonl line of (step, benchmark); returns its path."""
-    if not BENCHMARK_NAME.match(benchmark):
+    if not BENCHMARK_NAME.fullmatch(benchmark):
         raise RunFolderError(f"benchmark {benchmark!r} must be 1-100 lowercase letters, digits, - and _")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise RunFolderError(f"step must be a whole number >= 0, got {step!r}")
@@ -275,7 +275,9 @@ def eval_sample_files(run_dir: str | Path) -> list[tuple[str, int, Path]]:
         return []
     found = []
     for path in sorted(folder.glob("*.jsonl")):
-        match = EVAL_SAMPLES_FILE.match(path.name)
+        if path.name.startswith("."):  # a writer's .tmp, macOS's ._ files: not samples
+            continue
+        match = EVAL_SAMPLES_FILE.fullmatch(path.name)
         if match is None:
             raise RunFolderError(f"{EVAL_SAMPLES}/{path.name}: name it <benchmark>-step<N>.jsonl after its "
                                  "evals.jsonl line (e.g. cloze-heldout-step10.jsonl), or move it out of the folder")
@@ -295,9 +297,9 @@ def check_eval_sample(row: dict, where: str) -> dict:
     """One eval_samples line, checked, with the keys of an ``evaluate`` sample (index, id, question, gold,
     prediction, output, score, correct; the others kept); RunFolderError says which field is wrong."""
     index = row.get("index")
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise RunFolderError(f'{where}: "index" (the item\'s position in the benchmark) must be a whole number >= 0, '
-                             f"got {index!r}")
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 2**31:
+        raise RunFolderError(f'{where}: "index" (the item\'s position in the benchmark) must be a whole number from 0 '
+                             f"to {2**31 - 1}, got {index!r}")
     score = row.get("score")
     if not _is_number(score) or not 0.0 <= score <= 1.0:
         raise RunFolderError(f'{where}: "score" must be a number in [0, 1], got {score!r}')

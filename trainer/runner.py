@@ -194,6 +194,9 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
         sinks.samples(ctx.start_step, [auto_settings_event(cfg, policy, engine, ctx.start_step)])
     get_recipe(cfg.method)(ctx)
     final = ctx.final_checkpoint or (str(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None)
+    if dist.wanted():  # the ranks leave their group before the process exits (a group's worker thread still
+        getattr(engine, "close", lambda: None)()  # alive at interpreter exit can abort it: SIGABRT)
+        dist.shutdown()
     return RunResult(steps=ctx._last_step, step_seconds=list(ctx.step_seconds), final_checkpoint=final, run_dir=str(run_dir), stopped=ctx.stopped,
                      metrics=recorder.rows)
 

@@ -53,21 +53,44 @@ def _ids_usable(rows: list[tuple[int, str, float]]) -> bool:
     return all(ids) and len(set(ids)) == len(ids)
 
 
-def paired(base: EvalResult | None, result: EvalResult | None) -> dict | None:
-    """``result`` minus ``base`` on the items both scored (``trainer.evaluate.paired_difference``: diff, low,
-    high as fractions, n, gained, lost), or None when either has no sample. Items are matched by their id when
-    every sample of both has a distinct one, else by index. One query."""
-    if base is None or result is None or base.pk == result.pk:
-        return None
-    sides: dict[int, list] = {base.pk: [], result.pk: []}
-    rows = EvalSample.objects.filter(result_id__in=sides).order_by("index")  # by index: the bootstrap's draws repeat
+def comparable(base: EvalResult, result: EvalResult) -> bool:
+    """Whether two results measure the same thing item by item: the same scoring, and the same answer budget and
+    search setting (a base scored ``exact`` against a checkpoint scored ``math`` "gains" what scoring changed)."""
+    a, b = base.job, result.job
+    return (base.scoring == result.scoring and a.max_new_tokens == b.max_new_tokens and a.search == b.search
+            and (not a.search or a.corpus_id == b.corpus_id))
+
+
+def _sample_rows(result_ids) -> dict[int, list[tuple[int, str, float]]]:
+    """result id -> its samples' (index, item id, score) by index, for all ``result_ids`` in one query."""
+    out: dict[int, list] = {pk: [] for pk in result_ids}
+    rows = EvalSample.objects.filter(result_id__in=out).order_by("index")  # by index: the bootstrap's draws repeat
     for result_id, index, item, score in rows.values_list("result_id", "index", "item_id", "score"):
-        sides[result_id].append((index, item, score))
-    before, after = sides[base.pk], sides[result.pk]
+        out[result_id].append((index, item, score))
+    return out
+
+
+def paired(base: EvalResult | None, result: EvalResult | None, rows: dict | None = None) -> dict | None:
+    """``result`` minus ``base`` on the items both scored (``trainer.evaluate.paired_difference``: diff, low,
+    high as fractions, n, gained, lost), or None when either has no sample or they are not ``comparable``. Items
+    are matched by their id when every sample of both has a distinct one, else by index. ``rows``: the samples
+    already read (``_sample_rows``), else one query."""
+    if base is None or result is None or base.pk == result.pk or not comparable(base, result):
+        return None
+    if rows is None or base.pk not in rows or result.pk not in rows:
+        rows = _sample_rows([base.pk, result.pk])
+    before, after = rows[base.pk], rows[result.pk]
     if not before or not after:
         return None
     by_id = _ids_usable(before) and _ids_usable(after)
     return paired_difference(_by_item(before, by_id), _by_item(after, by_id))
+
+
+def _pair_all(pairs: list[tuple[EvalResult | None, EvalResult]]) -> list[dict | None]:
+    """``paired`` of each (base, result), the samples of all of them read in one query."""
+    ids = {r.pk for pair in pairs for r in pair if r is not None}
+    rows = _sample_rows(ids) if ids else {}
+    return [paired(base, r, rows) for base, r in pairs]
 
 
 def annotate_paired(run, results) -> None:
@@ -80,25 +103,25 @@ def annotate_paired(run, results) -> None:
     if run is None or not todo:
         return
     base = base_results(run, sorted({r.benchmark.name for r in todo}))
-    for r in todo:
-        r.paired = paired(base.get(r.benchmark.name), r)
+    for r, p in zip(todo, _pair_all([(base.get(r.benchmark.name), r) for r in todo])):
+        r.paired = p
 
 
-def _cell(r: EvalResult | None, base: EvalResult | None = None, pairs: bool = True) -> dict | None:
+def _cell(r: EvalResult | None) -> dict | None:
     if r is None:
         return None
     return {"score": r.score, "ci_low": r.ci_low, "ci_high": r.ci_high, "n": r.n, "job": r.job_id,
-            "scoring": r.scoring, "paired": paired(base, r) if pairs else None}
+            "scoring": r.scoring, "paired": None}
 
 
 def comparison(runs, benchmarks, pairs: bool = True) -> dict:
     """The rows and series of the module docstring; ``pairs=False`` leaves every cell's ``paired`` None (the
-    charts read only the series, and each pair costs a query and a bootstrap)."""
+    charts read only the series; the pairs cost one query for all samples and a bootstrap each)."""
     names = [b.name for b in benchmarks]
     base_specs = {f"base:{run.model_name}" for run in runs}
     complete = _complete(names)
     base = _latest(complete.filter(job__model_spec__in=base_specs))
-    rows, series = [], []
+    rows, series, todo = [], [], []  # todo: (cell, base result, result) to pair
     for spec in sorted(base_specs):
         if any((spec, n) in base for n in names):
             rows.append({"label": spec, "run": None, "step": None, "cells": [_cell(base.get((spec, n))) for n in names]})
@@ -110,8 +133,9 @@ def comparison(runs, benchmarks, pairs: bool = True) -> dict:
             by_step.setdefault(r.job.step, {})[name] = r  # a step evaluated from two paths: the newest wins
         step0 = base_results(run, names, base)
         for step in steps:
-            rows.append({"label": f"{run.label} @ step {step}", "run": run.pk, "step": step,
-                         "cells": [_cell(by_step[step].get(n), step0.get(n), pairs) for n in names]})
+            cells = [_cell(by_step[step].get(n)) for n in names]
+            rows.append({"label": f"{run.label} @ step {step}", "run": run.pk, "step": step, "cells": cells})
+            todo += [(c, step0.get(n), by_step[step][n]) for c, n in zip(cells, names) if c is not None]
         for n in names:
             points = [(0, step0.get(n))] + [(s, by_step[s].get(n)) for s in steps]
             points = [(s, r) for s, r in points if r is not None and r.score is not None]
@@ -120,4 +144,7 @@ def comparison(runs, benchmarks, pairs: bool = True) -> dict:
                                "steps": [s for s, _ in points], "scores": [r.score for _, r in points],
                                "ci_low": [r.ci_low for _, r in points], "ci_high": [r.ci_high for _, r in points],
                                "train_seconds": [0.0 if s == 0 else r.train_seconds for s, r in points]})
+    if pairs and todo:
+        for (cell, _, _), p in zip(todo, _pair_all([(b, r) for _, b, r in todo])):
+            cell["paired"] = p
     return {"benchmarks": names, "runs": [r.pk for r in runs], "rows": rows, "series": series}

@@ -101,7 +101,7 @@ def _import_evals(run: Run, records: list[dict], when) -> dict[tuple[int, str], 
 def _import_samples(folder: Path, results: dict[tuple[int, str], EvalResult]) -> int:
     """eval_samples/<benchmark>-step<N>.jsonl as the samples of the result of (N, benchmark), replacing its
     samples; how many were stored. One file in memory at a time; a bad line fails the whole import."""
-    stored = 0
+    stored, seen = 0, set()
     for benchmark, step, path in eval_sample_files(folder):
         result = results.get((step, benchmark))
         if result is None:
@@ -109,9 +109,19 @@ def _import_samples(folder: Path, results: dict[tuple[int, str], EvalResult]) ->
                                  f"{step}, so these samples belong to no evaluation; append that line (append_eval) "
                                  "or move the file out of the folder")
         samples = read_eval_samples(path)
+        mean = sum(s["score"] for s in samples) / len(samples) if samples else None
+        if len(samples) != result.n or mean is None or abs(mean - result.score) > 1e-3:
+            raise RunFolderError(
+                f"{EVAL_SAMPLES}/{path.name}: {len(samples)} samples with mean score "
+                f"{'-' if mean is None else f'{mean:.4f}'}, but its {EVALS} line says n={result.n}, "
+                f"score={result.score:.4f}: the file is from another evaluation; rewrite it with that evaluation's "
+                "samples (write_eval_samples) or move it out of the folder")
         result.samples.all().delete()
         EvalSample.objects.bulk_create([EvalSample.from_sample(result, s) for s in samples], batch_size=1000)
         stored += len(samples)
+        seen.add(result.pk)
+    # a result imported before with samples whose file is gone keeps none (they would pair with the new scores)
+    EvalSample.objects.filter(result__in=[r for r in results.values() if r.pk not in seen]).delete()
     return stored
 
 

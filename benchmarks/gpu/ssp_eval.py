@@ -326,7 +326,8 @@ def cmd_eval(args) -> None:
         with (OUT / f"ssp_eval_samples_step{step}.jsonl").open("w") as f:
             for s in samples[: args.keep_samples]:
                 f.write(json.dumps(s, default=str) + "\n")
-        write_eval_samples(run, name, step, samples)  # every item, for the web's paired difference against the base
+        if (step, name) not in done:  # the samples of the line just recorded (a --judged rerun keeps the old pair)
+            write_eval_samples(run, name, step, samples)  # every item: the web's paired difference vs the base
         del loaded
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -347,6 +347,21 @@ def test_a_jsonl_of_numeric_answers_is_scored_as_math_by_default(tmp_path):
     assert default_scoring(mixed) == "exact"
     assert default_scoring([Item("5", "Pick", "B", choices=["x", "y"])]) == "mcq"
     assert default_scoring([Item("6", "Aliases", ["15", "fifteen"])]) == "exact"
+    assert default_scoring([Item("7", "List", "3,5"), Item("8", "Cut", "1,")]) == "exact"  # list-like, not numbers
+
+
+def test_bootstrap_for_large_n_keeps_memory_bounded_and_the_interval():
+    """Above 4M resampled values a 0/1 (or few-valued) sample resamples its value counts (the same distribution);
+    many distinct values resample in chunks. Both agree with the small-N path's interval to sampling noise."""
+    rng = np.random.default_rng(1)
+    binary = (rng.random(50_000) < 0.3).astype(float)
+    lo, hi = bootstrap_ci(binary, n_resamples=2000)  # 100M cells: the counts path
+    half = 1.96 * math.sqrt(0.3 * 0.7 / 50_000)
+    assert abs((hi - lo) / 2 - half) < 0.15 * half and lo < binary.mean() < hi
+    spread = rng.random(50_000)  # 50k distinct values: the chunked path
+    lo, hi = bootstrap_ci(spread, n_resamples=200)
+    assert abs((hi - lo) / 2 - 1.96 * spread.std() / math.sqrt(50_000)) < 0.2 * 1.96 * spread.std() / math.sqrt(50_000)
+    assert bootstrap_ci(binary, n_resamples=2000) == bootstrap_ci(binary, n_resamples=2000)  # deterministic
 
 
 def test_the_command_line_prints_one_json_line(tmp_path, tiny_model_dir, capsys):

@@ -226,3 +226,8 @@ def test_an_eval_samples_file_must_be_named_after_its_evals_line(tmp_path):
         eval_sample_files(tmp_path)
     with pytest.raises(RunFolderError, match="must be 1-100 lowercase"):
         write_eval_samples(tmp_path, "Cloze", 1, [])
+    with pytest.raises(RunFolderError, match="must be 1-100 lowercase"):  # ^...$ alone let a newline through
+        write_eval_samples(tmp_path, "cloze\n", 1, [])
+    (tmp_path / "eval_samples" / "cloze-final.jsonl").unlink()
+    (tmp_path / "eval_samples" / "._cloze-step1.jsonl").write_text("macOS")  # dotfiles are not samples
+    assert eval_sample_files(tmp_path) == []

@@ -598,7 +598,9 @@ def mark_repeated_answers(attempts: Sequence["Attempt"], max_share: float = 0.25
     within 37 steps to integer tasks grounded in a name of the document and worded differently each time ("How many
     continents does Niger lie on? -> 1", "How many sides did the Polish-Lithuanian Commonwealth have? -> 2"): answers
     1 and 2 on 94 of its 96 held-out documents, and its Reasoner learned to guess them (63.5%). Training only, like
-    ``mark_repeated``: called after each retry round on the step's attempts so far (a mark stays)."""
+    ``mark_repeated``: called after each retry round on the step's attempts so far (a mark stays). So a later
+    round's answer can invalidate tasks of documents that were already done, which then end the step without a
+    valid task: intended, it is what a collapsing step looks like."""
     if max_share >= 1:
         return 0
     n = len({a.doc_id for a in attempts})

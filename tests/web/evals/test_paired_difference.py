@@ -150,8 +150,12 @@ def test_importing_again_stores_the_same_samples_and_takes_a_rewritten_file(db, 
     before = _sample_rows(run)
     assert "(600 item samples)" in _import(folder)
     assert _sample_rows(run) == before and EvalSample.objects.count() == 2 * N
-    # a re-evaluation of step 10 on the first 100 items rewrites its file: its samples are replaced
-    write_eval_samples(folder, BENCH, 10, [_sample(i, i in AFTER) for i in range(100)])
+    # a re-evaluation of step 10 on the first 100 items appends its line and rewrites its file: replaced
+    first = [_sample(i, i in AFTER) for i in range(100)]
+    append_eval(folder, {"step": 10, "checkpoint": "/gpu/run/checkpoints/step-000010", "benchmark": BENCH,
+                         "scoring": "exact", "n": 100, "score": sum(x["score"] for x in first) / 100, "ci_low": 0.0,
+                         "ci_high": 1.0, "seconds": 1.0})
+    write_eval_samples(folder, BENCH, 10, first)
     _import(folder)
     after = EvalResult.objects.get(job__run=run, job__step=10)
     assert after.samples.count() == 100 and EvalSample.objects.count() == N + 100
@@ -177,7 +181,8 @@ def test_a_bad_samples_line_fails_the_import_and_stores_nothing(db, folder):
     _import(folder)
     run = Run.objects.get()
     before = _sample_rows(run)
-    write_eval_samples(folder, BENCH, 0, [_sample(i, False) for i in range(10)])  # the base file is read first...
+    # the base file, rewritten with other items right (same n and score), is read first...
+    write_eval_samples(folder, BENCH, 0, [_sample(i, (i + 1) % N in BASE) for i in range(N)])
     path.write_text(good + "{not json}\n")  # ...and step 10's fails
     assert f"eval_samples/{BENCH}-step10.jsonl line {N + 1}: not valid JSON" in _fails(folder)
     assert _sample_rows(run) == before
@@ -187,6 +192,45 @@ def test_a_bad_samples_line_fails_the_import_and_stores_nothing(db, folder):
     assert _fails(folder) == (f"eval_samples/{BENCH}-step20.jsonl: evals.jsonl has no line for benchmark {BENCH} at "
                               "step 20, so these samples belong to no evaluation; append that line (append_eval) or "
                               "move the file out of the folder")
+
+
+def test_samples_that_do_not_match_their_evals_line_are_refused(db, folder):
+    """A samples file from another evaluation (a rerun that rewrote it, a wrong copy) would pair the wrong items:
+    its count and mean score must match the evals.jsonl line it belongs to."""
+    write_eval_samples(folder, BENCH, 10, [_sample(i, i in AFTER) for i in range(100)])
+    assert _fails(folder) == (f"eval_samples/{BENCH}-step10.jsonl: 100 samples with mean score 0.5700, but its "
+                              "evals.jsonl line says n=300, score=0.1900: the file is from another evaluation; "
+                              "rewrite it with that evaluation's samples (write_eval_samples) or move it out of the "
+                              "folder")
+    assert EvalSample.objects.count() == 0
+    write_eval_samples(folder, BENCH, 10, [_sample(i, i in BASE) for i in range(N)])  # right n, wrong score
+    assert "mean score 0.1300" in _fails(folder)
+    # a file gone since the last import takes its samples with it
+    write_eval_samples(folder, BENCH, 10, [_sample(i, i in AFTER) for i in range(N)])
+    _import(folder)
+    (folder / "eval_samples" / f"{BENCH}-step10.jsonl").unlink()
+    (folder / "eval_samples" / f"._{BENCH}-step0.jsonl").write_text("macOS resource fork")  # a dotfile: ignored
+    _import(folder)
+    assert EvalSample.objects.filter(result__job__step=10).count() == 0
+    assert EvalSample.objects.count() == N
+
+
+def test_results_scored_or_asked_differently_are_not_paired(db, folder):
+    """A base scored exact against a checkpoint scored math (or with another answer budget, or with search) would
+    "gain" what the setting changed: no paired difference then."""
+    _import(folder)
+    run = Run.objects.get()
+    bench = Benchmark.objects.get(name=BENCH)
+    cell = lambda: comparison([run], [bench])["rows"][1]["cells"][0]  # noqa: E731
+    assert cell()["paired"] is not None
+    EvalResult.objects.filter(job__run=run, job__step=10).update(scoring="math")
+    assert cell()["paired"] is None
+    EvalResult.objects.filter(job__run=run, job__step=10).update(scoring="exact")
+    EvalJob.objects.filter(run=run, step=10).update(max_new_tokens=1024)
+    assert cell()["paired"] is None
+    EvalJob.objects.filter(run=run, step=10).update(max_new_tokens=EvalJob.objects.get(run=run, step=None).max_new_tokens,
+                                                    search=True)
+    assert cell()["paired"] is None
 
 
 def test_without_the_base_models_samples_no_difference_is_shown(db, folder, client, researcher):
