@@ -1,4 +1,4 @@
-"""How many tasks SPICE's "answer repeated across documents" rule (``spice_tasks.mark_repeated_answers``) marks.
+"""How many tasks SPICE's "answer repeated across documents" rule (``spice_rules.mark_repeated_answers``) marks.
 
 1. Held-out tasks (``crossplay_tasks.jsonl`` of a run folder): each Challenger's set is treated as one step (one task
    per document there). Per Challenger: tasks, free-form tasks, marked by the rule alone, marked by
@@ -18,14 +18,8 @@ import random
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from trainer.methods.spice_tasks import (
-    MIN_ANSWER_DOCUMENTS,
-    Attempt,
-    SpiceTask,
-    _answer_key,
-    mark_repeated,
-    mark_repeated_answers,
-)
+from trainer.methods.spice_rules import MIN_ANSWER_DOCUMENTS, _answer_key, mark_repeated, mark_repeated_answers
+from trainer.methods.spice_tasks import Attempt, SpiceTask
 
 
 def attempt(row: dict, i: int, valid: bool = True) -> Attempt:
@@ -108,6 +102,10 @@ def training(runs: list[Path], share: float, size: int, trials: int, max_step: i
                   f"marked split {split}, whole {whole}")
             if step <= max_step:
                 pool += step_docs
+    if len(pool) < size:
+        print(f"\nbootstrapped steps: skipped, the recorded steps hold {len(pool)} documents with valid free-form "
+              f"tasks (< {size}); pass run folders whose samples.jsonl keeps more of them")
+        return
     rng = random.Random(0)
     steps = {True: 0, False: 0}
     tasks = {True: 0, False: 0}

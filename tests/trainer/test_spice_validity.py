@@ -22,11 +22,10 @@ from trainer.methods.spice_tasks import (
     TaskError,
     content_words,
     grounded,
-    mark_repeated,
-    mark_repeated_answers,
     parse_task,
     refers_to_document,
 )
+from trainer.methods.spice_rules import mark_repeated, mark_repeated_answers
 from trainer.methods.ssp_tasks import rule_filter
 from trainer.tools.bm25 import STOPWORDS
 
@@ -340,7 +339,7 @@ def test_a_refused_task_keeps_its_question_on_record():
     assert row["data"]["invalid_reason"] == "task: question is not about the document"
 
 
-# ---- "answer repeated across documents" (spice_tasks.mark_repeated_answers) ------------------------------------------
+# ---- "answer repeated across documents" (spice_rules.mark_repeated_answers) ------------------------------------------
 
 def _answered(doc_id, question, answer, kind="integer", i=0, reason=""):
     fmt = "mcq" if kind == "mcq" else "free_form"

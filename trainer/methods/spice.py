@@ -60,7 +60,7 @@ Departures from the paper:
   no content word (name, term, number) with its document is invalid ("question is not about the
   document", ``spice.require_grounding``, on by default; 4 of the base Challenger's 96 tasks fail it).
   A question the step's Challenger wrote for two or more different documents is invalid as well
-  ("question repeated across documents", ``spice_tasks.mark_repeated``; training only, the
+  ("question repeated across documents", ``spice_rules.mark_repeated``; training only, the
   cross-play evaluation keeps the per-task rules): every collapse so far was one template for all
   documents. With all of these in force, the next 1.5B run's Challenger collapsed within 37 steps to integer
   questions grounded in a name of their document and worded differently for each ("How many continents does Niger
@@ -68,7 +68,7 @@ Departures from the paper:
   96 held-out documents (the base Challenger's most frequent answer: 1, on 4), which its Reasoner learned to guess
   (63.5% on them). So a free-form answer the step's Challenger gives for more than ``spice.max_answer_share`` (0.25)
   of the step's documents, and for 3 or more of them, is invalid too ("answer repeated across documents",
-  ``spice_tasks.mark_repeated_answers``; training only; numbers compared by value as the graders do, MCQ letters
+  ``spice_rules.mark_repeated_answers``; training only; numbers compared by value as the graders do, MCQ letters
   exempt; a document counts once, split over the answers of its valid free-form tasks, since counting it whole for
   any attempt's answer would flag 60% of 16-document steps drawn from the 1.5B runs' first steps). Taking each
   Challenger's held-out set as one step, it marks 94/96 of that collapse, 96/96 of the step-33 one, 43/48 of the first
@@ -100,10 +100,9 @@ from trainer.methods.spice_tasks import (
     challenge,
     draw_numbers,
     keep_preserving_ratio,
-    mark_repeated,
-    mark_repeated_answers,
     role_budget,
 )
+from trainer.methods.spice_rules import mark_repeated, mark_repeated_answers
 from trainer.rewards import spice_reward_fn
 from trainer.update import Sample
 from trainer.verify import extract_boxed
