@@ -59,7 +59,7 @@ REQUIRED = ("config.yaml", "metrics.jsonl")
 OPTIONAL = ("samples.jsonl", "checkpoints.jsonl", "evals.jsonl", "crossplay.json", "eval_samples/")
 EVALS, CROSSPLAY, EVAL_SAMPLES = "evals.jsonl", "crossplay.json", "eval_samples"
 BENCHMARK_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
-EVAL_SAMPLES_FILE = re.compile(r"^(?P<benchmark>[a-z0-9][a-z0-9_-]{0,99})-step(?P<step>[0-9]+)\.jsonl$")
+EVAL_SAMPLES_FILE = re.compile(rf"(?P<benchmark>{BENCHMARK_NAME.pattern.strip('^$')})-step(?P<step>[0-9]+)\.jsonl")
 EVAL_FIELDS = {"step": int, "checkpoint": str, "benchmark": str, "scoring": str, "n": int, "score": float,
                "ci_low": float, "ci_high": float, "seconds": float}
 CROSSPLAY_FIELDS = ("challengers", "reasoners", "steps_challenger", "steps_reasoner", "pass_rate", "n")
@@ -258,12 +258,7 @@ def write_eval_samples(run_dir: str | Path, benchmark: str, step: int, samples: 
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise RunFolderError(f"step must be a whole number >= 0, got {step!r}")
     path = eval_samples_path(run_dir, benchmark, step)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for s in samples:
-            f.write(json.dumps(s, default=str) + "\n")
-    os.replace(tmp, path)
+    _replace(path, "".join(json.dumps(s, default=str) + "\n" for s in samples))
     return path
 
 
@@ -381,12 +376,16 @@ def write_crossplay(run_dir: str | Path, challengers: list[str], reasoners: list
     """
     data = _check_crossplay({"challengers": challengers, "reasoners": reasoners, "steps_challenger": steps_challenger,
                              "steps_reasoner": steps_reasoner, "pass_rate": pass_rate, "n": n}, "the cross-play")
-    folder = Path(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{CROSSPLAY}.tmp"
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / CROSSPLAY)
-    return folder / CROSSPLAY
+    _replace(Path(run_dir) / CROSSPLAY, json.dumps(data, indent=1) + "\n")
+    return Path(run_dir) / CROSSPLAY
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` whole and atomically (a reader never sees half of it): a dot-file beside it, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def read_crossplay(run_dir: str | Path) -> dict | None:

@@ -50,6 +50,12 @@ class ImportSummary:
     eval_samples: int = 0  # their items (eval_samples/)
     crossplay: bool = False
 
+    def what(self) -> str:
+        """What was stored, in words: the run event's message and import_run's line."""
+        return (f"{self.metrics} metric lines, {self.samples} samples, {self.checkpoints} checkpoints, "
+                f"{self.evals} evaluations{f' ({self.eval_samples} item samples)' if self.eval_samples else ''}"
+                f"{', a cross-play matrix' if self.crossplay else ''}")
+
     def as_dict(self) -> dict:
         return {"run": self.run.pk, "url": f"/runs/{self.run.pk}/", "created": self.created,
                 "imported_from": self.run.imported_from, "method": self.run.method, "model": self.run.model_name,
@@ -126,9 +132,7 @@ def _import(folder: Path, cfg, user) -> ImportSummary:
         summary.eval_samples += int(counts.get("eval_samples", 0))
         summary.crossplay |= bool(counts.get("crossplay"))
 
-    what = (f"{summary.metrics} metric lines, {summary.samples} samples, {summary.checkpoints} checkpoints, "
-            f"{summary.evals} evaluations{f' ({summary.eval_samples} item samples)' if summary.eval_samples else ''}"
-            f"{', a cross-play matrix' if summary.crossplay else ''}")
+    what = summary.what()
     message = f"imported from {folder}: {what}" if created else f"imported again from {folder} (updated in place): {what}"
     RunEvent.objects.create(run=run, kind=RunEvent.Kind.STATUS, step=run.current_step, message=message,
                             data={"to": Status.FINISHED, "imported_from": str(folder)})

@@ -45,9 +45,7 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps(summary.as_dict()))
                 continue
             run = summary.run
-            what = (f"{summary.metrics} metric lines, {summary.samples} samples, {summary.checkpoints} checkpoints, "
-                    f"{summary.evals} evaluations" + (f" ({summary.eval_samples} item samples)" if summary.eval_samples
-                                                      else "") + (", cross-play" if summary.crossplay else ""))
+            what = summary.what()
             if summary.created:
                 self.stdout.write(f"run {run.pk} imported from {run.imported_from}: {run.method}, {run.model_name}, "
                                   f"{run.current_step} steps; {what} (/runs/{run.pk}/)")
