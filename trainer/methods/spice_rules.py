@@ -3,19 +3,17 @@ in spice_tasks.py, ``parse_task`` / ``check_standalone``): a question written fo
 (``mark_repeated``) or an answer given for many of them (``mark_repeated_answers``) is about none of them, and a
 Reasoner can answer it without reading. Both are called on the step's attempts so far after each retry round and
 mark tasks invalid in place ("task: <reason> (<detail>)"); why each exists, with the GPU runs' numbers, is in
-their docstrings and in the recipe's departures (trainer/methods/spice.py).
+their docstrings and in the recipe's departures (trainer/methods/spice.py). They take spice_tasks' ``Attempt``s
+(doc_id, task, valid, reason) and ``SpiceTask``s (question, answer, format) without importing that module,
+which imports this one.
 """
 from __future__ import annotations
 
 import re
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from trainer.verify import normalize_answer, plain_number
-
-if TYPE_CHECKING:
-    from trainer.methods.spice_tasks import Attempt, SpiceTask
 
 REPEATED = "question repeated across documents"
 REPEATED_ANSWER = "answer repeated across documents"
@@ -29,7 +27,7 @@ def _question_key(question: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", question.lower()).split())
 
 
-def _mark_across_documents(attempts: Sequence["Attempt"], key, reason: str, repeated) -> int:
+def _mark_across_documents(attempts: Sequence, key, reason: str, repeated) -> int:
     """Shared by ``mark_repeated`` and ``mark_repeated_answers``: groups the step's live tasks by ``key(task)`` across
     documents and makes every valid task of a group that ``repeated`` names invalid, "task: {reason} ({detail})".
     Returns how many are marked.
@@ -53,7 +51,7 @@ def _mark_across_documents(attempts: Sequence["Attempt"], key, reason: str, repe
     return marked
 
 
-def mark_repeated(attempts: Sequence["Attempt"]) -> int:
+def mark_repeated(attempts: Sequence) -> int:
     """A question written for two or more different documents is about none of them: every such task (compared
     case- and punctuation-blind) becomes invalid, "question repeated across documents". Returns how many are marked.
     A collapsed Challenger writes one template for every document ("How many correct answers?" for 96 of 96 held-out
@@ -63,7 +61,7 @@ def mark_repeated(attempts: Sequence["Attempt"]) -> int:
                                   lambda docs: f"{len(docs)} documents" if len(docs) > 1 else None)
 
 
-def _answer_key(task: SpiceTask):
+def _answer_key(task):
     """What ``mark_repeated_answers`` compares, as the graders compare answers: an answer that is a plain number by its
     value (``verify.plain_number``, which ``math_equal`` compares first: "1" = "1.0" = "01", "1,000" = "1000"; a float
     rounded to 6 significant digits, about ``same_number``'s 1e-6), anything else by ``verify.normalize_answer``
@@ -83,7 +81,7 @@ def _answer_key(task: SpiceTask):
 MIN_ANSWER_DOCUMENTS = 3  # an answer shared by two documents is never "repeated across documents"
 
 
-def mark_repeated_answers(attempts: Sequence["Attempt"], max_share: float = 0.25) -> int:
+def mark_repeated_answers(attempts: Sequence, max_share: float = 0.25) -> int:
     """A free-form answer the step's Challenger gives for more than ``max_share`` of the step's documents, and for at
     least ``MIN_ANSWER_DOCUMENTS`` different ones, can be guessed without reading: every valid task with that answer
     (``_answer_key``: numbers by value) becomes invalid, "answer repeated across documents". Returns how many are
