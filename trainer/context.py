@@ -41,6 +41,7 @@ class RecipeContext:
     state: dict = field(default_factory=dict)
     start_step: int = 0  # last completed step (from a checkpoint)
     step_seconds: list[float] = field(default_factory=list)
+    train_seconds: float = 0.0  # summed step time of the run (restored on resume): checkpoint.every_minutes
     final_checkpoint: str | None = None
     stopped: bool = False
     verdicts: list[Verdict] = field(default_factory=list)
@@ -61,6 +62,7 @@ class RecipeContext:
         when due, poll the sink (stop/pause, or train.time_limit_minutes passed, end the loop after a
         checkpoint)."""
         every = self.config.checkpoint.every
+        every_s = self.config.checkpoint.every_minutes * 60
         total = self.config.train.steps
         limit = self.config.train.time_limit_minutes * 60
         started = time.perf_counter()
@@ -70,6 +72,8 @@ class RecipeContext:
             yield step
             seconds = time.perf_counter() - t0
             self.step_seconds.append(seconds)
+            timed = every_s > 0 and timed_checkpoint_due(self.train_seconds, seconds, every_s)
+            self.train_seconds += seconds
             self._log_costs(step)
             self._last_step = step
             self._flush(step, seconds)
@@ -84,7 +88,7 @@ class RecipeContext:
                 self.stopped = True
                 self.checkpoint(step)
                 return
-            if (step == total and self.config.checkpoint.final) or (every and step % every == 0):
+            if (step == total and self.config.checkpoint.final) or (every and step % every == 0) or timed:
                 self.checkpoint(step)
 
     def _flush(self, step: int, seconds: float) -> None:
@@ -163,7 +167,8 @@ class RecipeContext:
         """Save a checkpoint of this step (recipe state = ctx.state + extra_state)."""
         if self.run_dir is None:
             return None
-        state = {**self.state, **(extra_state or {}), "_numpy_rng": self.rng.bit_generator.state}
+        state = {**self.state, **(extra_state or {}), "_numpy_rng": self.rng.bit_generator.state,
+                 "_train_seconds": self.train_seconds}
         made_room = []
         path = save_checkpoint(self.run_dir, step, self.config, self.policy, self.engine, state,
                                on_make_room=lambda *args: made_room.append(args))
@@ -183,10 +188,18 @@ class RecipeContext:
         """Apply a loaded checkpoint's recipe state (called by trainer.run on resume)."""
         state = dict(recipe_state)
         rng_state = state.pop("_numpy_rng", None)
+        self.train_seconds = float(state.pop("_train_seconds", 0.0))
         if rng_state is not None:
             self.rng.bit_generator.state = rng_state
         self.state = state
         self.start_step = self._last_step = step
+
+
+def timed_checkpoint_due(before: float, seconds: float, every_s: float) -> bool:
+    """checkpoint.every_minutes: a step that ran from ``before`` to ``before + seconds`` of training time is
+    checkpointed when it crossed a multiple of ``every_s`` (a fixed grid, so a long step never shifts the later
+    checkpoints and a step crossing two multiples saves once)."""
+    return every_s > 0 and (before + seconds) // every_s > before // every_s
 
 
 SYSTEM = "system"  # the role of the run's own costs (not a player)

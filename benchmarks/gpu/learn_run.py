@@ -5,6 +5,8 @@ come (issue 21). Run from the repository root after ``source benchmarks/gpu/setu
         --minutes 8 --bench .gpu_assets/gsm8k_heldout.jsonl --set model.name_or_path=/tmp/models/q05
     python3 benchmarks/gpu/learn_run.py eval --run /tmp/runs/grpo --bench .gpu_assets/gsm8k_heldout.jsonl
     python3 benchmarks/gpu/learn_run.py pack --run /tmp/runs/grpo          # run folder (no weights) -> $OUT
+    CUDA_VISIBLE_DEVICES=3 python3 benchmarks/gpu/learn_run.py watch --run /tmp/runs/a --run /tmp/runs/b \
+        --keep /tmp/keep --until /tmp/runs/a.done --until /tmp/runs/b.done --bench .gpu_assets/gsm8k_heldout.jsonl
 
 ``train`` starts ``python -m trainer run CONFIG --out RUN`` (``--resume`` when RUN has a checkpoint) with
 ``train.time_limit_minutes`` so it stops with a checkpoint inside this call, and meanwhile evaluates the base
@@ -12,6 +14,8 @@ model (step 0) and every new checkpoint on ``--bench`` with ``trainer.evaluate``
 decode, 95% bootstrap interval), on the same GPU. Results go to ``RUN/evals.jsonl`` (one line per
 checkpoint and benchmark: step, checkpoint, benchmark, scoring, n, score, ci_low, ci_high, seconds, and
 train_seconds = the run's summed step time at that checkpoint), the format ``manage.py import_run`` reads.
+``watch`` does the evaluating for runs trained without ``--bench`` (ours, or trl_gsm8k.py's), on a GPU of its
+own, so checkpoints can come every minute of training time (``checkpoint.every_minutes``) at no cost to training.
 """
 from __future__ import annotations
 
@@ -55,7 +59,9 @@ def base_model(run: Path, fallback: str | None) -> str:
     return fallback
 
 
-def eval_one(run: Path, step: int, spec: str, bench: str, max_new_tokens: int, scoring: str | None = None) -> dict:
+def measure(spec: str, bench: str, max_new_tokens: int, scoring: str | None = None) -> tuple[dict, list[dict]]:
+    """Greedy evaluation of one model on one benchmark: the evals.jsonl fields that do not depend on the run,
+    and every item's sample."""
     import torch
 
     from trainer.evaluate import evaluate, load_benchmark, load_model
@@ -70,20 +76,33 @@ def eval_one(run: Path, step: int, spec: str, bench: str, max_new_tokens: int, s
     boxed = sum("\\boxed{" in (s["output"] or "") for s in result.samples) / max(1, len(result.samples))
     del loaded
     torch.cuda.empty_cache()
-    row = {"step": step, "checkpoint": spec, "benchmark": Path(bench).stem, "scoring": scoring, "n": result.n,
-           "score": round(result.score, 4), "ci_low": round(result.ci_low, 4), "ci_high": round(result.ci_high, 4),
-           "seconds": round(result.seconds, 1), "train_seconds": train_seconds_at(run, step) if step else 0.0,
-           "tokens_per_s": round(tokens / max(result.seconds, 1e-9)), "boxed_rate": round(boxed, 3)}
-    row = append_eval(run, row)  # checked against the format import_run reads (trainer/runfolder.py)
-    write_eval_samples(run, Path(bench).stem, step, result.samples)  # every item: the web's paired difference
-    emit("eval", row)
+    return ({"checkpoint": spec, "benchmark": Path(bench).stem, "scoring": scoring, "n": result.n,
+             "score": round(result.score, 4), "ci_low": round(result.ci_low, 4), "ci_high": round(result.ci_high, 4),
+             "seconds": round(result.seconds, 1), "tokens_per_s": round(tokens / max(result.seconds, 1e-9)),
+             "boxed_rate": round(boxed, 3)}, result.samples)
+
+
+def record(run: Path, step: int, measured: tuple[dict, list[dict]]) -> dict:
+    """Append a measured evaluation to RUN/evals.jsonl (checked against the format import_run reads,
+    trainer/runfolder.py) and its items to RUN/eval_samples/ (the web's paired difference)."""
+    fields, samples = measured
+    row = append_eval(run, {"step": step, **fields,
+                            "train_seconds": train_seconds_at(run, step) if step else 0.0})
+    write_eval_samples(run, fields["benchmark"], step, samples)
+    emit("eval", {"run": run.name, **row})
     return row
 
 
-def pending_checkpoints(run: Path, bench: str) -> list[tuple[int, Path]]:
+def eval_one(run: Path, step: int, spec: str, bench: str, max_new_tokens: int, scoring: str | None = None) -> dict:
+    return record(run, step, measure(spec, bench, max_new_tokens, scoring))
+
+
+def pending_checkpoints(run: Path, bench: str, folder: Path | None = None) -> list[tuple[int, Path]]:
+    """Checkpoints in ``folder`` (default RUN/checkpoints) not yet evaluated on ``bench`` in RUN/evals.jsonl."""
     done = evaluated(run)
     out = []
-    for ckpt in sorted((run / "checkpoints").glob("step-*")) if (run / "checkpoints").is_dir() else []:
+    folder = folder or run / "checkpoints"
+    for ckpt in sorted(folder.glob("step-*")) if folder.is_dir() else []:
         step = int(ckpt.name.split("-")[1])
         if (step, Path(bench).stem) not in done and (ckpt / "meta.json").is_file():
             out.append((step, ckpt))
@@ -107,6 +126,86 @@ def evaluator(run: Path, args, stop: threading.Event) -> None:
                 emit("eval_error", {"step": step, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
         if not todo:
             time.sleep(5)
+
+
+def keep_checkpoints(run: Path, keep: Path) -> None:
+    """Hard-link each new complete checkpoint's model (meta.json, config.yaml, model/; not the optimizer state) of
+    RUN into KEEP/step-N as soon as it appears, so checkpoint.keep_last's pruning cannot take it before the
+    watcher has evaluated it (and the disk holds the weights only)."""
+    for ckpt in sorted((run / "checkpoints").glob("step-*")) if (run / "checkpoints").is_dir() else []:
+        dest = keep / ckpt.name
+        if dest.exists() or not (ckpt / "meta.json").is_file():
+            continue
+        tmp = keep / f".tmp-{ckpt.name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            shutil.copytree(ckpt / "model", tmp / "model", copy_function=os.link)
+            for name in ("config.yaml", "meta.json"):
+                if (ckpt / name).is_file():
+                    os.link(ckpt / name, tmp / name)
+            os.replace(tmp, dest)
+        except OSError as exc:  # pruned while linking: say so, go on
+            shutil.rmtree(tmp, ignore_errors=True)
+            emit("keep_error", {"run": run.name, "checkpoint": ckpt.name, "error": f"{type(exc).__name__}: {exc}"[:200]})
+
+
+def cmd_watch(args) -> None:
+    """Evaluate several runs' checkpoints on a GPU of their own (issue 22 item 3: the training GPUs only train):
+    each run's base once per distinct base model (the row and samples copied to every run of that base), then
+    every checkpoint, oldest first, until every --until file exists and nothing is left (or --deadline)."""
+    runs, keep = [Path(r) for r in args.run], Path(args.keep)
+    measured: dict[tuple[str, str], tuple[dict, list[dict]]] = {}
+    failed: set[tuple[Path, int, str]] = set()  # evaluated once, failed: not tried again
+    t0 = time.time()
+    linking, lock = threading.Event(), threading.Lock()
+
+    def link_all() -> None:
+        with lock:
+            for run in runs:
+                if (run / "config.yaml").is_file():
+                    (keep / run.name).mkdir(parents=True, exist_ok=True)
+                    keep_checkpoints(run, keep / run.name)
+
+    def linker() -> None:  # every second, also while an evaluation runs (a checkpoint lives keep_last saves)
+        while not linking.is_set():
+            link_all()
+            time.sleep(1)
+
+    threading.Thread(target=linker, daemon=True).start()
+    while time.time() - t0 < args.deadline:
+        finished = all(Path(u).exists() for u in args.until)  # read before the scan: nothing can slip past
+        if finished:
+            link_all()  # the last checkpoints, written just before the --until files
+        todo = []
+        for run in runs:
+            if not (run / "config.yaml").is_file():
+                continue
+            base = base_model(run, None)
+            for bench in args.bench:
+                if (0, Path(bench).stem) not in evaluated(run):
+                    todo.append((-1.0, run, 0, f"base:{base}" if not Path(base).is_dir() else base, bench))
+                for step, ckpt in pending_checkpoints(run, bench, keep / run.name):
+                    todo.append(((ckpt / "meta.json").stat().st_mtime, run, step, str(ckpt), bench))
+        todo = [t for t in todo if (t[1], t[2], t[4]) not in failed]
+        if not todo:
+            if finished:
+                break
+            time.sleep(2)
+            continue
+        _, run, step, spec, bench = min(todo, key=lambda t: t[0])
+        key = (spec, bench)
+        try:
+            result = measured.get(key) if step == 0 else None
+            result = result or measure(spec, bench, args.max_new_tokens, args.scoring)
+            if step == 0:
+                measured[key] = result
+            record(run, step, result)
+        except Exception as exc:  # noqa: BLE001 - one bad checkpoint must not end the others' evaluations
+            emit("eval_error", {"run": run.name, "step": step, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+            failed.add((run, step, bench))
+    linking.set()
+    emit("watch", {"seconds": round(time.time() - t0, 1), "runs": {r.name: len(read_evals(r)) if r.is_dir() else 0
+                                                                   for r in runs}})
 
 
 def cmd_train(args) -> None:
@@ -200,10 +299,18 @@ def main() -> None:
         q.add_argument("--scoring", help="default: the benchmark's own (a JSONL: mcq where every item has choices, "
                        "math where every answer is a number, else exact)")
     e.add_argument("--run", required=True)
+    w = sub.add_parser("watch")
+    w.add_argument("--run", action="append", required=True, help="a run folder (repeat; one not there yet is waited for)")
+    w.add_argument("--keep", required=True, help="where each checkpoint's model is hard-linked until evaluated")
+    w.add_argument("--until", action="append", default=[], help="files whose existence says a run has ended")
+    w.add_argument("--deadline", type=float, default=1500, help="seconds after which the watcher gives up")
+    w.add_argument("--bench", action="append", required=True)
+    w.add_argument("--max-new-tokens", type=int, default=512)
+    w.add_argument("--scoring")
     p = sub.add_parser("pack")
     p.add_argument("--run", required=True)
     args = parser.parse_args()
-    {"train": cmd_train, "eval": cmd_eval, "pack": cmd_pack}[args.cmd](args)
+    {"train": cmd_train, "eval": cmd_eval, "watch": cmd_watch, "pack": cmd_pack}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,13 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 #   sspq     (GPU 3): ssp_eval.py make-questions with the base 1.5B for $SSPQ_MIN minutes
 #   spicem15 (GPU 3, after sspq): SPICE on the 1.5B over the GSM8K-solutions corpus (items 0-659) for $MATH_MIN
 #                     minutes, then cross-play on documents 660-1318 and GSM8K items 660-1318
+# Time to accuracy with checkpoints at fixed training times (issue 22 item 3, the 2026-11-27 second session):
+#   tta0, tta1 (GPU 0, 1): ours, seeds 0 and 1, $TTA_MIN minutes, a checkpoint every minute of training time
+#   ttatrl     (GPU 2):    TRL GRPOTrainer, the same budget, a checkpoint every 60 s of training time
+#   ttaeval    (GPU 3):    learn_run.py watch: evaluates every checkpoint of the tta runs as it comes, on a GPU of
+#                          its own (the training GPUs only train); ends when every run in $TTA_RUNS has ended
+#   ttav       (GPU 0, after tta0 and once vLLM is staged): ours with rollout.backend=vllm for $TTAV_MIN minutes
+#   vllmb      (GPU 2) then runs after ttatrl
 # spice05 / speval15 / speval05 / sspeval15 remain for a session that runs them on their own (GPU=N to choose).
 waitfor() {  # waitfor JOB: until JOB's process has ended
   while [ -f $LOGS/$1.pid ] && kill -0 "$(cat $LOGS/$1.pid)" 2>/dev/null; do sleep 5; done
@@ -116,6 +123,27 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_grpo_gsm8k.yaml --run $RUNS/$name \
         --minutes $gmin --deadline 1700 --bench $A/gsm8k_heldout.jsonl --scoring math --set seed=$seed \
         --set model.name_or_path=$Q05 --set data.path=$A/gsm8k_train.jsonl ;;
+    tta0|tta1|ttav)
+      local seed=${name#tta} extra="" tmin=${TTA_MIN:-10}
+      if [ $name = ttav ]; then
+        seed=0 tmin=${TTAV_MIN:-6} extra="--set rollout.backend=vllm"; export VLLM_USE_FLASHINFER_SAMPLER=0
+        echo "== ttav: waiting for tta0 (same GPU) and for vLLM"; waitfor tta0
+        while [ ! -d /tmp/site/vllm ] || ! grep -q VLLM_STAGED /tmp/vllm_stage.log 2>/dev/null; do sleep 5; done
+      fi
+      python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_grpo_gsm8k.yaml --run $RUNS/$name \
+        --minutes $tmin --deadline 1700 --set seed=$seed --set model.name_or_path=$Q05 \
+        --set data.path=$A/gsm8k_train.jsonl --set checkpoint.every=0 --set checkpoint.every_minutes=1 \
+        --set checkpoint.keep_last=2 $extra
+      touch $RUNS/$name.done ;;
+    ttatrl)
+      python3 benchmarks/gpu/trl_gsm8k.py train --run $RUNS/$name --model $Q05 --minutes ${TTA_MIN:-10} \
+        --save-every 60 --data $A/gsm8k_train.jsonl --deadline 1500
+      touch $RUNS/$name.done ;;
+    ttaeval)
+      local r runs="" until=""
+      for r in ${TTA_RUNS:-tta0 tta1 ttatrl ttav}; do runs="$runs --run $RUNS/$r"; until="$until --until $RUNS/$r.done"; done
+      python3 benchmarks/gpu/learn_run.py watch $runs $until --keep /tmp/keep --bench $A/gsm8k_heldout.jsonl \
+        --scoring math --deadline 1700 ;;
     trl05)
       python3 benchmarks/gpu/trl_gsm8k.py train --run $RUNS/$name --model $Q05 --minutes ${TRL_MIN:-13.4} \
         --save-every 120 --data $A/gsm8k_train.jsonl --bench $A/gsm8k_heldout.jsonl --deadline 1500 ;;
@@ -123,7 +151,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       python3 benchmarks/gpu/ssp_eval.py make-questions --model base:$Q15 --config benchmarks/gpu/learn_ssp.yaml \
         --n 200 --batch 256 --minutes ${SSPQ_MIN:-5} --out $A/ssp_heldout.jsonl ;;
     vllmb)
-      echo "== vllmb: waiting for trl05 (same GPU) and for vLLM"; waitfor trl05
+      echo "== vllmb: waiting for trl05 / ttatrl (same GPU) and for vLLM"; waitfor trl05; waitfor ttatrl
       while [ ! -d /tmp/site/vllm ] || ! grep -q VLLM_STAGED /tmp/vllm_stage.log 2>/dev/null; do sleep 5; done
       vllm_benches ;;
     mathof-*)  # mathof-RUN: keep RUN's checkpoints (hard links) while it trains, then score them all on GSM8K
@@ -148,12 +176,13 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*) gpu=1 ;; trl05|vllmb) gpu=2 ;;
-    ssp15|sspeval15|sspq|spicem15) gpu=3 ;;
+    spice15|speval15|tta0|ttav) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1) gpu=1 ;;
+    trl05|vllmb|ttatrl) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   mkdir -p $LOGS/$name
-  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1) rm -rf $RUNS/$name ;; esac
+  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|ttav|ttatrl)
+    rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
   detach $name ${GPU:-$gpu} bash -c "$(declare -f waitfor spice_eval ssp_cloze vllm_benches chain)
@@ -165,7 +194,7 @@ status() {
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader
   # a chain left out of every join/start is otherwise silent (2026-11-27: vllmb was staged for, never started)
   local never=""
-  for j in spice15 grpo05 grpo05s1 trl05 vllmb ssp15 sspq spicem15; do [ -f $LOGS/$j.pid ] || never="$never $j"; done
+  for j in ${CHAINS:-tta0 tta1 ttatrl ttaeval ttav vllmb}; do [ -f $LOGS/$j.pid ] || never="$never $j"; done
   echo "== never started:${never:- none}"
   for pidf in $LOGS/*.pid; do
     [ -f "$pidf" ] || continue

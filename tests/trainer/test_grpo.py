@@ -94,6 +94,37 @@ def test_a_time_limit_stops_after_the_step_with_a_checkpoint_and_resumes(tiny_co
     assert second.steps == 4 and not second.stopped
 
 
+def test_timed_checkpoints_fall_on_a_fixed_grid_of_training_time():
+    from trainer.context import timed_checkpoint_due
+
+    every = 60.0
+    assert not timed_checkpoint_due(0.0, 59.9, every)
+    assert timed_checkpoint_due(0.0, 60.0, every)  # reaching the mark counts
+    assert timed_checkpoint_due(55.0, 10.0, every) and not timed_checkpoint_due(65.0, 10.0, every)
+    assert timed_checkpoint_due(100.0, 150.0, every)  # crossing 120 and 180 saves once
+    assert not timed_checkpoint_due(100.0, 5.0, 0.0)  # off
+
+
+def test_checkpoint_every_minutes_saves_by_training_time_and_resumes_its_clock(tiny_config, tmp_path):
+    """checkpoint.every_minutes: a checkpoint at the first step end after each N minutes of training time (here
+    a tiny N: every step), none with a long N; the summed training time travels in the checkpoint."""
+    import torch
+
+    from trainer.checkpoint import list_checkpoints
+
+    cfg = tiny_config(train={"steps": 3}, checkpoint={"every": 0, "every_minutes": 1e-9, "keep_last": 5,
+                                                      "final": False})
+    result = trainer.run(cfg, run_dir=tmp_path / "timed")
+    assert [p.name for p in list_checkpoints(tmp_path / "timed")] == ["step-000001", "step-000002", "step-000003"]
+    saved = torch.load(list_checkpoints(tmp_path / "timed")[-1] / "state.pt", weights_only=True)["recipe"]
+    assert saved["_train_seconds"] == pytest.approx(sum(result.step_seconds))
+
+    long = tiny_config(train={"steps": 3}, checkpoint={"every": 0, "every_minutes": 60, "keep_last": 5,
+                                                       "final": False})
+    trainer.run(long, run_dir=tmp_path / "long")
+    assert list_checkpoints(tmp_path / "long") == []
+
+
 def test_each_step_reports_its_phases_before_its_metrics(tiny_config, tmp_path):
     """progress(step, "rollout") at a step's start, "update" when the policy update begins, then
     the step's metrics: what the live page shows during a step of several minutes."""
