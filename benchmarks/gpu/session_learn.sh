@@ -61,6 +61,7 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 #   ttatrl     (GPU 2):    TRL GRPOTrainer, the same budget, a checkpoint every 60 s of training time
 #   ttaeval    (GPU 3):    learn_run.py watch: evaluates every checkpoint of the tta runs as it comes, on a GPU of
 #                          its own (the training GPUs only train); ends when every run in $TTA_RUNS has ended
+#   tta2       (GPU 1, after tta1): ours, seed 2, $TTA2_MIN minutes (a third seed over the early part of the curve)
 #   ttav       (GPU 0, after tta0 and once vLLM is staged): ours with rollout.backend=vllm for $TTAV_MIN minutes
 #   vllmb      (GPU 2) then runs after ttatrl
 # spice05 / speval15 / speval05 / sspeval15 remain for a session that runs them on their own (GPU=N to choose).
@@ -123,8 +124,9 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_grpo_gsm8k.yaml --run $RUNS/$name \
         --minutes $gmin --deadline 1700 --bench $A/gsm8k_heldout.jsonl --scoring math --set seed=$seed \
         --set model.name_or_path=$Q05 --set data.path=$A/gsm8k_train.jsonl ;;
-    tta0|tta1|ttav)
+    tta0|tta1|tta2|ttav)
       local seed=${name#tta} extra="" tmin=${TTA_MIN:-10}
+      [ $name = tta2 ] && { echo "== tta2: waiting for tta1 (same GPU)"; waitfor tta1; tmin=${TTA2_MIN:-5}; }
       if [ $name = ttav ]; then
         seed=0 tmin=${TTAV_MIN:-6} extra="--set rollout.backend=vllm"; export VLLM_USE_FLASHINFER_SAMPLER=0
         echo "== ttav: waiting for tta0 (same GPU) and for vLLM"; waitfor tta0
@@ -141,7 +143,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       touch $RUNS/$name.done ;;
     ttaeval)
       local r runs="" until=""
-      for r in ${TTA_RUNS:-tta0 tta1 ttatrl ttav}; do runs="$runs --run $RUNS/$r"; until="$until --until $RUNS/$r.done"; done
+      for r in ${TTA_RUNS:-tta0 tta1 tta2 ttatrl ttav}; do runs="$runs --run $RUNS/$r"; until="$until --until $RUNS/$r.done"; done
       python3 benchmarks/gpu/learn_run.py watch $runs $until --keep /tmp/keep --bench $A/gsm8k_heldout.jsonl \
         --scoring math --deadline 1700 ;;
     trl05)
@@ -176,12 +178,12 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15|tta0|ttav) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1) gpu=1 ;;
+    spice15|speval15|tta0|ttav) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2) gpu=1 ;;
     trl05|vllmb|ttatrl) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   mkdir -p $LOGS/$name
-  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|ttav|ttatrl)
+  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl)
     rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
@@ -194,7 +196,7 @@ status() {
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader
   # a chain left out of every join/start is otherwise silent (2026-11-27: vllmb was staged for, never started)
   local never=""
-  for j in ${CHAINS:-tta0 tta1 ttatrl ttaeval ttav vllmb}; do [ -f $LOGS/$j.pid ] || never="$never $j"; done
+  for j in ${CHAINS:-tta0 tta1 tta2 ttatrl ttaeval ttav vllmb}; do [ -f $LOGS/$j.pid ] || never="$never $j"; done
   echo "== never started:${never:- none}"
   for pidf in $LOGS/*.pid; do
     [ -f "$pidf" ] || continue
