@@ -18,6 +18,12 @@
 #   (carrying the 1.5B's p01, `stage_gguf.py collect` first) -> part x23 (1.5B p02..p24) ->
 #   `MIN=13 ... join qwen2.5-coder-1.5b-instruct spice15 ssp15` (carrying p24) -> vpart x4 (deps, p0, p1, p2) ->
 #   watch 480 -> watch 530 -> watch 225 (status says which chains never started) -> give_back.
+# The calls of the second 2026-11-27 session (4 x H100, 24 device-minutes; time to accuracy + vllmb), in order:
+#   first -> part x12 (0.5B p01..p12, the last with `stage_gguf.py collect &&` before) ->
+#   `TTA_MIN=10 TTA2_MIN=5 TTAV_MIN=6 ... join qwen2.5-coder-0.5b-instruct tta0 tta1 ttatrl ttaeval tta2 ttav vllmb` ->
+#   vpart x4 (p0, p1, p2, then p3 with deps; `FIRST_MB=40 REST_MB=40 vllm_pack.sh`: the tree is 20.6 MiB) ->
+#   watch 90 -> watch 240 -> watch 270 -> watch 270 -> watch 150 -> watch 40 -> give_back.
+#   HERE afterwards: `benchmarks/gpu/trim_run.py` makes each run folder small enough for examples/runs/.
 # The machine goes back after 30 s idle: from the joins on, a `watch` call must always be running.
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
