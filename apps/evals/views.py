@@ -25,7 +25,7 @@ from apps.jobs.waiting import no_worker_warning
 from apps.runs.models import Run
 from apps.runs.services.launch import available_models
 from apps.runs.workers import workers_overview
-from trainer.evaluate import SCORING, BenchmarkError
+from trainer.evaluate import SCORING, BenchmarkError, time_to_reach
 
 SAMPLES_PER_PAGE = 50
 
@@ -120,7 +120,36 @@ def wallclock_chart_context(runs: list[Run]) -> dict:
         return {"data": None}
     order = [r.pk for r in runs]
     return {"data": {"series": series, "lacking": [{"run": pk, "steps": sorted(lacking[pk])}
-                                                    for pk in order if pk in lacking]}}
+                                                    for pk in order if pk in lacking]},
+            "reach": time_to_reach_table(series, {r.pk: r.label for r in runs})}
+
+
+def time_to_reach_table(series: list[dict], labels: dict[int, str]) -> list[dict]:
+    """Under the wall-clock chart, per benchmark that two or more runs were evaluated on: for each run (a row)
+    its final score (the last checkpoint by training time) and, for every run (a column), the training seconds
+    of its first checkpoint at or above that score (``trainer.evaluate.time_to_reach``; interpolated between
+    checkpoints in ``interp``) and that time as a fraction of the row run's (``ratio``): "ours reached TRL's
+    final accuracy in 0.40 of TRL's time" is the cell of ours in TRL's row. ``no_gain``: the row's final score is
+    no better than its base model's, so reaching it says nothing."""
+    tables = []
+    for bench in sorted({s["benchmark"] for s in series}):
+        runs = [s for s in series if s["benchmark"] == bench]
+        if len(runs) < 2:
+            continue
+        rows = []
+        for ref in runs:
+            final_s, final = ref["train_seconds"][-1], ref["scores"][-1]
+            base = ref["scores"][0] if ref["steps"][0] == 0 else None
+            cells = []
+            for other in runs:
+                first, interp = time_to_reach(zip(other["train_seconds"], other["scores"]), final)
+                cells.append({"run": other["run"], "seconds": first, "interp": interp,
+                              "ratio": None if first is None or final_s <= 0 else first / final_s})
+            rows.append({"run": ref["run"], "label": labels.get(ref["run"], f"run {ref['run']}"), "final": final,
+                         "final_s": final_s, "no_gain": base is not None and final <= base, "cells": cells})
+        tables.append({"benchmark": bench, "runs": [(s["run"], labels.get(s["run"], f"run {s['run']}")) for s in runs],
+                       "rows": rows})
+    return tables
 
 
 def run_panel(request, run_id: int):

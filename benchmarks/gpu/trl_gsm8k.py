@@ -387,16 +387,10 @@ def at(curve: list[dict], t: float) -> dict | None:
 
 def time_to(curve: list[dict], score: float) -> tuple[float | None, float | None]:
     """(training seconds of the first evaluation scoring >= score, the same linearly interpolated from the
-    evaluation before it); (None, None) when none does."""
-    prev = None
-    for r in curve:
-        if r["score"] >= score - 1e-12:
-            if prev is None or r["score"] == prev["score"]:
-                return r["train_seconds"], r["train_seconds"]
-            frac = (score - prev["score"]) / (r["score"] - prev["score"])
-            return r["train_seconds"], prev["train_seconds"] + frac * (r["train_seconds"] - prev["train_seconds"])
-        prev = r
-    return None, None
+    evaluation before it); (None, None) when none does (``trainer.evaluate.time_to_reach``, as the compare view)."""
+    from trainer.evaluate import time_to_reach
+
+    return time_to_reach([(r["train_seconds"], r["score"]) for r in curve], score)
 
 
 def compare(ours: list[dict], trl: list[dict], every: float = 0.0) -> dict:

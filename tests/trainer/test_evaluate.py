@@ -399,3 +399,17 @@ def test_library_code_never_imports_a_recipe():
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
             offenders += [f"{path.relative_to(root)} imports {n}" for n in names if n in recipes]
     assert offenders == []
+
+
+def test_time_to_reach_is_the_first_checkpoint_at_or_above_and_its_interpolation():
+    from trainer.evaluate import time_to_reach
+
+    # GRPO seed 0 of 2026-11-27 against TRL's final 31.11%: 28.68% at 181.3 s, 31.87% at 242.0 s
+    ours = [(0.0, 0.2792), (63.1, 0.2716), (120.2, 0.2822), (181.3, 0.2868), (242.0, 0.3187), (305.6, 0.3505)]
+    first, interp = time_to_reach(ours, 0.3111)
+    assert first == 242.0
+    assert interp == pytest.approx(181.3 + (0.3111 - 0.2868) / (0.3187 - 0.2868) * (242.0 - 181.3))  # 227.5 s
+    assert time_to_reach(list(reversed(ours)), 0.3111) == (first, interp)  # by time, whatever the order given
+    assert time_to_reach(ours, 0.2792) == (0.0, 0.0)  # the base already scores it
+    assert time_to_reach(ours, 0.36) == (None, None)  # never reached
+    assert time_to_reach([(0.0, 0.2), (60.0, 0.3), (120.0, 0.3)], 0.3) == (60.0, 60.0)  # exactly at a point
