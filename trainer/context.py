@@ -72,6 +72,8 @@ class RecipeContext:
             yield step
             seconds = time.perf_counter() - t0
             self.step_seconds.append(seconds)
+            if every_s > 0 and dist.active():  # one clock for all ranks: a checkpoint is collective (ZeRO)
+                seconds = max(dist.all_reduce([seconds], "max"))
             timed = every_s > 0 and timed_checkpoint_due(self.train_seconds, seconds, every_s)
             self.train_seconds += seconds
             self._log_costs(step)

@@ -124,8 +124,10 @@ def _corpus(tmp_path):
 
 
 def test_spice_on_two_ranks_then_resume_on_one(tiny_config, tmp_path):
+    # checkpoints by training time (checkpoint.every_minutes): the ranks decide on one all-reduced clock
     cfg = tiny_config("spice", corpus={"path": str(_corpus(tmp_path))},
                       train={"steps": 2, "prompts_per_step": 3, "micro_batch_size": 4},
+                      checkpoint={"every": 0, "every_minutes": 1e-9, "keep_last": 2, "final": False},
                       spice={"challenger_attempts": 2, "challenger_group_size": 2, "format_max_new_tokens": 16},
                       rollout={"max_new_tokens": 8, "group_size": 2, "temperature": 1.0})
     (tmp_path / "spice.json").write_text(json.dumps(cfg))
