@@ -191,6 +191,21 @@ def test_the_export_command_writes_the_same_stream(run, tmp_path, capsys):
         call_command("export", "999999", "--kind", "tasks", "-o", str(out))
 
 
+def test_the_export_command_takes_the_format_from_the_file_name_and_refuses_bad_paths(run, tmp_path):
+    out = tmp_path / "grades.parquet"  # no --format: the name says Parquet
+    call_command("export", str(run.pk), "--kind", "grades", "-o", str(out))
+    assert pq.read_table(out).num_rows == Grade.objects.filter(run=run).count()
+    with pytest.raises(CommandError, match="is a folder: give a file name"):
+        call_command("export", str(run.pk), "--kind", "grades", "-o", str(tmp_path))
+    with pytest.raises(CommandError, match="the folder .*nowhere does not exist"):
+        call_command("export", str(run.pk), "--kind", "grades", "-o", str(tmp_path / "nowhere" / "g.jsonl"))
+    with pytest.raises(CommandError, match="names a parquet file but --format is jsonl"):
+        call_command("export", str(run.pk), "--kind", "grades", "--format", "jsonl", "-o", str(out))
+    assert pq.read_table(out).num_rows == Grade.objects.filter(run=run).count()  # the refused call wrote nothing
+    with pytest.raises(CommandError, match="cannot write /dev/full: No space left on device"):  # a full disk
+        call_command("export", str(run.pk), "--kind", "grades", "-o", "/dev/full")
+
+
 def test_the_schema_documents_the_export(reader):
     response = client_for(reader).get("/api/v1/schema/?format=json")
     paths = response.json()["paths"]

@@ -6,6 +6,8 @@ The same stream as GET /api/v1/runs/<id>/export/<kind>.<format> (apps/export/str
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.core.management.base import CommandError
 
 from apps.accounts.schema import SchemaCommand
@@ -21,7 +23,8 @@ class Command(SchemaCommand):
     def add_arguments(self, parser):
         parser.add_argument("run_id", type=int, help="The run's id.")
         parser.add_argument("--kind", required=True, choices=KINDS, help="What to export.")
-        parser.add_argument("--format", default="jsonl", choices=FORMATS, help="File format (default jsonl).")
+        parser.add_argument("--format", default=None, choices=FORMATS,
+                            help="File format (default: parquet for a .parquet file name, else jsonl).")
         parser.add_argument("-o", "--output", required=True, help="File to write.")
         for name in FILTER_OPTIONS:
             parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
@@ -32,9 +35,30 @@ class Command(SchemaCommand):
         if run is None:
             raise CommandError(f"no run {run_id}; list them with the API (GET /api/v1/runs/) or at /runs/")
         params = {k: str(options[k]) for k in FILTER_OPTIONS if options.get(k) is not None}
+        fmt = output_format(output, format)
         try:
-            written, plan = write_file(run, kind, format, output, params)
+            written, plan = write_file(run, kind, fmt, output, params)
         except ExportError as exc:
             raise CommandError(str(exc)) from None
+        except OSError as exc:  # a read-only folder, a full disk: one line, not a traceback
+            raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from None
         more = " (more rows after it: --after %s)" % plan.last_id if plan.has_more else ""
         self.stderr.write(f"wrote {written} bytes to {output}; last {plan.cursor_field} {plan.last_id}{more}")
+
+
+def output_format(output: str, fmt: str | None) -> str:
+    """The file's format: ``--format`` if given, else from the name (.parquet -> parquet, else jsonl); refuses a
+    folder, a missing folder and a format the file name contradicts, each in one line."""
+    path = Path(output)
+    if path.is_dir():
+        raise CommandError(f"-o {output} is a folder: give a file name, e.g. -o {path / 'export.jsonl'}")
+    if not path.parent.is_dir():
+        raise CommandError(f"-o {output}: the folder {path.parent} does not exist (create it, or write elsewhere)")
+    named = "parquet" if path.suffix.lower() == ".parquet" else "jsonl" if path.suffix.lower() in (".jsonl", ".json") \
+        else None
+    if fmt is None:
+        return named or "jsonl"
+    if named is not None and named != fmt:
+        raise CommandError(f"-o {output} names a {named} file but --format is {fmt}: drop --format (the file name "
+                           f"decides) or name the file .{'parquet' if fmt == 'parquet' else 'jsonl'}")
+    return fmt
