@@ -53,6 +53,18 @@ def serving_workers(queue: str, connection=None) -> list:
     return [w for w in Worker.all(connection=connection or _connection()) if queue in w.queue_names()]
 
 
+def worker_gone(name: str, connection=None) -> bool:
+    """True when no live RQ worker has this name (it stopped, e.g. `make demo` was stopped); False when one has
+    or Redis cannot say (then only the heartbeat reaper decides)."""
+    from rq import Worker
+
+    try:
+        return bool(name) and name not in {w.name for w in Worker.all(connection=connection or _connection())}
+    except Exception as exc:
+        log.info("could not list the workers: %s", exc)
+        return False
+
+
 def start_hint(queue: str) -> str:
     if queue == "gpu":
         return ("start one with `python manage.py rqworker gpu` on a GPU machine (or launch on the CPU: "

@@ -166,6 +166,10 @@ def _guard(values: dict, user, web: bool) -> list[tuple[str, str]]:
     if web and isinstance(path, str) and path and not path.startswith("bundled:") and not _inside(path, data_dirs()):
         problems.append(("data.path", f"{path} is outside the data directory {settings.DATA_DIR}; "
                                       "put the JSONL there or use bundled:gsm8k"))
+    elif isinstance(path, str) and path and not path.startswith("bundled:") and (web or _inside(path, data_dirs())) \
+            and not Path(path).is_file():  # the data directory is every worker's: a missing file fails the run later
+        problems.append(("data.path", f"{path} does not exist; put the JSONL (prompt and answer on each line) there "
+                                      "or use bundled:gsm8k"))
     if web and _get(values, "corpus.path"):
         problems.append(("corpus.path", "the web injects the chosen corpus; leave corpus.path empty"))
     return problems

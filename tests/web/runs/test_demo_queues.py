@@ -29,3 +29,23 @@ def test_the_workers_page_highlights_workers_not_runs_in_the_nav(client, reader,
     html = client.get("/runs/workers/").content.decode()
     assert '<a href="/runs/workers/" class="active">' in html and '<a href="/runs/" class="">' in html
     assert '<a href="/runs/" class="active">' in client.get("/runs/").content.decode()
+
+
+def test_make_demo_refuses_a_port_in_use_before_starting_anything(tmp_path):
+    """A second `make demo` on a taken port said "Selfplay is running" while its own web server had died on the
+    port; it now stops first, in one line, naming another port."""
+    import os
+    import socket
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(["bash", "scripts/demo.sh"], cwd=root, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PORT": str(port), "SELFPLAY_DATA_DIR": str(tmp_path)})
+    assert done.returncode == 1
+    assert f"make demo: port {port} is in use" in done.stderr and f"PORT={port + 1} make demo" in done.stderr
+    assert "Selfplay is running" not in done.stdout and not (tmp_path / "log").exists()  # nothing was started

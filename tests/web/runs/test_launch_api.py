@@ -71,6 +71,15 @@ def test_web_guards_name_the_key_path(researcher, tiny_grpo, body, path, needle)
     assert needle in response.json()["fields"][path]
 
 
+def test_a_data_file_missing_from_the_data_directory_is_refused_at_launch(researcher, tiny_grpo, run_env):
+    model, config = tiny_grpo
+    response = _post(researcher, method="grpo", model=model,
+                     config={**config, "data": {"path": str(run_env / "prompts" / "nope.jsonl")}})
+    assert response.status_code == 400
+    assert "nope.jsonl does not exist" in response.json()["fields"]["data.path"]
+    assert not Run.objects.exists()
+
+
 def test_remote_code_needs_the_permission(researcher, admin_user, tiny_grpo):
     model, config = tiny_grpo
     config["model"] = {"trust_remote_code": True}

@@ -64,3 +64,49 @@ def test_reuse_active_prints_the_running_demo_run_instead_of_launching(db, run_e
     call_command("launch", "spice", "--corpus", "wiki", "--model", "tiny", "--reuse-active", stdout=out,
                  stderr=io.StringIO())
     assert out.getvalue().strip() == str(active.pk) and Run.objects.count() == 1
+
+
+def test_reuse_active_replaces_a_running_run_whose_worker_stopped(db, run_env, private_redis):
+    """A restarted `make demo` within the heartbeat limit: the old run's worker is gone (its Ctrl-C stopped it), so
+    the run is failed (resumable) at once and a new one launched, instead of reusing a run nobody will finish."""
+    import django_rq
+
+    from apps.corpora.models import Corpus
+    from apps.runs.workers import SelfplayWorker
+
+    corpus = Corpus.objects.create(name="wiki")
+    worker = SelfplayWorker([django_rq.get_queue("cpu")], connection=django_rq.get_connection("default"))
+    worker.register_birth()
+    try:
+        active = Run.objects.create(method="spice", model_name="tiny", config={}, corpus=corpus, status="running",
+                                    worker_name=worker.name)
+        out = io.StringIO()
+        call_command("launch", "spice", "--corpus", "wiki", "--model", "tiny", "--reuse-active", stdout=out,
+                     stderr=io.StringIO())
+        assert out.getvalue().strip() == str(active.pk) and Run.objects.count() == 1  # its worker lives: reused
+    finally:
+        worker.register_death()
+    out, err = io.StringIO(), io.StringIO()
+    call_command("launch", "spice", "--corpus", "wiki", "--model", "tiny", "--reuse-active", "--set",
+                 "train.device=cpu", stdout=out, stderr=err)
+    active.refresh_from_db()
+    assert active.status == "failed" and active.resumable and f"its worker {worker.name} stopped" in active.error
+    fresh = Run.objects.exclude(pk=active.pk).get()
+    assert out.getvalue().strip() == str(fresh.pk) and fresh.status == "queued"
+    assert f"run {active.pk} had lost its worker" in err.getvalue()
+
+
+def test_a_missing_data_file_is_refused_at_launch_and_one_outside_the_data_dir_is_warned_of(db, run_env, tiny_grpo,
+                                                                                           tmp_path):
+    model, _ = tiny_grpo
+    missing = run_env / "prompts" / "nope.jsonl"  # inside the data directory, which every worker shares
+    with pytest.raises(CommandError, match=r"data\.path: .*nope\.jsonl does not exist; put the JSONL"):
+        call_command("launch", "grpo", "--model", model, "--set", f"data.path={missing}", "--set", "train.device=cpu")
+    assert not Run.objects.exists()
+    elsewhere = tmp_path / "elsewhere.jsonl"  # the operator's own path: a worker on another machine may have it
+    out, err = io.StringIO(), io.StringIO()
+    call_command("launch", "grpo", "--model", model, "--set", f"data.path={elsewhere}", "--set", "train.device=cpu",
+                 stdout=out, stderr=err)
+    run = Run.objects.get()
+    assert out.getvalue().strip() == str(run.pk)
+    assert f"warning: run {run.pk}: data.path {elsewhere} does not exist on this machine" in err.getvalue()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import yaml
 from django.contrib.auth import get_user_model
@@ -16,6 +17,7 @@ from django.core.management.base import CommandError
 
 from apps.accounts.schema import SchemaCommand
 from apps.jobs.lifecycle import QueueUnavailable
+from apps.jobs.waiting import no_worker_warning, worker_gone
 from apps.runs.models import ACTIVE, ENDED, Run, Status
 from apps.runs.services.launch import LaunchError, launch
 from apps.runs.services.lifecycle import reap_stale_runs
@@ -47,6 +49,14 @@ class Command(SchemaCommand):
         data = _read_yaml(config) if config else {}
         owner = _user(user) if user else None
         active = Run.objects.filter(method=method, corpus__name=corpus or "", status__in=ACTIVE).order_by("-id").first()
+        if reuse_active and active is not None and active.status == Status.RUNNING and worker_gone(active.worker_name):
+            # its worker stopped moments ago (a restarted `make demo`): the heartbeat reaper would fail it within
+            # RUN_HEARTBEAT_SECONDS, after this launch had reused it and left it to die
+            active.mark_failed(f"its worker {active.worker_name} stopped; resume to continue from the last "
+                               "checkpoint", resumable=True)
+            self.stderr.write(f"run {active.pk} had lost its worker ({active.worker_name}): marked failed "
+                              "(resumable); launching another")
+            active = None
         if reuse_active and active is not None:
             self.stderr.write(f"run {active.pk} ({method} on {corpus}) is already {active.status}; not launching another")
             self.stdout.write(str(active.pk))
@@ -59,6 +69,8 @@ class Command(SchemaCommand):
             raise CommandError("invalid launch:\n" + "\n".join(f"  {p or 'config'}: {m}" for p, m in exc.problems))
         except QueueUnavailable as exc:
             raise CommandError(str(exc))
+        for warning in launch_warnings(run):
+            self.stderr.write(f"warning: {warning}")
         self.stdout.write(str(run.pk))
         self.stdout.flush()
         if wait:
@@ -103,3 +115,17 @@ def _user(name: str):
         return get_user_model().objects.get(username=name)
     except get_user_model().DoesNotExist:
         raise CommandError(f"no user named {name!r}")
+
+
+def launch_warnings(run: Run) -> list[str]:
+    """What the operator should know about a queued run: no worker serves its queue yet; its data.path (outside the
+    data directory, so not checked at launch: a worker elsewhere may have it) is not on this machine."""
+    out = []
+    waiting = no_worker_warning(run.queue)
+    if waiting:
+        out.append(f"run {run.pk}: {waiting}")
+    path = ((run.config or {}).get("data") or {}).get("path")
+    if isinstance(path, str) and path and not path.startswith("bundled:") and not Path(path).is_file():
+        out.append(f"run {run.pk}: data.path {path} does not exist on this machine; the run fails unless its "
+                   "worker has that file")
+    return out
