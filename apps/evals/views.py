@@ -7,10 +7,12 @@ shown in place), otherwise they redirect to what was created.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from apps.accounts.roles import can, role_required
@@ -23,7 +25,7 @@ from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSam
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.jobs.waiting import no_worker_warning
 from apps.runs.models import Run
-from apps.runs.services.launch import available_models
+from apps.runs.services.launch import available_models, check_model
 from apps.runs.workers import workers_overview
 from trainer.evaluate import SCORING, BenchmarkError, time_to_reach
 
@@ -72,6 +74,8 @@ def panel_context(request, run: Run, error: str = "", notice: str = "") -> dict:
         "crossplays": crossplays, "active": any(j.is_active for j in jobs + crossplays),
         "can_launch": can(request.user, "launch_run"), "eval_error": error, "eval_notice": notice,
         "auto": (run.config or {}).get("eval") or {},
+        # a run folder imported without weights, from a machine whose model path is not here: nothing to evaluate
+        "weights_elsewhere": run.imported and not checkpoints and check_model(run.model_name) is not None,
     }
 
 
@@ -121,7 +125,8 @@ def wallclock_chart_context(runs: list[Run]) -> dict:
     order = [r.pk for r in runs]
     return {"data": {"series": series, "lacking": [{"run": pk, "steps": sorted(lacking[pk])}
                                                     for pk in order if pk in lacking]},
-            "reach": time_to_reach_table(series, {r.pk: r.label for r in runs})}
+            "reach": time_to_reach_table(series, {r.pk: r.label for r in runs}),
+            "table_url": reverse("evals:compare") + "?" + urlencode([("run", pk) for pk in order])}
 
 
 def time_to_reach_table(series: list[dict], labels: dict[int, str]) -> list[dict]:
@@ -256,6 +261,8 @@ def compare(request):
             data = comparison(runs, benches)
         except BenchmarkError as exc:
             error = str(exc)
+    elif request.GET.get("go"):  # the form sent with no run picked
+        error = "Pick one or more runs to compare (Ctrl- or ⌘-click picks several)."
     evaluated = Run.objects.filter(evals__isnull=False).distinct().order_by("-id")[:100]
     return render(request, "evals/compare.html", {
         "data": data, "error": error,

@@ -196,6 +196,15 @@ def test_compare_base_vs_checkpoints_vs_runs(reader, run, researcher, client):
     response = api(reader).get("/api/v1/evals/compare/?run=abc")
     assert response.status_code == 400 and "run must be run ids" in response.json()["error"]
     assert client.get("/evals/compare/?run=999999").status_code == 400
+    # the form sent with nothing picked says so (the first visit, without ?go=1, does not)
+    assert 'id="compare-error"' not in client.get("/evals/compare/").content.decode()
+    empty = client.get("/evals/compare/?go=1")
+    assert empty.status_code == 400 and "Pick one or more runs to compare" in empty.content.decode()
+    # the run picker names imported runs by their folders (ours and TRL's runs of one model look alike otherwise)
+    other.imported_from = "/somewhere/examples/runs/trl-grpo-gsm8k-qwen05-tta"
+    other.save(update_fields=["imported_from"])
+    picker = client.get("/evals/compare/").content.decode().split('id="cmp-runs"')[1].split("</select>")[0]
+    assert f"run {other.pk} (trl-grpo-gsm8k-qwen05-tta) · spice · smollm2-135m-instruct</option>" in picker
 
 
 def test_the_crossplay_page_draws_a_heatmap(reader, run, client):

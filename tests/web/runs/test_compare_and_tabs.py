@@ -168,10 +168,23 @@ def test_compare_tells_how_long_each_run_took_to_reach_the_others_final_score(cl
     # seed 1 ends at 37.6%: neither seed 0 (34.3% at the end) nor TRL got there
     assert [c["seconds"] for c in rows[seed1.pk]["cells"]] == [None, 514.8, None]
     html = response.content.decode()
+    link = html.split('id="compare-evals-table-link"')[0].rsplit('href="', 1)[1].split('"')[0]
+    assert link == f"/evals/compare/?run={seed0.pk}&amp;run={seed1.pk}&amp;run={trl.pk}"  # the paired differences
+    table = client.get(link.replace("&amp;", "&")).content.decode()
+    assert "+6.4 [+2.9, +9.9]" in table  # seed 0's last checkpoint vs the base model, item by item
     assert "Time to reach each run's final score · gsm8k_heldout" in html
     row = html.split("<strong>31.1%</strong> at 605 s")[1].split("</tr>")[0]
     assert "242 s <span class=\"muted\">(0.40×)</span>" in row and "not reached" not in row
     assert "not reached" in html.split("<strong>37.6%</strong>")[1].split("</tr>")[0]
+
+
+def test_an_imported_run_without_its_weights_explains_instead_of_offering_forms_that_cannot_work(client, researcher):
+    run = _imported("grpo-gsm8k-qwen05-tta-seed0")  # model /tmp/models/... and checkpoints of the GPU machine
+    client.force_login(researcher)
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="eval-weights-elsewhere"' in html and "nothing to evaluate on this machine" in html
+    assert 'id="eval-launch"' not in html and 'id="crossplay-launch"' not in html
+    assert 'id="run-evals-chart"' in html  # what came with the folder is still shown
 
 
 def test_runs_without_training_time_are_left_out_with_a_note(client, researcher):
