@@ -20,7 +20,8 @@ from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
 from apps.evals.api import compare_inputs
 from apps.evals.compare import annotate_paired, comparison
-from apps.evals.launch import EvalCancelError, EvalLaunchError, can_cancel, cancel_eval, launch_crossplay, launch_eval
+from apps.evals.launch import (CPU_EVAL_QUEUE, EvalCancelError, EvalLaunchError, can_cancel, cancel_eval,
+                               launch_crossplay, launch_eval)
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.jobs.waiting import no_worker_warning
@@ -177,7 +178,9 @@ def launch(request):
     except (EvalLaunchError, QueueUnavailable) as exc:
         return _answer(request, run, error=str(exc))
     warning = no_worker_warning(job.queue)
-    notice = f"Evaluation {job.pk} queued on {job.queue}." + (f" Warning: {warning}." if warning else "")
+    where = ("the CPU (queue short, where CPU evaluations never wait behind a training run)"
+             if job.queue == CPU_EVAL_QUEUE else job.queue)
+    notice = f"Evaluation {job.pk} queued on {where}." + (f" Warning: {warning}." if warning else "")
     return _answer(request, run, notice=notice, go=job)
 
 

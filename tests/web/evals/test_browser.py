@@ -88,7 +88,7 @@ def test_compare_chart_heatmap_and_run_panel(roles, researcher, server, tmp_path
         page.fill("#eval-limit", "5")
         page.click("#eval-launch button[type=submit]")
         page.wait_for_selector("#eval-notice", timeout=90_000)
-        assert "queued on short" in page.locator("#eval-notice").inner_text()
+        assert "queued on the CPU (queue short" in page.locator("#eval-notice").inner_text()
         assert page.locator("#run-evals tbody tr").count() == 3  # the two finished ones and the new one
         page.locator("#evals-panel").screenshot(path=os.path.join(os.environ["SELFPLAY_SCREENSHOTS"],
                                                                   "evals-run-panel.png")) \

@@ -151,7 +151,7 @@ def test_the_run_page_shows_the_panel_and_launches_with_htmx(transactional_db, r
     ckpt = run.checkpoints.get()
     response = client.post("/evals/launch/", {"run": run.pk, "target": f"ckpt:{ckpt.pk}", "benchmarks": ["gsm8k"],
                                               "limit": "3", "queue": "cpu"}, HTTP_HX_REQUEST="true")
-    assert response.status_code == 200 and "queued on short" in response.content.decode()
+    assert response.status_code == 200 and "queued on the CPU (queue short" in response.content.decode()
     job = EvalJob.objects.get()
     assert (job.checkpoint, job.step, job.limit, job.queue) == (ckpt, 5, 3, "short")
     assert django_rq.get_queue("short").job_ids == [job.job_id]  # queued in Redis for a worker

@@ -28,7 +28,11 @@ def test_the_workers_page_highlights_workers_not_runs_in_the_nav(client, reader,
     client.force_login(reader)
     html = client.get("/runs/workers/").content.decode()
     assert '<a href="/runs/workers/" class="active">' in html and '<a href="/runs/" class="">' in html
-    assert '<a href="/runs/" class="active">' in client.get("/runs/").content.decode()
+    runs = client.get("/runs/").content.decode()
+    assert '<a href="/runs/" class="active">' in runs
+    # every page: an icon of its own (no /favicon.ico 404 per page) and the API's docs one click away
+    assert '<link rel="icon" href="data:image/svg+xml,' in runs and '<a href="/api-docs/"' in runs
+    assert client.get("/api-docs/").status_code == 200
 
 
 def test_make_demo_refuses_a_port_in_use_before_starting_anything(tmp_path):
