@@ -172,7 +172,7 @@ def control(request, run_id: int, action: str):
     run.refresh_from_db()
     if request.headers.get("HX-Request"):
         # 200 even for a refused action: htmx swaps only 2xx answers, and the block shows the reason
-        return render(request, "runs/_controls.html", {"run": run, "can_control": True, "error": error})
+        return render(request, "runs/_controls.html", {"run": run, "can_control": True, "error": error, "oob": True})
     if error:
         messages.error(request, error)
     return redirect("runs:detail", run_id=run.pk)
@@ -180,8 +180,9 @@ def control(request, run_id: int, action: str):
 
 def controls(request, run_id: int):
     """The status badge + buttons block (the page refreshes it after a status message)."""
-    run = get_object_or_404(Run, pk=run_id)
-    return render(request, "runs/_controls.html", {"run": run, "can_control": can_control_run(request.user, run)})
+    run = get_object_or_404(Run.objects.select_related("owner"), pk=run_id)
+    return render(request, "runs/_controls.html", {"run": run, "can_control": can_control_run(request.user, run),
+                                                   "oob": True})
 
 
 def samples(request, run_id: int):

@@ -68,6 +68,24 @@ def test_the_page_buttons_answer_htmx_with_the_new_controls(researcher, client):
     assert "already has a pause request pending" in again
 
 
+def test_the_refreshed_controls_carry_the_worker_and_start_time_out_of_band(researcher, client):
+    """The page refreshes its controls after each status message; the header's worker and start time came with the
+    page only, so a run watched from "queued" kept "—" for both until a reload."""
+    run = Run.objects.create(method="grpo", model_name="tiny", config={}, owner=researcher, total_steps=10)
+    client.force_login(researcher)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert '<span id="run-who">' in page and "hx-swap-oob" not in page.split('id="run-who"')[1][:40]
+    assert f"{researcher.username} · gpu · —" in page
+    run.mark_running("host-7:123")
+    html = client.get(f"/runs/{run.pk}/controls/").content.decode()
+    who = html.split('<span id="run-who" hx-swap-oob="true">')[1].split("</span>")[0]
+    assert who == f"{researcher.username} · gpu · host-7:123"
+    when = html.split('<span id="run-when" hx-swap-oob="true">')[1].split("</span>")[0]
+    assert not when.startswith("—")  # started now
+    paused = client.post(f"/runs/{run.pk}/pause/", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="run-who" hx-swap-oob="true"' in paused
+
+
 def test_the_reaper_fails_silent_runs_resumably(researcher, settings):
     settings.RUN_HEARTBEAT_SECONDS = 30
     silent = _running(researcher)
