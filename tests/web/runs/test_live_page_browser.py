@@ -121,9 +121,12 @@ def test_the_run_page_updates_live(roles, researcher, server, monkeypatch):
         assert "<b>bold?</b>" in row.inner_text() and row.locator("b").count() == 0
         assert page.locator("#run-step").inner_text() == "4"
 
+        Run.objects.filter(pk=run.pk).update(worker_name="host-9:42")  # the page still shows the old worker
         page.click("text=Pause")
         page.wait_for_selector("#run-requested", timeout=30_000)
         assert "pause requested" in page.locator("#run-controls").inner_text()
+        # the answer's out-of-band facts reached the page header too (htmx swapped them by id)
+        assert page.locator("#run-who").inner_text().endswith("· host-9:42")
         assert not errors, errors
         browser.close()
     assert Run.objects.get(pk=run.pk).requested == "pause"  # outside playwright's loop (its own connection)
