@@ -14,8 +14,10 @@ URL="http://127.0.0.1:$PORT"
 
 # A port already taken (a `make demo` still running, say) would leave this one's web server dead while the
 # lines below claim it runs: refuse before starting anything.
-if ! $PY -c "import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('127.0.0.1', int(sys.argv[1])))" "$PORT" 2> /dev/null; then
+if ! $PY -c "import errno, socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try: s.bind(('127.0.0.1', int(sys.argv[1])))
+except OSError as e: sys.exit(1 if e.errno == errno.EADDRINUSE else 0)  # other problems: the server says them" \
+    "$PORT" 2> /dev/null; then
   echo "make demo: port $PORT is in use (is a \`make demo\` already running? $URL/ would be it):" \
        "stop that one, or pick another port: PORT=$((PORT + 1)) make demo" >&2
   exit 1

@@ -157,8 +157,8 @@ class CheckpointConfig(Section):
     every: int = Field(50, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     every_minutes: float = Field(
         0.0, ge=0, description="Also checkpoint at the first step end after every N minutes of training time (the "
-        "run's summed step time, saves excluded, counted across resumes; 0 = off): checkpoints at fixed times, "
-        "for accuracy against wall-clock.")
+        "run's summed step time, saves excluded, counted across resumes; a checkpoint saved before this setting "
+        "existed restarts the count at 0; 0 = off): checkpoints at fixed times, for accuracy against wall-clock.")
     keep_last: int = Field(2, ge=1, description="Keep this many newest checkpoints.")
     final: bool = Field(True, description="Also checkpoint the last step (off for throughput benchmarks).")
 

@@ -65,6 +65,17 @@ def gpqa() -> list[dict]:
     return out
 
 
+def missing_prompt_file(path) -> str | None:
+    """Why ``data.path`` names no prompt file here (None when it does, is ``bundled:...`` or is unset): what a
+    launch checks before queueing, the same way ``load_prompt_set`` reads the path (``~`` expanded)."""
+    if not isinstance(path, str) or not path or path.startswith("bundled:"):
+        return None
+    file = Path(path).expanduser()
+    if file.is_dir():
+        return f"{path} is a folder; give the JSONL file in it"
+    return None if file.is_file() else f"{path} does not exist"
+
+
 def load_prompt_set(path: str, prompt_key: str = "prompt", answer_key: str = "answer",
                     limit: int | None = None) -> list[dict]:
     """``[{"prompt", "answer"}]`` from a JSONL file or ``bundled:NAME``."""

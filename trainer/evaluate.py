@@ -449,9 +449,9 @@ def time_to_reach(points, score: float) -> tuple[float | None, float | None]:
     prev = None
     for seconds, value in sorted(points, key=lambda p: p[0]):
         if value >= score - 1e-12:
-            if prev is None or value == prev[1]:
+            if prev is None:
                 return seconds, seconds
-            frac = (score - prev[1]) / (value - prev[1])
+            frac = min(1.0, (score - prev[1]) / (value - prev[1]))  # prev[1] < score <= value (within 1e-12)
             return seconds, prev[0] + frac * (seconds - prev[0])
         prev = (seconds, value)
     return None, None

@@ -37,8 +37,10 @@ import ctypes
 import io
 import json
 import math
+import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -535,8 +537,17 @@ def write_file(run, kind: str, fmt: str, path, params=None) -> tuple[int, Plan]:
     """``manage.py export``: the same stream into a file; returns (bytes written, plan)."""
     p = plan(kind, run, parse_filters(kind, params or {}))
     written = 0
-    with open(path, "wb") as fh:
-        for chunk in stream(p, fmt):
-            fh.write(chunk)
-            written += len(chunk)
+    target = Path(path)
+    special = target.exists() and not target.is_file()  # /dev/null, a pipe: written in place
+    tmp = target if special else target.with_name(f".{target.name}.part")
+    try:
+        with open(tmp, "wb") as fh:
+            for chunk in stream(p, fmt):
+                fh.write(chunk)
+                written += len(chunk)
+        if tmp != target:
+            os.replace(tmp, target)  # a failed export leaves an earlier file at the path whole
+    finally:
+        if tmp != target and tmp.exists():
+            tmp.unlink()
     return written, p

@@ -128,13 +128,13 @@ def evaluator(run: Path, args, stop: threading.Event) -> None:
             time.sleep(5)
 
 
-def keep_checkpoints(run: Path, keep: Path) -> None:
+def keep_checkpoints(run: Path, keep: Path, skip: set[int] = frozenset()) -> None:
     """Hard-link each new complete checkpoint's model (meta.json, config.yaml, model/; not the optimizer state) of
     RUN into KEEP/step-N as soon as it appears, so checkpoint.keep_last's pruning cannot take it before the
     watcher has evaluated it (and the disk holds the weights only)."""
     for ckpt in sorted((run / "checkpoints").glob("step-*")) if (run / "checkpoints").is_dir() else []:
         dest = keep / ckpt.name
-        if dest.exists() or not (ckpt / "meta.json").is_file():
+        if dest.exists() or not (ckpt / "meta.json").is_file() or int(ckpt.name.split("-")[1]) in skip:
             continue
         tmp = keep / f".tmp-{ckpt.name}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -164,11 +164,15 @@ def cmd_watch(args) -> None:
             for run in runs:
                 if (run / "config.yaml").is_file():
                     (keep / run.name).mkdir(parents=True, exist_ok=True)
-                    keep_checkpoints(run, keep / run.name)
+                    done = [{s for s, b in evaluated(run) if b == Path(bench).stem} for bench in args.bench]
+                    keep_checkpoints(run, keep / run.name, skip=set.intersection(*done))  # evaluated: not again
 
     def linker() -> None:  # every second, also while an evaluation runs (a checkpoint lives keep_last saves)
         while not linking.is_set():
-            link_all()
+            try:
+                link_all()
+            except Exception as exc:  # noqa: BLE001 - a full disk, say: report, keep trying
+                emit("keep_error", {"error": f"{type(exc).__name__}: {exc}"[:200]})
             time.sleep(1)
 
     threading.Thread(target=linker, daemon=True).start()
@@ -180,12 +184,15 @@ def cmd_watch(args) -> None:
         for run in runs:
             if not (run / "config.yaml").is_file():
                 continue
-            base = base_model(run, None)
-            for bench in args.bench:
-                if (0, Path(bench).stem) not in evaluated(run):
-                    todo.append((-1.0, run, 0, f"base:{base}" if not Path(base).is_dir() else base, bench))
-                for step, ckpt in pending_checkpoints(run, bench, keep / run.name):
-                    todo.append(((ckpt / "meta.json").stat().st_mtime, run, step, str(ckpt), bench))
+            try:
+                base = base_model(run, None)
+                for bench in args.bench:
+                    if (0, Path(bench).stem) not in evaluated(run):
+                        todo.append((-1.0, run, 0, f"base:{base}" if not Path(base).is_dir() else base, bench))
+                    for step, ckpt in pending_checkpoints(run, bench, keep / run.name):
+                        todo.append(((ckpt / "meta.json").stat().st_mtime, run, step, str(ckpt), bench))
+            except Exception as exc:  # noqa: BLE001 - a config.yaml read half-written: the next pass reads it again
+                emit("scan_error", {"run": run.name, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
         todo = [t for t in todo if (t[1], t[2], t[4]) not in failed]
         if not todo:
             if finished:
@@ -200,11 +207,14 @@ def cmd_watch(args) -> None:
             if step == 0:
                 measured[key] = result
             record(run, step, result)
+            if step and all((step, Path(b).stem) in evaluated(run) for b in args.bench):
+                shutil.rmtree(Path(spec), ignore_errors=True)  # evaluated: the kept links go (the disk is shared)
         except Exception as exc:  # noqa: BLE001 - one bad checkpoint must not end the others' evaluations
             emit("eval_error", {"run": run.name, "step": step, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
             failed.add((run, step, bench))
     linking.set()
-    emit("watch", {"seconds": round(time.time() - t0, 1), "runs": {r.name: len(read_evals(r)) if r.is_dir() else 0
+    left = [f"{r.name}:{c.name}" for r in runs for b in args.bench for _, c in pending_checkpoints(r, b, keep / r.name)]
+    emit("watch", {"seconds": round(time.time() - t0, 1), "not_evaluated": left, "runs": {r.name: len(read_evals(r)) if r.is_dir() else 0
                                                                    for r in runs}})
 
 
@@ -301,8 +311,10 @@ def main() -> None:
     e.add_argument("--run", required=True)
     w = sub.add_parser("watch")
     w.add_argument("--run", action="append", required=True, help="a run folder (repeat; one not there yet is waited for)")
-    w.add_argument("--keep", required=True, help="where each checkpoint's model is hard-linked until evaluated")
-    w.add_argument("--until", action="append", default=[], help="files whose existence says a run has ended")
+    w.add_argument("--keep", required=True, help="where each checkpoint's model is hard-linked until evaluated "
+                   "(on the runs' filesystem; removed once evaluated on every --bench)")
+    w.add_argument("--until", action="append", required=True,
+                   help="a file whose existence says a run has ended (repeat: the watcher ends when all exist)")
     w.add_argument("--deadline", type=float, default=1500, help="seconds after which the watcher gives up")
     w.add_argument("--bench", action="append", required=True)
     w.add_argument("--max-new-tokens", type=int, default=512)

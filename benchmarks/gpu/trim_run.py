@@ -35,8 +35,12 @@ def cut(text: str | None, n: int) -> str | None:
 def trim(src: Path, dest: Path, samples_kb: int, n: int) -> dict:
     if not (src / "config.yaml").is_file():
         raise SystemExit(f"trim_run: {src} is not a run folder (no config.yaml)")
+    if dest.resolve() == src.resolve() or dest.resolve() in src.resolve().parents:
+        raise SystemExit(f"trim_run: {dest} is {src} or a folder above it; give a new folder")
     if dest.exists():
-        shutil.rmtree(dest)
+        if not (dest / "config.yaml").is_file():
+            raise SystemExit(f"trim_run: {dest} exists and is not a run folder; remove it or give a new folder")
+        shutil.rmtree(dest)  # an earlier trim of a run
     dest.mkdir(parents=True)
     for name in WHOLE:
         if (src / name).is_file():

@@ -160,6 +160,8 @@ def make_clock(run: Path, tokenizer, budget_s: float, save_every: float, max_ste
     import torch
     from transformers import TrainerCallback
 
+    from trainer.context import timed_checkpoint_due
+
     def sync():
         if torch.cuda.is_available():
             torch.cuda.synchronize()
@@ -168,7 +170,7 @@ def make_clock(run: Path, tokenizer, budget_s: float, save_every: float, max_ste
         trainer = None  # set after the trainer is built
 
         def __init__(self):
-            self.train_s, self.mark, self.next_save, self.saved = 0.0, None, save_every, set()
+            self.train_s, self.mark, self.saved = 0.0, None, set()
 
         def on_train_begin(self, args, state, control, **kw):
             sync()
@@ -182,10 +184,8 @@ def make_clock(run: Path, tokenizer, budget_s: float, save_every: float, max_ste
             append_jsonl(run / "metrics.jsonl", {"step": state.global_step, "role": ROLE, "step_seconds": round(step_s, 3),
                                                  "train_seconds": round(self.train_s, 2)})
             last = self.train_s >= budget_s or state.global_step >= max_steps
-            if self.train_s >= self.next_save or last:
+            if timed_checkpoint_due(self.train_s - step_s, step_s, save_every) or last:  # ours' grid exactly
                 self.save(state.global_step)
-                while self.next_save <= self.train_s:
-                    self.next_save += save_every
             if last:
                 control.should_training_stop = True
             self.mark = time.perf_counter()  # the save is not training time

@@ -5,7 +5,7 @@ import pytest
 
 import trainer
 from trainer.__main__ import main
-from trainer.data import DataError, load_prompt_set
+from trainer.data import DataError, load_prompt_set, missing_prompt_file
 from trainer.methods import METHODS
 from trainer.methods.grpo import answer_of, reward_stats, score
 from trainer.verify import VERIFIERS
@@ -124,6 +124,19 @@ def test_checkpoint_every_minutes_saves_by_training_time_and_resumes_its_clock(t
     trainer.run(long, run_dir=tmp_path / "long")
     assert list_checkpoints(tmp_path / "long") == []
 
+    # resumed, the clock goes on from the checkpoint's; one saved before the setting existed starts at 0
+    more = {**cfg, "train": {**cfg["train"], "steps": 5}}
+    again = trainer.run(more, run_dir=tmp_path / "timed", resume=True)
+    resumed = torch.load(list_checkpoints(tmp_path / "timed")[-1] / "state.pt", weights_only=True)["recipe"]
+    assert resumed["_train_seconds"] == pytest.approx(saved["_train_seconds"] + sum(again.step_seconds))
+    last = list_checkpoints(tmp_path / "timed")[-1]
+    state = torch.load(last / "state.pt", weights_only=False)
+    del state["recipe"]["_train_seconds"]
+    torch.save(state, last / "state.pt")
+    legacy = trainer.run({**cfg, "train": {**cfg["train"], "steps": 6}}, run_dir=tmp_path / "timed", resume=True)
+    newest = torch.load(list_checkpoints(tmp_path / "timed")[-1] / "state.pt", weights_only=True)["recipe"]
+    assert newest["_train_seconds"] == pytest.approx(sum(legacy.step_seconds))
+
 
 def test_each_step_reports_its_phases_before_its_metrics(tiny_config, tmp_path):
     """progress(step, "rollout") at a step's start, "update" when the policy update begins, then
@@ -144,3 +157,14 @@ def test_each_step_reports_its_phases_before_its_metrics(tiny_config, tmp_path):
     heard = Heard()
     trainer.run(tiny_config(train={"steps": 2}), sink=heard, run_dir=tmp_path / "run")
     assert heard.events == [(1, "rollout"), (1, "update"), (1, "metrics"), (2, "rollout"), (2, "update"), (2, "metrics")]
+
+
+def test_a_launch_finds_the_prompt_file_as_the_trainer_reads_it(tmp_path, monkeypatch):
+    """What a launch checks before queueing (trainer.data.missing_prompt_file): ~ expanded as load_prompt_set does."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "p.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    assert missing_prompt_file("~/p.jsonl") is None and load_prompt_set("~/p.jsonl")[0]["answer"] == "2"
+    assert missing_prompt_file("~/q.jsonl") == "~/q.jsonl does not exist"
+    assert missing_prompt_file(str(tmp_path)) == f"{tmp_path} is a folder; give the JSONL file in it"
+    assert missing_prompt_file("bundled:gsm8k") is None and missing_prompt_file(None) is None
+

@@ -49,6 +49,11 @@ def test_watch_evaluates_each_timed_checkpoint_and_the_shared_base_once(learn_ru
     bench = tmp_path / "bench.jsonl"
     bench.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
                              for i in range(3)))
+    learn_run.keep_checkpoints(runs[0], tmp_path / "linked")  # what the watcher's linker does every second
+    kept, original = tmp_path / "linked" / "step-000002", runs[0] / "checkpoints" / "step-000002"
+    assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "meta.json", "model"]  # no optimizer state
+    weights = next(p.name for p in (original / "model").iterdir() if p.suffix == ".safetensors")
+    assert (kept / "model" / weights).stat().st_ino == (original / "model" / weights).stat().st_ino  # hard link
     measured = []
     real = learn_run.measure
     monkeypatch.setattr(learn_run, "measure", lambda *a, **k: measured.append(a[0]) or real(*a, **k))
@@ -65,12 +70,8 @@ def test_watch_evaluates_each_timed_checkpoint_and_the_shared_base_once(learn_ru
         assert sorted(p.name for p in (run / "eval_samples").iterdir()) == [
             "bench-step0.jsonl", "bench-step1.jsonl", "bench-step2.jsonl"]
     assert len(measured) == 5  # the base once for both runs, then 2 checkpoints each
-
-    kept = tmp_path / "keep" / "a" / "step-000002"
-    original = tmp_path / "a" / "checkpoints" / "step-000002"
-    assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "meta.json", "model"]  # no optimizer state
-    weights = next(p.name for p in (original / "model").iterdir() if p.suffix == ".safetensors")
-    assert (kept / "model" / weights).stat().st_ino == (original / "model" / weights).stat().st_ino  # hard link
+    # evaluated checkpoints' links are gone (they would hold the disk the trainer's pruning frees), not re-linked
+    assert [p.name for p in (tmp_path / "keep" / "a").iterdir()] == [] == list((tmp_path / "keep" / "b").iterdir())
 
 
 def test_keep_skips_a_checkpoint_still_being_written(learn_run, tmp_path):

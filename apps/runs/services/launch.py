@@ -36,6 +36,7 @@ from apps.runs.models import Run, RunEvent
 from apps.runs.sealed import endpoint_problems, seal_inputs
 from apps.runs.services.lifecycle import enqueue
 from trainer.config import METHOD_NAMES, ConfigError, load_config
+from trainer.data import missing_prompt_file
 from trainer.method_configs import SECTIONS
 
 QUEUES = ("gpu", "cpu")
@@ -166,10 +167,10 @@ def _guard(values: dict, user, web: bool) -> list[tuple[str, str]]:
     if web and isinstance(path, str) and path and not path.startswith("bundled:") and not _inside(path, data_dirs()):
         problems.append(("data.path", f"{path} is outside the data directory {settings.DATA_DIR}; "
                                       "put the JSONL there or use bundled:gsm8k"))
-    elif isinstance(path, str) and path and not path.startswith("bundled:") and (web or _inside(path, data_dirs())) \
-            and not Path(path).is_file():  # the data directory is every worker's: a missing file fails the run later
-        problems.append(("data.path", f"{path} does not exist; put the JSONL (prompt and answer on each line) there "
-                                      "or use bundled:gsm8k"))
+    elif (web or (isinstance(path, str) and _inside(path, data_dirs()))) and missing_prompt_file(path):
+        # the data directory is every worker's: a missing file would fail the run later, on the worker
+        problems.append(("data.path", f"{missing_prompt_file(path)}; put the JSONL (prompt and answer on each line) "
+                                      "there or use bundled:gsm8k"))
     if web and _get(values, "corpus.path"):
         problems.append(("corpus.path", "the web injects the chosen corpus; leave corpus.path empty"))
     return problems

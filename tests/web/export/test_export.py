@@ -204,6 +204,11 @@ def test_the_export_command_takes_the_format_from_the_file_name_and_refuses_bad_
     assert pq.read_table(out).num_rows == Grade.objects.filter(run=run).count()  # the refused call wrote nothing
     with pytest.raises(CommandError, match="cannot write /dev/full: No space left on device"):  # a full disk
         call_command("export", str(run.pk), "--kind", "grades", "-o", "/dev/full")
+    # a failed export leaves an earlier file at the path whole (written beside it, then renamed)
+    before = out.read_bytes()
+    with pytest.raises(CommandError, match="does not apply to grades"):
+        call_command("export", str(run.pk), "--kind", "grades", "-o", str(out), "--role", "x")
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["grades.parquet"]
 
 
 def test_the_schema_documents_the_export(reader):

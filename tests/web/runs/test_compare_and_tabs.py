@@ -182,7 +182,7 @@ def test_an_imported_run_without_its_weights_explains_instead_of_offering_forms_
     run = _imported("grpo-gsm8k-qwen05-tta-seed0")  # model /tmp/models/... and checkpoints of the GPU machine
     client.force_login(researcher)
     html = client.get(f"/runs/{run.pk}/").content.decode()
-    assert 'id="eval-weights-elsewhere"' in html and "nothing to evaluate on this machine" in html
+    assert 'id="eval-weights-elsewhere"' in html and "none of its checkpoints is on this machine" in html
     assert 'id="eval-launch"' not in html and 'id="crossplay-launch"' not in html
     assert 'id="run-evals-chart"' in html  # what came with the folder is still shown
 

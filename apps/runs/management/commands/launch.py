@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 import yaml
 from django.contrib.auth import get_user_model
@@ -18,10 +17,11 @@ from django.core.management.base import CommandError
 from apps.accounts.schema import SchemaCommand
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.jobs.waiting import no_worker_warning, worker_gone
-from apps.runs.models import ACTIVE, ENDED, Run, Status
+from apps.runs.models import ACTIVE, ENDED, IllegalTransition, Run, Status
 from apps.runs.services.launch import LaunchError, launch
 from apps.runs.services.lifecycle import reap_stale_runs
 from trainer.config import METHOD_NAMES
+from trainer.data import missing_prompt_file
 
 
 class Command(SchemaCommand):
@@ -52,11 +52,16 @@ class Command(SchemaCommand):
         if reuse_active and active is not None and active.status == Status.RUNNING and worker_gone(active.worker_name):
             # its worker stopped moments ago (a restarted `make demo`): the heartbeat reaper would fail it within
             # RUN_HEARTBEAT_SECONDS, after this launch had reused it and left it to die
-            active.mark_failed(f"its worker {active.worker_name} stopped; resume to continue from the last "
-                               "checkpoint", resumable=True)
-            self.stderr.write(f"run {active.pk} had lost its worker ({active.worker_name}): marked failed "
-                              "(resumable); launching another")
-            active = None
+            try:
+                active.mark_failed(f"its worker {active.worker_name} stopped; resume to continue from the last "
+                                   "checkpoint", resumable=True)
+                self.stderr.write(f"run {active.pk} had lost its worker ({active.worker_name}): marked failed "
+                                  "(resumable); launching another")
+            except IllegalTransition:  # the reaper (or the run's end) changed it meanwhile
+                pass
+            active.refresh_from_db()  # decide on what it is now
+            if active.status not in ACTIVE:
+                active = None
         if reuse_active and active is not None:
             self.stderr.write(f"run {active.pk} ({method} on {corpus}) is already {active.status}; not launching another")
             self.stdout.write(str(active.pk))
@@ -124,8 +129,7 @@ def launch_warnings(run: Run) -> list[str]:
     waiting = no_worker_warning(run.queue)
     if waiting:
         out.append(f"run {run.pk}: {waiting}")
-    path = ((run.config or {}).get("data") or {}).get("path")
-    if isinstance(path, str) and path and not path.startswith("bundled:") and not Path(path).is_file():
-        out.append(f"run {run.pk}: data.path {path} does not exist on this machine; the run fails unless its "
-                   "worker has that file")
+    missing = missing_prompt_file(((run.config or {}).get("data") or {}).get("path"))
+    if missing:
+        out.append(f"run {run.pk}: data.path {missing} on this machine; the run fails unless its worker has it")
     return out
