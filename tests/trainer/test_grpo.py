@@ -1,5 +1,6 @@
 """GRPO end to end on the tiny model: the recipe, the CLI, metrics, samples, checkpoints."""
 import json
+import types
 
 import pytest
 
@@ -168,3 +169,28 @@ def test_a_launch_finds_the_prompt_file_as_the_trainer_reads_it(tmp_path, monkey
     assert missing_prompt_file(str(tmp_path)) == f"{tmp_path} is a folder; give the JSONL file in it"
     assert missing_prompt_file("bundled:gsm8k") is None and missing_prompt_file(None) is None
 
+
+
+def test_timed_checkpoints_follow_the_slowest_rank_so_every_rank_saves_at_the_same_step(tiny_config, monkeypatch):
+    """Two ranks whose own step times straddle a mark would split the decision (one saves, the other does not: a
+    ZeRO checkpoint is collective, so the run hangs). The steps' seconds are all-reduced first. Here this rank's
+    steps take 0.4 s and the other rank's 0.7 s; a checkpoint every second follows the 0.7 s clock."""
+    import trainer.context as context
+    from trainer.config import load_config
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(context.time, "perf_counter", lambda: clock["now"])
+    fake = types.SimpleNamespace(active=lambda: True, is_main=lambda: True, gather_objects=lambda x: [x],
+                                 broadcast_object=lambda x: x,
+                                 all_reduce=lambda values, op="sum": [max(v, 0.7) for v in values])
+    monkeypatch.setattr(context, "dist", fake)
+    monkeypatch.setattr(context, "combine_rank_metrics", lambda per_rank: per_rank[0])
+    cfg = load_config(tiny_config(train={"steps": 6}, checkpoint={"every": 0, "every_minutes": 1 / 60, "final": False}))
+    ctx = context.RecipeContext(config=cfg, policy=None, generator=None, engine=None)
+    saved = []
+    monkeypatch.setattr(ctx, "checkpoint", lambda step, extra_state=None: saved.append(step))
+    for _ in ctx.steps():
+        clock["now"] += 0.4  # this rank's own step
+    # the shared clock after each step: 0.7, 1.4, 2.1, 2.8, 3.5, 4.2 -> marks crossed at steps 2, 3, 5, 6
+    assert saved == [2, 3, 5, 6]  # this rank's own clock (0.4 ... 2.4) would have saved at 3 and 5 only
+    assert ctx.train_seconds == pytest.approx(4.2)
