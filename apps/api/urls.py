@@ -6,6 +6,7 @@ from apps.api import views
 
 urlpatterns = [
     path("schema/", views.SchemaView.as_view(renderer_classes=[OpenApiJsonRenderer, OpenApiYamlRenderer]), name="schema"),
+    path("", views.root, name="api-root"),
     path("me/", views.me, name="api-me"),
     path("", include("apps.corpora.api_urls")),
     path("", include("apps.runs.api_urls")),

@@ -1,4 +1,5 @@
 from django.shortcuts import redirect
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema, inline_serializer
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import serializers
@@ -24,6 +25,30 @@ def me(request):
         "roles": sorted(g.name for g in user.groups.all()) + (["superuser"] if user.is_superuser else []),
         "permissions": sorted(p for p in ROLE_OF_PERM if can(user, p)),
     })
+
+
+ROOT_LINKS = {  # route name -> what it lists (the collections; items are linked from them)
+    "api-me": "who this token is and what it may do",
+    "api-runs": "runs (POST launches one)",
+    "api-models": "models a run may use",
+    "api-corpora": "corpora (POST creates one)",
+    "api-evals": "evaluations (POST starts one)",
+    "api-eval-benchmarks": "benchmarks",
+    "api-eval-compare": "base vs checkpoints vs runs",
+    "api-review-queue": "the human review queue",
+    "schema": "the OpenAPI document (every endpoint, parameter and example)",
+}
+
+
+@extend_schema(operation_id="api_root", responses={200: inline_serializer("ApiRoot", {
+    "docs": serializers.CharField(), "endpoints": serializers.DictField(child=serializers.DictField())}), **ERRORS})
+@api_view(["GET"])
+def root(request):
+    """/api/v1/: where to start; a browser asking for a page is sent to the API's documentation page."""
+    if "text/html" in request.headers.get("Accept", "") and "format" not in request.GET:
+        return redirect("api-docs")
+    return Response({"docs": reverse("api-docs"),
+                     "endpoints": {reverse(name): {"what": what} for name, what in ROOT_LINKS.items()}})
 
 
 class SchemaView(SpectacularAPIView):

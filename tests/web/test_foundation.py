@@ -59,6 +59,22 @@ def test_it_reports_roles_through_token_auth(client, reviewer):
     assert bad.status_code == 401 and "token" in bad.json()["error"].lower()
 
 
+def test_the_api_root_says_where_to_start(client, reviewer):
+    """GET /api/v1/ was a 404: the first URL a researcher tries. It lists the collections (every link answers) and
+    sends a browser to the documentation page."""
+    from rest_framework.authtoken.models import Token
+
+    auth = {"HTTP_AUTHORIZATION": f"Token {Token.objects.create(user=reviewer).key}"}
+    data = client.get("/api/v1/", **auth).json()
+    assert data["docs"] == "/api-docs/" and "/api/v1/runs/" in data["endpoints"]
+    assert data["endpoints"]["/api/v1/me/"]["what"].startswith("who this token is")
+    for url in data["endpoints"]:
+        assert client.get(url + ("?format=json" if "schema" in url else ""), **auth).status_code == 200, url
+    assert client.get("/api/v1/").status_code in (401, 403)  # no token: the API's refusal, as everywhere
+    client.force_login(reviewer)
+    assert client.get("/api/v1/", HTTP_ACCEPT="text/html").url == "/api-docs/"
+
+
 def test_it_has_the_vector_extension(db):
     from django.db import connection
 

@@ -96,6 +96,7 @@ RULES = {
     "evals:crossplay-launch": "post_launch",
     "schema": "open",
     "api-me": "open",
+    "api-root": "open",
     "api-docs": "open",
     "api-redoc": "open",
     "api-corpora": "corpus_admin_post_read",
