@@ -71,9 +71,9 @@ class RecipeContext:
             self._progress(step, "rollout")
             yield step
             seconds = time.perf_counter() - t0
-            self.step_seconds.append(seconds)
-            if every_s > 0 and dist.active():  # one clock for all ranks: a checkpoint is collective (ZeRO)
+            if dist.active():  # a step lasts as long as its slowest rank: one clock (a checkpoint is collective)
                 seconds = max(dist.all_reduce([seconds], "max"))
+            self.step_seconds.append(seconds)
             timed = every_s > 0 and timed_checkpoint_due(self.train_seconds, seconds, every_s)
             self.train_seconds += seconds
             self._log_costs(step)
@@ -97,7 +97,6 @@ class RecipeContext:
         pending = self._pending
         if dist.active():  # rank 0 reports for all: metrics combined, samples gathered
             pending = combine_rank_metrics(dist.gather_objects(pending))
-            seconds = max(dist.all_reduce([seconds], "max"))
             records = [r for rank_records in dist.gather_objects(self._records) for r in rank_records]
             if dist.is_main() and records:
                 self.sink.samples(step, records)

@@ -380,6 +380,19 @@ def write_crossplay(run_dir: str | Path, challengers: list[str], reasoners: list
     return Path(run_dir) / CROSSPLAY
 
 
+def copy_head(src: str | Path, dest: str | Path, max_bytes: int) -> int:
+    """Copy ``src``'s first whole lines, at most ``max_bytes`` of them (UTF-8), to ``dest``: a run folder's
+    samples.jsonl cut to a size that ships (GPU run folders brought back, examples/runs/). Returns bytes written."""
+    size = 0
+    with open(src, "rb") as f, open(dest, "wb") as out:
+        for line in f:
+            if size + len(line) > max_bytes:
+                break
+            out.write(line)
+            size += len(line)
+    return size
+
+
 def _replace(path: Path, text: str) -> None:
     """Write ``path`` whole and atomically (a reader never sees half of it): a dot-file beside it, then a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)

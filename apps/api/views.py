@@ -27,6 +27,11 @@ def me(request):
     })
 
 
+def wants_page(request) -> bool:
+    """A browser asking for a page (Accept: text/html, no ?format): it is sent to the API's documentation page."""
+    return "text/html" in request.headers.get("Accept", "") and "format" not in request.GET
+
+
 ROOT_LINKS = {  # route name -> what it lists (the collections; items are linked from them)
     "api-me": "who this token is and what it may do",
     "api-runs": "runs (POST launches one)",
@@ -45,7 +50,7 @@ ROOT_LINKS = {  # route name -> what it lists (the collections; items are linked
 @api_view(["GET"])
 def root(request):
     """/api/v1/: where to start; a browser asking for a page is sent to the API's documentation page."""
-    if "text/html" in request.headers.get("Accept", "") and "format" not in request.GET:
+    if wants_page(request):
         return redirect("api-docs")
     return Response({"docs": reverse("api-docs"),
                      "endpoints": {reverse(name): {"what": what} for name, what in ROOT_LINKS.items()}})
@@ -57,6 +62,6 @@ class SchemaView(SpectacularAPIView):
 
     @extend_schema(exclude=True)  # the schema's own address is not an API operation
     def get(self, request, *args, **kwargs):
-        if "text/html" in request.headers.get("Accept", "") and "format" not in request.GET:
+        if wants_page(request):
             return redirect("api-docs")
         return super().get(request, *args, **kwargs)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from common import OUT, ROOT, emit
 
-from trainer.runfolder import append_eval, read_evals, write_eval_samples
+from trainer.runfolder import append_eval, copy_head, read_evals, write_eval_samples
 
 
 def evaluated(run: Path) -> set[tuple[int, str]]:
@@ -207,7 +207,8 @@ def cmd_watch(args) -> None:
             if step == 0:
                 measured[key] = result
             record(run, step, result)
-            if step and all((step, Path(b).stem) in evaluated(run) for b in args.bench):
+            done = evaluated(run)
+            if step and all((step, Path(b).stem) in done for b in args.bench):
                 shutil.rmtree(Path(spec), ignore_errors=True)  # evaluated: the kept links go (the disk is shared)
         except Exception as exc:  # noqa: BLE001 - one bad checkpoint must not end the others' evaluations
             emit("eval_error", {"run": run.name, "step": step, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
@@ -283,13 +284,7 @@ def cmd_pack(args) -> None:
             shutil.copy(run / name, dest / name)
     samples = run / "samples.jsonl"
     if samples.is_file():  # at most ~12 MB of samples come back
-        with samples.open() as src, (dest / "samples.jsonl").open("w") as out:
-            size = 0
-            for line in src:
-                size += len(line)
-                if size > 12_000_000:
-                    break
-                out.write(line)
+        copy_head(samples, dest / "samples.jsonl", 12_000_000)
     emit("pack", {"files": sorted(p.name for p in dest.iterdir())})
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from trainer.runfolder import eval_sample_files, read_evals  # noqa: E402
+from trainer.runfolder import copy_head, eval_sample_files, read_evals  # noqa: E402
 
 WHOLE = ("config.yaml", "metrics.jsonl", "evals.jsonl", "checkpoints.jsonl", "crossplay.json", "crossplay_tasks.jsonl",
          "trl_args.json")
@@ -46,13 +46,7 @@ def trim(src: Path, dest: Path, samples_kb: int, n: int) -> dict:
         if (src / name).is_file():
             shutil.copy(src / name, dest / name)
     if (src / "samples.jsonl").is_file():
-        size = 0
-        with (src / "samples.jsonl").open(encoding="utf-8") as f, (dest / "samples.jsonl").open("w", encoding="utf-8") as out:
-            for line in f:
-                size += len(line)
-                if size > samples_kb * 1000:
-                    break
-                out.write(line)
+        copy_head(src / "samples.jsonl", dest / "samples.jsonl", samples_kb * 1000)
     last = {}
     for row in read_evals(src):
         last[row["benchmark"]] = max(last.get(row["benchmark"], 0), row["step"])

@@ -231,3 +231,13 @@ def test_an_eval_samples_file_must_be_named_after_its_evals_line(tmp_path):
     (tmp_path / "eval_samples" / "cloze-final.jsonl").unlink()
     (tmp_path / "eval_samples" / "._cloze-step1.jsonl").write_text("macOS")  # dotfiles are not samples
     assert eval_sample_files(tmp_path) == []
+
+
+def test_copy_head_keeps_whole_lines_within_the_byte_budget(tmp_path):
+    from trainer.runfolder import copy_head
+
+    src = tmp_path / "samples.jsonl"
+    src.write_text('{"q": "é"}\n' * 5, encoding="utf-8")  # 12 bytes a line (é is two)
+    assert copy_head(src, tmp_path / "cut.jsonl", 30) == 24
+    assert (tmp_path / "cut.jsonl").read_text(encoding="utf-8") == '{"q": "é"}\n' * 2
+    assert copy_head(src, tmp_path / "all.jsonl", 10_000) == 60

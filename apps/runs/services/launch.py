@@ -167,10 +167,10 @@ def _guard(values: dict, user, web: bool) -> list[tuple[str, str]]:
     if web and isinstance(path, str) and path and not path.startswith("bundled:") and not _inside(path, data_dirs()):
         problems.append(("data.path", f"{path} is outside the data directory {settings.DATA_DIR}; "
                                       "put the JSONL there or use bundled:gsm8k"))
-    elif (web or (isinstance(path, str) and _inside(path, data_dirs()))) and missing_prompt_file(path):
+    elif (web or (isinstance(path, str) and _inside(path, data_dirs()))) and (missing := missing_prompt_file(path)):
         # the data directory is every worker's: a missing file would fail the run later, on the worker
-        problems.append(("data.path", f"{missing_prompt_file(path)}; put the JSONL (prompt and answer on each line) "
-                                      "there or use bundled:gsm8k"))
+        problems.append(("data.path", f"{missing}; put the JSONL (prompt and answer on each line) there or use "
+                                      "bundled:gsm8k"))
     if web and _get(values, "corpus.path"):
         problems.append(("corpus.path", "the web injects the chosen corpus; leave corpus.path empty"))
     return problems
