@@ -299,8 +299,13 @@ class SspSection(MethodSection):
         0.1, ge=0, description="Sampling temperature of the RAG check (the paper gives none; the reference code "
         "answers at 0.1: a near-greedy check, so a question is not dropped for an unlucky sample).")
     batch_fill: Literal["replay", "none"] = Field(
-        "replay", description="Slots whose question failed: refill from the replay buffer (paper) or leave empty.")
-    replay_reset_every: int = Field(10, ge=1, description="Clear the replay buffer of validated questions every N steps.")
+        "replay", description="Slots whose question failed: refill from the replay buffer (paper: Table 5's periodic "
+        "reset, its main setting) or leave empty.")
+    replay_reset_every: int = Field(10, ge=1, description="Clear the replay buffer of validated questions every N steps "
+                                    "(paper 10).")
+    replay_max_repeats: int | None = Field(
+        2, ge=1, description="Most slots of one Solver batch a replayed question may fill (ours; the paper's buffer has "
+        "no cap: at a 1-6% valid rate one batch repeated a few questions dozens of times). None = no cap.")
     min_searches: int = Field(2, ge=0, description="Rule filter: the proposer made at least this many searches.")
     question_min_chars: int = Field(10, ge=0, description="Rule filter: shortest question in characters.")
     question_max_chars: int = Field(1000, ge=1, description="Rule filter: longest question in characters.")
@@ -383,7 +388,8 @@ class ScopeSection(MethodSection):
     challenger_difficulty_weight: float = Field(1.0, description="R_C difficulty weight (paper 1.0).")
     difficulty_tau: float = Field(0.5, ge=0, le=1, description="f_diff target score tau (paper 0.5).")
     gate_failure: Literal["half_format", "format"] = Field(
-        "half_format", description="R_C when a gate fails: 0.5*r_fmt (ours) or r_fmt (the paper's algorithm box).")
+        "half_format", description="R_C when a gate fails: 0.5*r_fmt (the paper's Eq. 4, lambda_fmt 0.5) or r_fmt "
+        "(the paper's Algorithm 1, line 14).")
     solver_rubric_weight: float = Field(1.0, description="R_S rubric weight (paper 1.0).")
     solver_format_weight: float = Field(0.5, description="R_S format weight (paper 0.5).")
     solver_search_weight: float = Field(0.1, description="R_S search weight (paper 0.1).")

@@ -253,8 +253,8 @@ def scope_challenger_reward(
 ) -> float:
     """R_C = 0.5 r_fmt + 1.0 * gate * f_diff(mean g).
 
-    Gate failure: 0.5 r_fmt (``half_format``, ours) or r_fmt (``format``, the paper's
-    algorithm box). r_fmt = 0 gives 0 (paper F.1: such rollouts get zero total reward).
+    Gate failure: 0.5 r_fmt (``half_format``, the paper's Eq. 4 with the gate term 0) or r_fmt
+    (``format``, the paper's Algorithm 1, line 14: the two disagree). r_fmt = 0 gives 0 (paper F.1: such rollouts get zero total reward).
     """
     if r_fmt <= 0.0:
         return 0.0

@@ -1,5 +1,6 @@
 """SSP: rule filter decisions, noise-passage mixing, replay buffer reset, review flags, answers."""
 import random
+from collections import Counter
 
 import pytest
 
@@ -120,6 +121,29 @@ def test_replay_buffer_refills_and_resets_every_n_steps():
     assert buf.end_step(10) and len(buf) == 0 and buf.sample(3, random.Random(0)) == []
     buf.add([{"key": "11:0"}])
     assert not buf.end_step(11) and len(buf) == 1
+
+
+def test_replay_caps_the_repeats_of_a_question_per_solver_batch():
+    """At a 1-6% valid rate the buffer holds a few questions; 50 failed slots once drew each of 3
+    questions ~17 times in one batch. The default cap (ssp.replay_max_repeats 2) fills 6 slots."""
+    from trainer.config import load_config
+    from trainer.methods.ssp import Slot, assign_questions
+    from trainer.methods.ssp_tasks import FilterResult
+
+    buffer = ReplayBuffer(reset_every=10)
+    buffer.add([{"key": f"1:{i}", "question": f"old {i}?", "answer": "Lima"} for i in range(3)])
+    drawn = buffer.sample(50, random.Random(0), max_repeats=2)
+    assert len(drawn) == 6 and max(Counter(d["key"] for d in drawn).values()) == 2
+    assert len(buffer.sample(50, random.Random(0))) == 50  # no cap: the old behaviour
+    with pytest.raises(ValueError, match="max_repeats"):
+        buffer.sample(5, random.Random(0), max_repeats=0)
+    sec = load_config({"method": "ssp"}).ssp
+    assert sec.replay_max_repeats == 2
+    slots = [Slot(f"5:{i}", "Paris", 2, i, filter=FilterResult(False, "too_short")) for i in range(50)]
+    assign_questions(slots, buffer, sec, random.Random(0))
+    solved = Counter(s.solve["key"] for s in slots if s.solve)
+    assert sum(solved.values()) == 6 and max(solved.values()) == 2
+    assert sum(s.solve is None for s in slots) == 44  # beyond the cap the slots stay empty
 
 
 def test_replay_buffer_dedupes_removes_flagged_and_round_trips():

@@ -5,7 +5,10 @@ fails in a slot, the slot is refilled with a question drawn from the buffer, so 
 still trains on a full batch. Every ``reset_every`` steps the buffer is cleared, so the
 Solver does not overfit a static pool and the Proposer must keep producing new questions
 (the paper's "Replay Buffer (Periodic Reset)"; the reference code clears all entries,
-keep_ratio 0, every 10 steps).
+keep_ratio 0, every 10 steps). A Solver batch replays one question at most ``max_repeats``
+times (SSP's ``replay_max_repeats``, ours): at a 1-6% valid rate the buffer holds a handful of
+questions, and drawing it again and again to fill 240 slots trained the Solver on each of them
+dozens of times per step, the overfitting the paper's reset exists to prevent.
 
 Entries are plain JSON-able dicts with a unique ``key``; ``state_dict()`` goes into the
 checkpoint so a resumed run refills from the same pool.
@@ -46,11 +49,17 @@ class ReplayBuffer:
         self.entries = [e for e in self.entries if e["key"] not in drop]
         return before - len(self.entries)
 
-    def sample(self, n: int, rng: random.Random) -> list[dict]:
-        """``n`` entries for ``n`` failed slots: without replacement while the buffer lasts, then
-        drawn again (each entry used as evenly as possible). Empty buffer -> []."""
+    def sample(self, n: int, rng: random.Random, max_repeats: int | None = None) -> list[dict]:
+        """Entries for ``n`` failed slots: without replacement while the buffer lasts, then drawn
+        again (each entry used as evenly as possible), each entry at most ``max_repeats`` times
+        (None = no cap). Returns fewer than ``n`` when the cap binds: 3 entries, n=50, max 2 -> 6.
+        Empty buffer -> []."""
         if not self.entries or n <= 0:
             return []
+        if max_repeats is not None:
+            if max_repeats < 1:
+                raise ValueError(f"max_repeats must be >= 1 or None, got {max_repeats}")
+            n = min(n, max_repeats * len(self.entries))
         out: list[dict] = []
         while len(out) < n:
             out += rng.sample(self.entries, min(n - len(out), len(self.entries)))

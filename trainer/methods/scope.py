@@ -9,7 +9,8 @@ Per iteration (``scope.iterations``, paper 3):
    Every task with r_fmt > 0 goes through the Judge's two gates (entity identifiability, source
    relevance). A task passing both gets 3-5 rubrics (temperature 0) and ``scoring_rollouts``
    (paper 8) Solver rollouts, each graded on each rubric separately, strict 0/1 (temperature 0.6).
-   R_C = 0.5 r_fmt + gate x f_diff(mean g); gate failure -> 0.5 r_fmt (``gate_failure``).
+   R_C = 0.5 r_fmt + gate x f_diff(mean g); gate failure -> 0.5 r_fmt (``gate_failure``: the
+   paper's Eq. 4; its Algorithm 1, line 14 says r_fmt alone, the other choice of the field).
 2. Solver stage (``solver_steps``, paper 20): tasks written by the Challenger that pass the gates
    and whose mean rubric score over ``filter_rollouts`` (paper 4) Solver rollouts lies in
    [0.2, 0.8] form the task pool; each step trains the Solver on ``solver_prompts_per_step`` of
@@ -49,7 +50,6 @@ Departures from the paper (visible config fields where a choice):
 - separate policies are LoRA adapters (rank 64 by default) over one frozen base; the paper
   fine-tunes two full models (the paper's lr 1e-6 stays the default, though LoRA usually wants a
   larger one);
-- a gate failure gives R_C = 0.5 r_fmt (``gate_failure``; the paper's algorithm box says r_fmt);
 - the Challenger runs its searches then writes the task within ``n_searches + 1`` turns; the
   Solver has ``max_turns`` 4 (ours; the paper's evaluation allows 5 search turns);
 - the gate budget is ours (the paper gives none); the Solver pool's fill is bounded
@@ -209,6 +209,7 @@ class Scope:
                 edits[v.key] = None
         self.ctx.state["pool"] = [t for t in self.ctx.state["pool"]
                                   if not self.review.is_flagged(t["key"], t["question"])]
+        self.review.apply_edits(self.ctx.state["pool"])  # a pooled task's question as the reviewer edited it
         self.ctx.state["review"] = self.review.state_dict()
 
     def rubrics_of(self, task: Task) -> list[Rubric]:

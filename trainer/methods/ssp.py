@@ -48,8 +48,10 @@ Departures from the paper (and its reference code, Alibaba-Quark/SSP):
 - loss: token mean over each mini-batch (``train.loss_agg``), where Eq. 4 averages each
   trajectory's tokens, then the group; the Solver's advantage is Eq. 4's r - group mean
   (``solver_advantage``; the appendix's "GRPO" would divide by the std in verl);
-- a failed question's slot is refilled from the replay buffer (the reference code's periodic-reset
-  buffer) rather than by sampling more questions until the batch is full of valid ones.
+- a replayed question fills at most ``replay_max_repeats`` (2) slots of one Solver batch (ours; the
+  paper's buffer has no cap): slots beyond it stay empty (``empty_slots``). The periodically reset
+  buffer itself is the paper's main setting (Table 5, "Replay Buffer (Periodic Reset)"), not a
+  departure.
 """
 from __future__ import annotations
 
@@ -242,7 +244,7 @@ def assign_questions(slots: list[Slot], buffer: ReplayBuffer, sec, rng: random.R
             s.solve = {"key": s.key, "question": s.question, "answer": s.answer, "replayed": False}
     failed = [s for s in slots if not s.valid]
     if sec.batch_fill == "replay":
-        for s, entry in zip(failed, buffer.sample(len(failed), rng)):
+        for s, entry in zip(failed, buffer.sample(len(failed), rng, sec.replay_max_repeats)):
             s.solve = {**entry, "replayed": True}
 
 
@@ -298,6 +300,7 @@ def run_ssp(ctx) -> None:
     for step in ctx.steps():
         review.apply(ctx.take_verdicts())
         buffer.remove(review.flagged_keys)
+        review.apply_edits(buffer.entries)  # a replayed question is the one the reviewer corrected
         rng = random.Random(int(ctx.rng.integers(2**62)))
         t0 = time.perf_counter()
         seeds = draw_answers(ctx, cfg.train.prompts_per_step, rng, answer_list)
