@@ -195,8 +195,10 @@ def samples(request, run_id: int):
 
 
 def workers(request):
-    """RQ workers alive, their queues and GPUs, the job each runs, and what is queued."""
-    return render(request, "runs/workers.html", workers_overview())
+    """RQ workers alive, their queues and GPUs, the job each runs, and what is queued (htmx asks for the
+    table alone every few seconds)."""
+    template = "runs/_workers.html" if request.headers.get("HX-Request") else "runs/workers.html"
+    return render(request, template, workers_overview())
 
 
 def ledger(request, run_id: int):
