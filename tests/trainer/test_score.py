@@ -348,6 +348,9 @@ def test_score_runs_three_steps_on_cpu_and_reports_harness_versions(tiny_config,
     # the paper's PPO mini-batch: 2 queries in mini-batches of 1 -> two Solver optimizer steps a step
     assert all(m["optimizer_steps"] == 2.0 and 0.0 <= m["truncated_rate"] <= 1.0 for m in solver)
     assert all(0.0 <= m["scoring_truncated_rate"] <= 1.0 for m in evaluator)
+    # the watchdog's rules read these for every role: groups without signal, generations cut
+    assert all(0.0 <= m["zero_variance_groups"] <= 1.0 and 0.0 <= m["evaluator_truncated_rate"] <= 1.0 for m in solver)
+    assert all(m["rubric_repaired"] == 1.0 and 0.0 <= m["truncated_rate"] <= 1.0 for m in evaluator)  # random model
 
 
 def test_a_harness_edited_by_a_person_replaces_the_harness_at_the_next_refresh(tiny_config, corpus_path, tmp_path):
@@ -413,3 +416,102 @@ def test_the_endpoint_driver_talks_to_an_openai_compatible_server_through_the_ju
     assert update.changed and update.harness == proposal
     assert seen[0]["model"] == "meta" and seen[0]["messages"][0]["role"] == "system"
     assert '"consistency": 0.4' in seen[0]["messages"][1]["content"]
+
+
+# ---- the evaluator's budget, the executed rubric, truncation ------------------------------------
+
+def _bare_score(tok, tool, generator=None, policy=None, **section):
+    """A Score around real parts (tokenizer, search tool, scripted or real model) without a run."""
+    from types import SimpleNamespace
+
+    from trainer.config import load_config
+    from trainer.methods.harness import default_harness
+    from trainer.methods.score import Score
+    from trainer.rollout import SamplingParams
+
+    cfg = load_config({"method": "score", "rollout": {"group_size": 1}, "score": section})
+    score = Score.__new__(Score)
+    score.cfg, score.sec, score.tok, score.tool = cfg, cfg.score, tok, tool
+    score.pool = list(cfg.score.dimension_pool)
+    harness = normalize_harness(default_harness(cfg.score), score.pool, cfg.score.evaluator_searches())
+    harness["process_constraints"]["min_number_of_tool_call"] = 3  # the rule driver's ratchet at its top
+    score.ctx = SimpleNamespace(state={"harness": harness}, generator=generator, policy=policy, config=cfg,
+                                sampling_params=lambda **kw: SamplingParams(**{"max_new_tokens": 64, **kw}))
+    return score
+
+
+def test_the_evaluator_budget_is_per_turn_and_its_trajectory_fits_the_harness_searches(smollm2_tokenizer, tmp_path):
+    """Three searches of ~500 tokens each and ~300 tokens of reasoning per turn: with 2,048 tokens for
+    the whole trajectory (the old reading) the evaluation was cut before its scores; per turn, with
+    the default trajectory cap, it ends with its scores."""
+    from tests.trainer.test_rollout import ScriptedGenerator
+    from trainer.rollout.types import Trajectory
+    from trainer.tools import InMemoryRetriever, SearchTool
+
+    tok = smollm2_tokenizer
+    words = " ".join(f"castle{i} doctrine law defends the home against intruders" for i in range(120))
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"title": f"Doc {i}", "text": words}) + "\n" for i in range(3)))
+    tool = SearchTool(InMemoryRetriever.from_jsonl(path), k=3, max_tokens=500, tokenizer=tok)
+    sec = ScoreSection()
+    assert sec.evaluator_trajectory_tokens() == 4 * 2048 + 3 * (500 + 16)
+    score = _bare_score(tok, tool)
+    rubric = constrain_rubric([], score.harness, score.pool, random.Random(0))
+    report = Trajectory(prompt_ids=[1], final="A report on the castle doctrine. Conclusion: it varies.")
+    msgs = evaluation_messages(score.harness, rubric.dims, "castle doctrine?", report.final, 10.0)
+    prompt = score.ids(msgs[0]["content"], msgs[1]["content"])
+    think = "<think>" + " ".join(["the report claims several things I should verify"] * 30) + "</think>"
+    scores = "".join(f'<score dim="{d}" value="7"/>' for d, _ in rubric.dims)
+    script = [[f"{think}<search>castle doctrine {i}</search>" for i in range(3)]
+              + [f"{think}<verification>checked</verification><gap_analysis>none</gap_analysis>"
+                 f"<scores>{scores}</scores>"]]
+    score.ctx.generator = ScriptedGenerator(tok, [prompt], script)
+    [ev] = score.evaluate(["castle doctrine?"], [report], rubric)
+    assert ev.n_searches == 3 and ev.n_tool_tokens > 1200 and len(ev.completion_ids) > 2048
+    assert not ev.truncated and parse_scores(ev.turns[-1]["text"], [d for d, _ in rubric.dims], 10.0).well_formed
+
+
+def test_an_explicit_evaluator_trajectory_cap_must_hold_the_allowed_searches():
+    with pytest.raises(ValueError, match="evaluator_max_total_tokens 2048 cannot hold"):
+        ScoreSection(evaluator_max_total_tokens=2048)
+    assert ScoreSection(evaluator_max_total_tokens=4000).evaluator_trajectory_tokens() == 4000
+
+
+def test_the_ratchet_lowers_the_search_minimum_on_truncation_and_never_raises_it_then():
+    down = RuleDriver(POOL, 10).next(_harness(tools=2), HarnessStats(evaluator_truncated_rate=0.5,
+                                                                      evaluator_searches=2.5))
+    assert down.harness["process_constraints"]["min_number_of_tool_call"] == 1 and "cut at their token" in down.reason
+    held = RuleDriver(POOL, 10).next(_harness(tools=1), HarnessStats(evaluator_truncated_rate=0.2, evaluator_searches=3))
+    assert held.harness["process_constraints"]["min_number_of_tool_call"] == 1  # comfortable searches, but cuts
+    assert summarize([{"evaluator_truncated_rate": 0.4}, {"evaluator_truncated_rate": 0.2}]).evaluator_truncated_rate \
+        == pytest.approx(0.3)
+
+
+def test_the_evaluator_update_reinforces_the_rubric_that_was_executed(tiny_config, smollm2_tokenizer):
+    """A repaired rubric is re-tokenised: the update's action is the rubric the reports were judged
+    by, with its log-probs under the policy; a rubric the model wrote within the harness is its own."""
+    from tests.trainer.test_rollout import forward_logprobs
+    from trainer.config import load_config
+    from trainer.methods.score_prompts import render_rubric
+    from trainer.models import load_policy
+    from trainer.rollout.types import Trajectory
+
+    policy = load_policy(load_config(tiny_config("score")))
+    score = _bare_score(smollm2_tokenizer, None, policy=policy)
+    prompt = score.ids("Choose a rubric.", "Queries:\n- castle doctrine?")
+    raw = '<dimensions><dim name="factuality"/><dim name="vibes" weight="9"/></dimensions>'
+    ids = smollm2_tokenizer.encode(raw, add_special_tokens=False)
+    traj = Trajectory(prompt_ids=prompt, completion_ids=ids, loss_mask=[1] * len(ids), logprobs=[-1.0] * len(ids),
+                      text=raw, finish_reason="eos", temperature=0.8)
+    rubric = constrain_rubric(parse_rubric(raw), score.harness, score.pool, random.Random(0))
+    assert not rubric.followed  # "vibes" is not in the pool: dimensions were drawn in its place
+    action = score.executed(traj, rubric)
+    text = render_rubric(rubric.dims, score.harness["dimension_constraints"]["must_include"])
+    assert action.text == text and action.completion_ids[-1] == smollm2_tokenizer.eos_token_id
+    assert parse_rubric(smollm2_tokenizer.decode(action.completion_ids)) == [
+        (d, None if d == "factuality" else round(w, 2)) for d, w in rubric.dims]
+    assert action.logprobs == pytest.approx(
+        forward_logprobs(policy.model, prompt, action.completion_ids, 0.8).tolist(), abs=1e-4)
+    followed = constrain_rubric([("factuality", None), ("insight", 0.3), ("coherence", 0.2), ("citation", 0.4)],
+                                score.harness, score.pool, random.Random(0))
+    assert followed.followed and score.executed(traj, followed) is traj

@@ -119,6 +119,7 @@ class HarnessStats:
     evaluator_searches: float = 0.0  # mean evaluator searches per evaluation
     depth_zeroed_rate: float = 0.0  # fraction of scores zeroed by the depth rule
     eval_format_failures: float = 0.0  # fraction of evaluations whose output broke format
+    evaluator_truncated_rate: float = 0.0  # fraction of evaluations cut at their token budget (no scores)
     dimension_means: dict[str, float] = field(default_factory=dict)  # mean normalised score per dimension
     dimension_counts: dict[str, int] = field(default_factory=dict)  # times each dimension was chosen
 
@@ -131,7 +132,7 @@ def summarize(window: list[dict]) -> HarnessStats:
     if not window:
         return HarnessStats()
     keys = ("solver_reward", "consistency", "valid_report_rate", "evaluator_searches",
-            "depth_zeroed_rate", "eval_format_failures")
+            "depth_zeroed_rate", "eval_format_failures", "evaluator_truncated_rate")
     means = {k: sum(r.get(k, 0.0) for r in window) / len(window) for k in keys}
     totals: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
@@ -153,16 +154,25 @@ class HarnessUpdate:
 
 # --- the rule-based driver ------------------------------------------------------------------
 
+TRUNCATION_HIGH = 0.3  # above: every search eats budget the scores need, lower the minimum
+TRUNCATION_LOW = 0.1  # at or above: never raise the minimum
+
+
 def rule_depth(h: dict, s: HarnessStats, max_tools: int) -> str | None:
-    """Most scores zeroed by the depth rule -> ask for one search less; evaluator searching
-    comfortably above the minimum -> ask for one more (verification deepens as it can)."""
+    """Most scores zeroed by the depth rule, or many evaluations cut at their token budget (a cut
+    evaluation has no scores, so every report of its group gets the same reward) -> ask for one
+    search less; evaluator searching comfortably above the minimum with few cuts -> ask for one
+    more (verification deepens as it can)."""
     proc = h["process_constraints"]
     need = proc["min_number_of_tool_call"]
-    if s.depth_zeroed_rate > 0.5 and need > 0:
+    if need > 0 and (s.depth_zeroed_rate > 0.5 or s.evaluator_truncated_rate > TRUNCATION_HIGH):
         proc["min_number_of_tool_call"] = need - 1
         proc["require_verification"] = need - 1 > 0
-        return f"{s.depth_zeroed_rate:.0%} of scores fell to the depth rule: minimum searches {need} -> {need - 1}"
-    if s.depth_zeroed_rate < 0.1 and s.evaluator_searches >= need + 1 and need < max_tools:
+        why = (f"{s.depth_zeroed_rate:.0%} of scores fell to the depth rule" if s.depth_zeroed_rate > 0.5
+               else f"{s.evaluator_truncated_rate:.0%} of evaluations were cut at their token budget")
+        return f"{why}: minimum searches {need} -> {need - 1}"
+    if (s.depth_zeroed_rate < 0.1 and s.evaluator_truncated_rate < TRUNCATION_LOW
+            and s.evaluator_searches >= need + 1 and need < max_tools):
         proc["min_number_of_tool_call"] = need + 1
         proc["require_verification"] = True
         return f"evaluator searches {s.evaluator_searches:.1f} per report: minimum searches {need} -> {need + 1}"

@@ -10,6 +10,8 @@
   prompts): a role's groups split into chunks, one optimizer step each, metrics averaged.
 - ``truncated_rate``: share of generations that ended at their token budget, for roles whose
   generations are not trained (the update reports it for the trained ones, ``trainer.update``).
+- ``zero_variance_groups``: share of a role's advantage groups whose rewards are all equal (no
+  learning signal), the metric the watchdog's zero_variance rule reads for every role.
 - ``answer_in_question`` / ``count_words``: the task checks SSP's rule filter and SPICE's task
   parser share (a question that states its own answer; a question with too few words).
 
@@ -64,6 +66,15 @@ def assistant_texts(turns: Sequence[dict]) -> list[str]:
 def truncated_rate(generations: Sequence) -> float:
     """Share of completions / trajectories whose ``finish_reason`` is "length" (0.0 for none)."""
     return sum(g.finish_reason == "length" for g in generations) / len(generations) if generations else 0.0
+
+
+def zero_variance_groups(groups: Sequence[Sequence[float]]) -> float:
+    """Share of the groups (of 2 or more rewards) whose rewards are all equal; 0.0 when none has 2.
+
+    [[1, 1, 1], [0, 1, 0], [0.5, 0.5]] -> 2/3; a group of one reward has no variance to lose and
+    is not counted ([[1], [0, 1]] -> 0.0)."""
+    sized = [g for g in groups if len(g) >= 2]
+    return sum(max(g) == min(g) for g in sized) / len(sized) if sized else 0.0
 
 
 def schedule(step: int, first_steps: int, second_steps: int) -> tuple[int, int, int]:

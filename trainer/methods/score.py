@@ -19,7 +19,11 @@ Per step (score.txt, Algorithm 1):
 5. Solver update: GRPO (std-normalised) over each query's K reports, KL 0.05 (k3).
 6. Evaluator update: consistency C_i = mean pairwise TF-IDF cosine of the K reports'
    conclusions, R = mean_i C_i, A = R - b with the EMA baseline b <- 0.7 b + 0.3 R (b0 = 0);
-   REINFORCE on the rubric tokens (a second optimizer step, as the paper alternates).
+   REINFORCE on the rubric that was executed (a second optimizer step, as the paper alternates):
+   the model's own tokens when its rubric already satisfied the harness, else the repaired rubric
+   re-tokenised (``render_rubric``) with its log-probs under the policy that sampled the rubric,
+   so the update credits the rubric whose reports earned the consistency, never raw tokens whose
+   dimensions or weights were replaced (``rubric_repaired`` counts these steps).
 7. Every M=5 steps the meta-harness driver (``score.meta_harness``: rules | endpoint | human)
    rewrites the harness from the last M steps' statistics; a harness a person edited on the run
    page (``sink.control().harness``) replaces it at that refresh whatever the driver. Every
@@ -29,7 +33,13 @@ Per step (score.txt, Algorithm 1):
    the run ends after a checkpoint.
 
 Token budgets: a report ``rollout.max_new_tokens`` (paper 4096), an evaluator turn
-``evaluator_max_new_tokens`` (paper 2048), a training query ``query_max_new_tokens`` (ours). The
+``evaluator_max_new_tokens`` (2048: the paper's "evaluator maximum generation length", read per
+turn), a whole evaluator trajectory ``evaluator_trajectory_tokens()`` (by default every turn's budget
+plus every allowed search's tool output, 9,740 at the defaults: a trajectory budget of 2,048 left
+~520 tokens for three searches and the scores once the harness asked for three), a training query
+``query_max_new_tokens`` (ours). A cut evaluation has no scores; its share is
+``evaluator_truncated_rate`` (role solver, and ``truncated_rate`` of role evaluator) and the rule
+driver lowers the minimum searches when it passes 30% and never raises it at 10% or more. The
 evaluator searches at most ``evaluator_max_turns - 1`` times (its last turn writes the scores), so
 a harness asking for more (``min_number_of_tool_call``) is refused with the reason in its event:
 the depth rule would zero every score. The Solver updates in PPO mini-batches of
@@ -59,7 +69,13 @@ import torch
 
 from trainer.algos import EMABaseline, get_advantage
 from trainer.methods import harness as mh
-from trainer.methods.parts import mini_batches, tag_content, truncated_rate, update_in_mini_batches
+from trainer.methods.parts import (
+    mini_batches,
+    tag_content,
+    truncated_rate,
+    update_in_mini_batches,
+    zero_variance_groups,
+)
 from trainer.methods.score_prompts import (
     QUERY_FROM_DOCUMENT,
     SOLVER_SYSTEM,
@@ -69,12 +85,14 @@ from trainer.methods.score_prompts import (
     extract_conclusion,
     parse_rubric,
     parse_scores,
+    render_rubric,
     report_is_valid,
     rubric_messages,
 )
 from trainer.prompts import chat
 from trainer.rewards import score_consistency, score_solver_reward
 from trainer.rollout.multi_turn import multi_turn_rollout, single_turn
+from trainer.rollout.types import Trajectory
 from trainer.tools.search import SearchTool
 from trainer.tools.corpus import truncate_to_tokens
 from trainer.update import Sample
@@ -125,6 +143,18 @@ def consistency(reports: list[str]) -> float:
 def entropy_collapsed(entropy: float, first: float | None, sec) -> bool:
     if sec.entropy_floor is not None and entropy < sec.entropy_floor:
         return True
+@torch.no_grad()
+def sequence_logprobs(policy, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
+    """log p of each completion token given what precedes it, at ``temperature`` (one forward)."""
+    ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=policy.device)  # [1, P + C]
+    with policy.autocast():
+        logits = policy.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits  # [1, P + C, V]
+    start = len(prompt_ids) - 1
+    logits = logits[0, start:start + len(completion_ids)].float() / max(temperature, 1e-6)  # [C, V]
+    target = torch.tensor(completion_ids, device=logits.device)  # [C]
+    return torch.log_softmax(logits, -1).gather(-1, target[:, None])[:, 0].tolist()
+
+
     return sec.entropy_collapse_ratio is not None and first is not None and entropy < sec.entropy_collapse_ratio * first
 
 
@@ -205,7 +235,21 @@ class Score:
         traj = single_turn(self.ctx.generator, [prompt], params)[0]
         rubric = constrain_rubric(parse_rubric(traj.text), self.harness, self.pool, self.rng(),
                                   self.sec.must_include_weight)
-        return traj, rubric
+        return self.executed(traj, rubric), rubric
+
+    def executed(self, traj, rubric):
+        """The rubric action the update reinforces: the sampled trajectory when the model's rubric was
+        used as written, else the repaired rubric re-tokenised (ending in EOS), with its log-probs under
+        the current policy at the sampling temperature (the PPO reference of this one-sample update)."""
+        if rubric.followed:
+            return traj
+        text = render_rubric(rubric.dims, self.harness["dimension_constraints"]["must_include"])
+        ids = self.tok.encode(text, add_special_tokens=False)
+        if self.tok.eos_token_id is not None:
+            ids.append(self.tok.eos_token_id)
+        logprobs = sequence_logprobs(self.ctx.policy, traj.prompt_ids, ids, traj.temperature or 1.0)
+        return Trajectory(prompt_ids=list(traj.prompt_ids), completion_ids=ids, loss_mask=[1] * len(ids),
+                          logprobs=logprobs, text=text, finish_reason="stop", temperature=traj.temperature)
 
     # -- 3./4. reports and their evaluation ---------------------------------------------------------
     def write_reports(self, queries: list[str], rubric) -> list:
@@ -223,9 +267,10 @@ class Score:
                                        self.sec.score_scale)
             prompts.append(self.ids(msgs[0]["content"], msgs[1]["content"]))
         params = self.ctx.sampling_params(temperature=self.sec.evaluator_temperature,
-                                          max_new_tokens=self.sec.evaluator_max_new_tokens)
+                                          max_new_tokens=self.sec.evaluator_max_new_tokens)  # per turn
         return multi_turn_rollout(self.ctx.generator, self.tok, prompts, params, self.tool,
-                                  max_turns=self.sec.evaluator_max_turns, final_tag="scores")
+                                  max_turns=self.sec.evaluator_max_turns, final_tag="scores",
+                                  max_total_tokens=self.sec.evaluator_trajectory_tokens())
 
     # -- one step -------------------------------------------------------------------------------
     def step(self, step: int) -> bool:
@@ -264,7 +309,7 @@ class Score:
         n = len(reports)
         record = {"step": step, "solver_reward": sum(rewards) / n, "consistency": r_eval,
                   "valid_report_rate": sum(valid) / n, "evaluator_searches": sum(e.n_searches for e in evals) / n,
-                  "depth_zeroed_rate": sum(zeroed) / n,
+                  "depth_zeroed_rate": sum(zeroed) / n, "evaluator_truncated_rate": truncated_rate(evals),
                   "eval_format_failures": sum(not s.well_formed for s in scores) / n,
                   "dimension_means": {d: sum(s.values[d] for s in scores) / n for d in dims}}
         self.ctx.state["window"] = (self.ctx.state["window"] + [record])[-self.sec.harness_every:]
@@ -273,9 +318,14 @@ class Score:
                                     "response_length": sum(r.n_model_tokens for r in reports) / n,
                                     "searches": sum(r.n_searches for r in reports) / n, "gen_seconds": gen_seconds,
                                     "harness_version": self.ctx.state["harness_version"]})
+                                    "zero_variance_groups": zero_variance_groups(
+                                        [rewards[i * G:(i + 1) * G] for i in range(len(queries))]),
         self.ctx.log(step, EVALUATOR, {**evaluator, "consistency": r_eval, "advantage": a_eval,
                                        "baseline": self.baseline.value, "rubric_followed": float(rubric.followed),
-                                       "scoring_truncated_rate": truncated_rate(evals)})  # untrained: not the update's
+                                       "rubric_repaired": float(not rubric.followed),
+                                       # every evaluator generation, the untrained scoring ones included
+                                       "truncated_rate": truncated_rate([rubric_traj, *evals]),
+                                       "scoring_truncated_rate": truncated_rate(evals)})
         self.ctx.samples(step, self.records(step, pairs, rubric, reports, evals, scores, rewards, zeroed, cons))
         self.refresh_harness(step)
         return self.check_entropy(step, solver.get("entropy"))

@@ -170,6 +170,14 @@ def constrain_rubric(parsed: list[tuple[str, float | None]], harness: dict, pool
     return Rubric(dims, not problems, problems)
 
 
+def render_rubric(dims: list[tuple[str, float]], must: list[str]) -> str:
+    """The rubric as the evaluator's answer format writes it (RUBRIC_SYSTEM): the mandatory
+    dimensions without a weight, the others with theirs. A repaired rubric is re-tokenised from this
+    text so the evaluator's update reinforces the rubric that was executed."""
+    lines = [f'<dim name="{d}"/>' if d in must else f'<dim name="{d}" weight="{w:.2f}"/>' for d, w in dims]
+    return "<dimensions>\n" + "\n".join(lines) + "\n</dimensions>"
+
+
 @dataclass
 class Scores:
     values: dict[str, float]  # dimension -> score normalised to [0, 1]
