@@ -471,6 +471,10 @@ class ScoreSection(MethodSection):
         "unit unstated; per turn is ours). Tool output does not count against it.")
     evaluator_max_turns: int = Field(
         4, ge=1, description="Most evaluator turns (searches + final scores) per report (ours).")
+    evaluator_max_total_tokens: int | None = Field(
+        None, ge=64, description="Evaluator tokens per trajectory, its turns and tool output together (ours). None = "
+        "every turn's budget plus every allowed search's tool output: evaluator_max_turns x evaluator_max_new_tokens "
+        "+ (evaluator_max_turns - 1) x (max_tool_tokens + 16), so the harness's most required searches always fit.")
     must_include_weight: float | None = Field(
         None, ge=0, description="Weight of the mandatory dimension(s); None = weight_max (ours: the paper gives none).")
     max_tool_tokens: int = Field(500, ge=16, description="Tool response budget in tokens.")
@@ -488,10 +492,6 @@ class ScoreSection(MethodSection):
     max_document_tokens: int = Field(512, ge=32, description="Documents shown to the query writer (tokens, ours).")
     query_max_new_tokens: int = Field(
         128, ge=8, description="Token budget of one generated training query (ours: the paper uses Reddit queries; "
-    evaluator_max_total_tokens: int | None = Field(
-        None, ge=64, description="Evaluator tokens per trajectory, its turns and tool output together (ours). None = "
-        "every turn's budget plus every allowed search's tool output: evaluator_max_turns x evaluator_max_new_tokens "
-        "+ (evaluator_max_turns - 1) x (max_tool_tokens + 16), so the harness's most required searches always fit.")
         "one question fits in 128).")
     harness_model: str | None = Field(None, description="Model name sent to the meta-harness endpoint.")
     harness_api_key: str | None = Field(
@@ -505,12 +505,27 @@ class ScoreSection(MethodSection):
         """Searches the evaluator may make: its last turn writes the scores (evaluator_max_turns - 1)."""
         return self.evaluator_max_turns - 1
 
+    def evaluator_trajectory_tokens(self) -> int:
+        """The evaluator's whole-trajectory budget: ``evaluator_max_total_tokens``, or every turn's budget
+        plus the tool output of every allowed search (a search returns at most max_tool_tokens of passages
+        plus ~10 tokens of <information> wrapping; 16 allowed). 4 turns of 2048, 3 searches of 500: 9,740."""
+        if self.evaluator_max_total_tokens is not None:
+            return self.evaluator_max_total_tokens
+        return self.evaluator_max_turns * self.evaluator_max_new_tokens + self.evaluator_searches() * (
+            self.max_tool_tokens + 16)
+
     @model_validator(mode="after")
     def _searches_fit(self) -> "ScoreSection":
         if self.min_verification_searches > self.evaluator_searches():
             raise ValueError(f"min_verification_searches {self.min_verification_searches} exceeds the evaluator's "
                              f"{self.evaluator_searches()} allowed searches (evaluator_max_turns - 1): the depth rule "
                              "would zero every score; lower it or raise evaluator_max_turns")
+        need = self.evaluator_searches() * (self.max_tool_tokens + 16) + self.evaluator_max_new_tokens
+        if self.evaluator_max_total_tokens is not None and self.evaluator_max_total_tokens < need:
+            raise ValueError(f"evaluator_max_total_tokens {self.evaluator_max_total_tokens} cannot hold the "
+                             f"{self.evaluator_searches()} allowed searches' tool output (max_tool_tokens + 16 each) "
+                             f"plus one turn of evaluator_max_new_tokens for the scores: {need}; raise it to at least "
+                             f"{need}, leave it unset, or lower evaluator_max_turns")
         return self
 
     panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
@@ -522,27 +537,12 @@ class ScoreSection(MethodSection):
 
 class PiplaySection(MethodSection):
     """pi-Play: an Examiner builds multi-hop questions; a Student learns with GRPO minus self-distillation."""
-    def evaluator_trajectory_tokens(self) -> int:
-        """The evaluator's whole-trajectory budget: ``evaluator_max_total_tokens``, or every turn's budget
-        plus the tool output of every allowed search (a search returns at most max_tool_tokens of passages
-        plus ~10 tokens of <information> wrapping; 16 allowed). 4 turns of 2048, 3 searches of 500: 9,740."""
-        if self.evaluator_max_total_tokens is not None:
-            return self.evaluator_max_total_tokens
-        return self.evaluator_max_turns * self.evaluator_max_new_tokens + self.evaluator_searches() * (
-            self.max_tool_tokens + 16)
-
 
     schedule_fields: ClassVar[tuple[str, str, str]] = ("iterations", "examiner_steps", "student_steps")
     display_name: ClassVar[str] = "pi-Play"
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 5, "train.kl_coef": 0.0, "train.prompts_per_step": 256,
-        need = self.evaluator_searches() * (self.max_tool_tokens + 16) + self.evaluator_max_new_tokens
-        if self.evaluator_max_total_tokens is not None and self.evaluator_max_total_tokens < need:
-            raise ValueError(f"evaluator_max_total_tokens {self.evaluator_max_total_tokens} cannot hold the "
-                             f"{self.evaluator_searches()} allowed searches' tool output (max_tool_tokens + 16 each) "
-                             f"plus one turn of evaluator_max_new_tokens for the scores: {need}; raise it to at least "
-                             f"{need}, leave it unset, or lower evaluator_max_turns")
         "train.weight_decay": 0.01, "train.warmup_steps": 2, "train.grad_clip": 1.0,
         "rollout.max_new_tokens": 4096, "model.policies": "separate", "model.lora.r": 64,  # two policies (paper)
     }  # train.steps: iterations x (examiner_steps + student_steps) = 3 x 100 = 300 (schedule_steps)

@@ -140,9 +140,6 @@ def consistency(reports: list[str]) -> float:
     return score_consistency([extract_conclusion(r) for r in reports]) if len(reports) >= 2 else 0.0
 
 
-def entropy_collapsed(entropy: float, first: float | None, sec) -> bool:
-    if sec.entropy_floor is not None and entropy < sec.entropy_floor:
-        return True
 @torch.no_grad()
 def sequence_logprobs(policy, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
     """log p of each completion token given what precedes it, at ``temperature`` (one forward)."""
@@ -155,6 +152,9 @@ def sequence_logprobs(policy, prompt_ids: list[int], completion_ids: list[int], 
     return torch.log_softmax(logits, -1).gather(-1, target[:, None])[:, 0].tolist()
 
 
+def entropy_collapsed(entropy: float, first: float | None, sec) -> bool:
+    if sec.entropy_floor is not None and entropy < sec.entropy_floor:
+        return True
     return sec.entropy_collapse_ratio is not None and first is not None and entropy < sec.entropy_collapse_ratio * first
 
 
@@ -315,11 +315,11 @@ class Score:
         self.ctx.state["window"] = (self.ctx.state["window"] + [record])[-self.sec.harness_every:]
         self.ctx.log(step, SOLVER, {**solver, **{k: v for k, v in record.items() if isinstance(v, float)},
                                     **query_stats, "reward_std": float(torch.tensor(rewards).std()) if n > 1 else 0.0,
+                                    "zero_variance_groups": zero_variance_groups(
+                                        [rewards[i * G:(i + 1) * G] for i in range(len(queries))]),
                                     "response_length": sum(r.n_model_tokens for r in reports) / n,
                                     "searches": sum(r.n_searches for r in reports) / n, "gen_seconds": gen_seconds,
                                     "harness_version": self.ctx.state["harness_version"]})
-                                    "zero_variance_groups": zero_variance_groups(
-                                        [rewards[i * G:(i + 1) * G] for i in range(len(queries))]),
         self.ctx.log(step, EVALUATOR, {**evaluator, "consistency": r_eval, "advantage": a_eval,
                                        "baseline": self.baseline.value, "rubric_followed": float(rubric.followed),
                                        "rubric_repaired": float(not rubric.followed),
