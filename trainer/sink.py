@@ -40,8 +40,20 @@ class Verdict:
     kind: str  # "task" | "rubric" | "grade"
     key: str  # the sample key the verdict is about
     verdict: str  # "approve" | "flag"
-    edit: str | None = None  # new rubric text, for an edited rubric
+    edit: str | None = None  # an edited rubric: its new text; an edited task: JSON {"question", "answer"}
     reason: str = ""
+
+    def task_edit(self) -> dict | None:
+        """An edited task's ``{"question": ..., "answer": ...}`` (either may be missing), else None."""
+        if self.kind != "task" or not self.edit:
+            return None
+        try:
+            value = json.loads(self.edit)
+        except ValueError:
+            return None
+        if not isinstance(value, dict):
+            return None
+        return {k: str(value[k]) for k in ("question", "answer") if isinstance(value.get(k), str) and value[k].strip()} or None
 
 
 @dataclass

@@ -10,6 +10,9 @@
 """
 from __future__ import annotations
 
+from django.db.models import BooleanField, F, Q, TextField, Value
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, NullIf
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -24,6 +27,7 @@ from apps.review import agreement
 from apps.review import harness as run_harness
 from apps.review.models import Kind, ReviewError, ReviewItem, ReviewStatus
 from apps.runs.models import Run
+from trainer.config import METHOD_NAMES
 from trainer.methods.harness import HarnessError
 
 PAGE_SIZE = 20
@@ -31,7 +35,8 @@ MAX_PAGE_SIZE = 200
 
 VERDICT_BODY = inline_serializer("ReviewVerdict", {
     "verdict": serializers.ChoiceField(["approve", "flag"]),
-    "edit": serializers.CharField(required=False, help_text="A rubric's replacement text."),
+    "edit": serializers.JSONField(required=False, help_text="A rubric's replacement text, or a task's "
+                                  '{"question": ..., "answer": ...} (the recipe receives it as the task\'s text)'),
     "reason": serializers.CharField(required=False, help_text="Why (for a flag)."),
 })
 HARNESS_BODY = inline_serializer("HarnessEdit", {
@@ -39,15 +44,37 @@ HARNESS_BODY = inline_serializer("HarnessEdit", {
 })
 QUEUE_PARAMS = [OpenApiParameter("run", int), OpenApiParameter("kind", str, enum=Kind.values),
                 OpenApiParameter("status", str, enum=[*ReviewStatus.values, "all"]),
+                OpenApiParameter("valid", str, enum=["valid", "invalid"],
+                                 description="The task's validity (its gate verdict); both when left out"),
+                OpenApiParameter("role", str, description="The role that wrote the task (challenger, proposer ...)"),
+                OpenApiParameter("method", str, description="The run's method (spice, ssp ...)"),
                 OpenApiParameter("page", int), OpenApiParameter("page_size", int)]
 
 
+FILTER_NAMES = ("run", "kind", "status", "valid", "role", "method")
+VALID_VALUES = ("valid", "invalid")
+
+
+def annotated(qs=None):
+    """Review items with ``x_valid`` and ``x_role``: their task's validity and role (from the live task
+    row, else from the item's snapshot; an item whose task is unknown counts as valid)."""
+    qs = ReviewItem.objects.all() if qs is None else qs
+    return qs.annotate(
+        x_valid=Coalesce(F("task__valid"), Cast(KT("snapshot__valid"), BooleanField()), Value(True),
+                         output_field=BooleanField()),
+        x_role=Coalesce(NullIf(F("task__role"), Value("")), KT("snapshot__role"), Value(""), output_field=TextField()))
+
+
 def filtered(params) -> tuple[dict, object]:
-    """(the filters as given, the queryset) for run / kind / status; ValidationError for bad values."""
+    """(the filters as given, the queryset, valid tasks first then oldest first) for run / kind / status /
+    valid / role / method; ValidationError names a bad value."""
     run = params.get("run") or ""
     kind = params.get("kind") or ""
     state = params.get("status") or ReviewStatus.PENDING
-    qs = ReviewItem.objects.all()
+    valid = params.get("valid") or ""
+    role = (params.get("role") or "").strip()
+    method = (params.get("method") or "").strip()
+    qs = annotated()
     if run:
         qs = qs.filter(run_number=_int(run, "run"))
     if kind:
@@ -59,7 +86,26 @@ def filtered(params) -> tuple[dict, object]:
             raise ValidationError({"status": f"unknown status {state!r}; use one of "
                                              f"{', '.join(ReviewStatus.values)} or all"})
         qs = qs.filter(status=state)
-    return {"run": run, "kind": kind, "status": state}, qs.order_by("id")
+    if valid:
+        if valid not in VALID_VALUES:
+            raise ValidationError({"valid": f"unknown value {valid!r}; use valid or invalid (or leave it out for both)"})
+        qs = qs.filter(x_valid=valid == "valid")
+    if role:
+        qs = qs.filter(x_role=role)
+    if method:
+        if method not in METHOD_NAMES:
+            raise ValidationError({"method": f"unknown method {method!r}; use one of {', '.join(METHOD_NAMES)}"})
+        qs = qs.filter(run__method=method)
+    filters = {"run": run, "kind": kind, "status": state, "valid": valid, "role": role, "method": method}
+    return filters, qs.order_by("-x_valid", "id")
+
+
+def after(qs, item: ReviewItem):
+    """The items of ``qs`` (ordered valid first, then by id) that come after ``item``."""
+    valid = annotated(ReviewItem.objects.filter(pk=item.pk)).values_list("x_valid", flat=True).first()
+    if valid is None or valid:
+        return qs.filter(Q(x_valid=True, pk__gt=item.pk) | Q(x_valid=False))
+    return qs.filter(x_valid=False, pk__gt=item.pk)
 
 
 # Response schemas (OpenAPI): ReviewItem.as_dict, agreement.run_agreement, the harness view.
@@ -71,11 +117,13 @@ _ITEM_FIELDS = {
     "status": serializers.ChoiceField(choices=["pending", "approved", "flagged"]),
     "verdict": serializers.CharField(allow_null=True), "sampled": serializers.BooleanField(),
     "suspicious": serializers.ListField(child=serializers.CharField()), "reason": serializers.CharField(),
-    "edit": serializers.CharField(allow_null=True), "reviewer": serializers.CharField(allow_null=True),
+    "edit": serializers.JSONField(allow_null=True, help_text="a rubric's new text; a task's {question, answer}"),
+    "reviewer": serializers.CharField(allow_null=True),
     "reviewed_at": serializers.DateTimeField(allow_null=True), "applied_at": serializers.DateTimeField(allow_null=True),
     "created": serializers.DateTimeField(),
     "snapshot": serializers.DictField(help_text="the sample as it was queued (question, answer, rubric, grade ...)")}
 ITEM = inline_serializer("ReviewItem", _ITEM_FIELDS)
+ITEM_LIST = inline_serializer("ReviewBulkItem", _ITEM_FIELDS, many=True)
 QUEUE_PAGE = inline_serializer("ReviewQueuePage", {
     "count": serializers.IntegerField(), "page": serializers.IntegerField(), "pages": serializers.IntegerField(),
     "next": serializers.URLField(allow_null=True), "previous": serializers.URLField(allow_null=True),
@@ -143,6 +191,35 @@ def item(request, item_id: int):
     except ReviewError as exc:
         return error_response(str(exc))
     return Response(found.as_dict())
+
+
+BULK_BODY = inline_serializer("ReviewBulk", {
+    "ids": serializers.ListField(child=serializers.IntegerField(), help_text="review item ids (at most 500)"),
+    "verdict": serializers.ChoiceField(["approve", "flag"]),
+    "reason": serializers.CharField(required=False, help_text="Why (a flag needs one); given to every item."),
+})
+
+
+@extend_schema(summary="One verdict on several review items (all or none)", request=BULK_BODY,
+               responses={200: inline_serializer("ReviewBulkResult", {"count": serializers.IntegerField(),
+                                                                      "results": ITEM_LIST}), **ERRORS})
+@api_view(["POST"])
+@permission_classes([IsAuthenticated])
+def bulk(request):
+    if not can(request.user, "review_items"):
+        return error_response(HasRole("review_items").message, status.HTTP_403_FORBIDDEN)
+    body = request.data if isinstance(request.data, dict) else None
+    if body is None or not isinstance(body.get("ids"), list):
+        return error_response('send a JSON object such as {"ids": [4, 5], "verdict": "flag", "reason": "off topic"}')
+    unknown = sorted(set(body) - {"ids", "verdict", "reason"})
+    if unknown:
+        return error_response(f"unknown field(s) {unknown}; send ids, verdict (approve | flag) and reason "
+                              "(edits are one item at a time: POST review/items/<id>/)")
+    try:
+        items = ReviewItem.review_many(request.user, body["ids"], body.get("verdict"), body.get("reason") or "")
+    except ReviewError as exc:
+        return error_response(str(exc))
+    return Response({"count": len(items), "results": [i.as_dict() for i in items]})
 
 
 @extend_schema(summary="Judge-human agreement of a run (Cohen's kappa), overall, per priority, over steps",

@@ -12,6 +12,8 @@ the recipe through ``Control.harness`` (``feedback.pending_harness``).
 """
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
@@ -19,11 +21,18 @@ from django.utils import timezone
 from apps.runs.live import publish
 
 EDIT_MAX_CHARS = 4000
+TASK_EDIT_MAX_CHARS = 20000
+BULK_MAX = 500
 REASON_MAX_CHARS = 2000
 
 
 class ReviewError(ValueError):
-    """A verdict that cannot be recorded; the message says what to change."""
+    """A verdict that cannot be recorded; the message says what to change and ``field`` names the form
+    field it needs (``reason``, ``edit`` or ``None``), so the page can put the cursor there."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 class Kind(models.TextChoices):
@@ -59,7 +68,7 @@ class ReviewItem(models.Model):
     suspicious = models.JSONField(default=list, blank=True, help_text="Why a detector sent it to review.")
     status = models.CharField(max_length=10, choices=ReviewStatus.choices, default=ReviewStatus.PENDING)
     reason = models.TextField(blank=True, help_text="The reviewer's reason (flags).")
-    edit = models.TextField(blank=True, help_text="A rubric's replacement text.")
+    edit = models.TextField(blank=True, help_text="A rubric's replacement text.")  # a task's: JSON {question, answer}
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                  related_name="review_items")
     reviewer_name = models.CharField(max_length=150, blank=True, help_text="Kept after the user is deleted.")
@@ -97,6 +106,28 @@ class ReviewItem(models.Model):
             publish(self.run_id, {"type": "review", "event": "reviewed", "kind": self.kind, "key": self.key,
                                   "verdict": verdict, "edited": bool(edit), "reviewer": self.reviewer_name})
 
+    @classmethod
+    def review_many(cls, user, ids, verdict: str, reason: str = "") -> list[ReviewItem]:
+        """One verdict (no edit) on several items, all or none; ReviewError names what to fix."""
+        try:
+            wanted = sorted({int(i) for i in ids})
+        except (TypeError, ValueError):
+            raise ReviewError("ids must be review item ids (integers)") from None
+        if not wanted:
+            raise ReviewError("select at least one item")
+        if len(wanted) > BULK_MAX:
+            raise ReviewError(f"{len(wanted)} items selected; review at most {BULK_MAX} at once")
+        items = list(cls.objects.filter(pk__in=wanted))
+        missing = sorted(set(wanted) - {i.pk for i in items})
+        if missing:
+            raise ReviewError(f"no review item with id {', '.join(map(str, missing[:10]))}")
+        for item in items:
+            _check(item, verdict, None, reason)
+        with transaction.atomic():
+            for item in items:
+                item.review(user, verdict, None, reason)
+        return items
+
     def as_verdict(self):
         from trainer.sink import Verdict
 
@@ -107,7 +138,8 @@ class ReviewItem(models.Model):
             "id": self.pk, "run": self.run_number, "run_exists": self.run_id is not None, "kind": self.kind,
             "key": self.key, "step": self.step, "task_key": self.task_key, "priority": self.priority or None,
             "judge_score": self.judge_score, "status": self.status, "verdict": self.verdict,
-            "sampled": self.sampled, "suspicious": self.suspicious, "reason": self.reason, "edit": self.edit or None,
+            "sampled": self.sampled, "suspicious": self.suspicious, "reason": self.reason,
+            "edit": task_edit_of(self) if self.kind == Kind.TASK and self.edit else (self.edit or None),
             "reviewer": self.reviewer_name or None, "reviewed_at": self.reviewed_at, "applied_at": self.applied_at,
             "created": self.created, "snapshot": self.snapshot,
         }
@@ -116,24 +148,69 @@ class ReviewItem(models.Model):
 def _check(item: ReviewItem, verdict, edit, reason) -> tuple[str, str, str]:
     if verdict not in VERDICT_STATUS:
         raise ReviewError(f"verdict must be 'approve' or 'flag', got {verdict!r}")
-    if edit is not None and not isinstance(edit, str):
-        raise ReviewError("edit must be the rubric's new text (a string)")
+    if item.kind == Kind.TASK and edit not in (None, ""):
+        edit = _task_edit(item, edit)
+    elif edit is not None and not isinstance(edit, str):
+        raise ReviewError("edit must be the rubric's new text (a string)", "edit")
     if reason is None:
         reason = ""
     if not isinstance(reason, str):
-        raise ReviewError("reason must be text")
+        raise ReviewError("reason must be text", "reason")
     edit = (edit or "").strip()
-    if edit and item.kind != Kind.RUBRIC:
-        raise ReviewError(f"only rubrics can be edited; this item is a {item.kind} (drop 'edit' or flag it)")
-    if len(edit) > EDIT_MAX_CHARS:
-        raise ReviewError(f"edit is {len(edit)} characters; a rubric is one sentence (at most {EDIT_MAX_CHARS})")
+    if edit and item.kind not in (Kind.RUBRIC, Kind.TASK):
+        raise ReviewError(f"only tasks and rubrics can be edited; this item is a {item.kind} (drop 'edit' or flag it)",
+                          "edit")
+    if item.kind == Kind.RUBRIC and len(edit) > EDIT_MAX_CHARS:
+        raise ReviewError(f"edit is {len(edit)} characters; a rubric is one sentence (at most {EDIT_MAX_CHARS})", "edit")
     reason = reason.strip()
     if verdict == "flag" and not reason and not edit:
         raise ReviewError("a flag needs a reason: say what is wrong (e.g. 'the gold answer is not in the document'), "
-                          "so the researcher and the recipe's event log can act on it")
+                          "so the researcher and the recipe's event log can act on it", "reason")
     if len(reason) > REASON_MAX_CHARS:
-        raise ReviewError(f"reason is {len(reason)} characters; keep it under {REASON_MAX_CHARS}")
+        raise ReviewError(f"reason is {len(reason)} characters; keep it under {REASON_MAX_CHARS}", "reason")
     return verdict, edit, reason
+
+
+def _task_edit(item: ReviewItem, edit) -> str:
+    """A task edit ({"question", "answer"}, as an object or its JSON text) -> its canonical JSON text."""
+    if isinstance(edit, str):
+        try:
+            edit = json.loads(edit)
+        except ValueError:
+            raise ReviewError('a task edit is {"question": "...", "answer": "..."} (JSON); got text that is not JSON',
+                              "edit") from None
+    if not isinstance(edit, dict):
+        raise ReviewError('a task edit is {"question": "...", "answer": "..."}', "edit")
+    unknown = sorted(set(edit) - {"question", "answer"})
+    if unknown:
+        raise ReviewError(f"a task edit has only question and answer; drop {unknown}", "edit")
+    out = {}
+    for name in ("question", "answer"):
+        value = edit.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ReviewError(f"the edited {name} must be text", "edit")
+        if len(value) > TASK_EDIT_MAX_CHARS:
+            raise ReviewError(f"the edited {name} is {len(value)} characters; at most {TASK_EDIT_MAX_CHARS}", "edit")
+        out[name] = value.strip()
+    if not out.get("question"):
+        raise ReviewError("the edited question is empty: write the question as it should be (or flag the task)", "edit")
+    snap = item.snapshot or {}
+    if out.get("question") == (snap.get("question") or "").strip() and out.get("answer", snap.get("answer")) == snap.get("answer"):
+        return ""  # nothing changed: a plain verdict
+    return json.dumps(out, ensure_ascii=False)
+
+
+def task_edit_of(item: ReviewItem) -> dict | None:
+    """An edited task's {"question", "answer"}, else None."""
+    if item.kind != Kind.TASK or not item.edit:
+        return None
+    try:
+        value = json.loads(item.edit)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class HarnessEdit(models.Model):

@@ -20,14 +20,17 @@ from rest_framework.exceptions import ValidationError
 
 from apps.accounts.roles import can_control_run, role_required
 from apps.review import harness as run_harness
-from apps.review.api import filtered
+from apps.review.api import FILTER_NAMES, VALID_VALUES, after, annotated, filtered
 from apps.review.context import item_context
-from apps.review.models import Kind, ReviewError, ReviewItem, ReviewStatus
+from apps.review.models import Kind, ReviewError, ReviewItem, ReviewStatus, task_edit_of
 from apps.review.panel import harness_context, verdicts_context
 from apps.runs.models import Run
+from trainer.config import METHOD_NAMES
 from trainer.methods.harness import HarnessError
 
-FILTERS = ("run", "kind", "status")
+FILTERS = FILTER_NAMES
+FOCUSABLE = ("reason", "edit", "bulk-reason")
+SELECTION = 50  # items listed for bulk verdicts  # form fields a refused verdict can send the cursor to
 
 
 @role_required("review_items")
@@ -43,12 +46,21 @@ def index(request):
         "filters": filters, "query": query, "item": item, "total": qs.count(),
         "kinds": Kind.values, "statuses": [*ReviewStatus.values, "all"],
         "runs": ReviewItem.objects.values("run_number").annotate(n=Count("id")).order_by("-run_number")[:100],
+        "methods": METHOD_NAMES, "validities": VALID_VALUES,
+        "roles": sorted({r for r in annotated().values_list("x_role", flat=True).distinct()[:50] if r}),
     }
     pending = dict(ReviewItem.objects.filter(status=ReviewStatus.PENDING).values_list("kind")
                    .annotate(n=Count("id")).values_list("kind", "n"))
     context["pending_counts"] = [(k, pending.get(k, 0)) for k in Kind.values]
+    context["focus"] = request.GET.get("focus") if request.GET.get("focus") in FOCUSABLE else ""
+    context["bulk_open"] = context["focus"] == "bulk-reason"
+    context["selection"] = list(qs[:SELECTION]) if context["total"] else []
+    for i in context["selection"]:
+        snap = i.snapshot or {}
+        i.summary = snap.get("question") or snap.get("text") or snap.get("rubric_text") or ""
     if item is not None:
         context.update(item_context(item))
+        context["task_edit"] = task_edit_of(item)
         context["next_url"] = "?" + urlencode({**{k: v for k, v in filters.items() if v}, "after": item.pk})
     return render(request, "review/index.html", context)
 
@@ -60,9 +72,11 @@ def _current(request, qs) -> ReviewItem | None:
         if found is not None:
             return found
     qs = qs.select_related("run", "task", "rubric", "grade")
-    after = request.GET.get("after")
-    if after and after.isdigit():
-        return qs.filter(pk__gt=int(after)).first() or qs.first()  # past the end: wrap around
+    previous = request.GET.get("after")
+    if previous and previous.isdigit():
+        seen = ReviewItem.objects.filter(pk=int(previous)).first()
+        if seen is not None:
+            return after(qs, seen).first() or qs.first()  # past the end: wrap around
     return qs.first()
 
 
@@ -71,15 +85,38 @@ def _current(request, qs) -> ReviewItem | None:
 def review_item(request, item_id: int):
     item = get_object_or_404(ReviewItem, pk=item_id)
     back = {k: request.POST.get(k) for k in FILTERS if request.POST.get(k)}
-    edit = request.POST.get("edit") if request.POST.get("with_edit") else None
+    edit = None
+    if request.POST.get("with_edit"):
+        if item.kind == Kind.TASK:
+            edit = {"question": request.POST.get("edit_question", ""), "answer": request.POST.get("edit_answer", "")}
+        else:
+            edit = request.POST.get("edit")
     try:
         item.review(request.user, request.POST.get("verdict"), edit, request.POST.get("reason", ""))
     except ReviewError as exc:
         messages.error(request, f"Not saved: {exc}.")
-        return redirect(f"/review/?{urlencode({**back, 'item': item.pk})}")
+        focus = {"focus": exc.field} if exc.field else {}  # the page puts the cursor in the field it needs
+        return redirect(f"/review/?{urlencode({**back, 'item': item.pk, **focus})}")
     done = "edited" if item.edit else item.status
     messages.success(request, f"{item.kind.capitalize()} {item.key} of run {item.run_number} {done}.")
     return redirect(f"/review/?{urlencode({**back, 'after': item.pk})}")
+
+
+@require_POST
+@role_required("review_items")
+def review_bulk(request):
+    """One verdict for the items ticked in the queue's list (a flag's reason goes to each)."""
+    back = {k: request.POST.get(k) for k in FILTERS if request.POST.get(k)}
+    ids = request.POST.getlist("ids")
+    try:
+        items = ReviewItem.review_many(request.user, ids, request.POST.get("verdict"), request.POST.get("reason", ""))
+    except ReviewError as exc:
+        messages.error(request, f"Not saved: {exc}.")
+        focus = {"focus": "bulk-reason"} if exc.field == "reason" else {}
+        return redirect(f"/review/?{urlencode({**back, **focus})}")
+    verdict = items[0].status
+    messages.success(request, f"{len(items)} item{'s' if len(items) != 1 else ''} {verdict}.")
+    return redirect(f"/review/?{urlencode(back)}")
 
 
 def run_panel(request, run_id: int):

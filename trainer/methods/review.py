@@ -6,6 +6,11 @@ counts as invalid for the Challenger/Proposer reward. It is recognised by its si
 replayed SSP question keeps its key) and by its question text (normalised), so the same
 question written again later is caught too. A later "approve" of the same key lifts the flag.
 
+A reviewer can also edit a task's question and gold answer (``Verdict.task_edit()``). The edit is
+kept by key (``edits``) and ``apply_edits`` rewrites the recipe's stored copies of the task: SSP's
+replay buffer and SCOPE's task pool, so a replayed or pooled task trains on the corrected text.
+A task consumed in the step that wrote it (SPICE) has no stored copy left to change.
+
 The flagged sets go into the checkpoint (``state_dict``) and survive resume; the key ->
 question index only remembers the most recent ``memory`` tasks and is not checkpointed.
 """
@@ -27,6 +32,7 @@ class ReviewState:
     def __init__(self, memory: int = 50_000):
         self.flagged_keys: set[str] = set()
         self.flagged_questions: set[str] = set()
+        self.edits: dict[str, dict] = {}  # task key -> {"question", "answer"} a reviewer wrote
         self._questions: OrderedDict[str, str] = OrderedDict()
         self.memory = memory
 
@@ -45,6 +51,9 @@ class ReviewState:
         for v in verdicts:
             if v.kind != "task":
                 continue
+            edit = v.task_edit()
+            if edit:
+                self.edits[v.key] = edit
             text = self._questions.get(v.key)
             if v.verdict == "flag":
                 if v.key not in self.flagged_keys:
@@ -58,14 +67,30 @@ class ReviewState:
                     self.flagged_questions.discard(text)
         return newly
 
+    def apply_edits(self, entries: list[dict]) -> int:
+        """Rewrite stored tasks (dicts with ``key``, ``question`` and maybe ``answer``) a reviewer edited,
+        in place; returns how many changed."""
+        changed = 0
+        for entry in entries:
+            edit = self.edits.get(entry.get("key"))
+            if not edit:
+                continue
+            new = {k: v for k, v in edit.items() if k == "question" or "answer" in entry}
+            if any(entry.get(k) != v for k, v in new.items()):
+                entry.update(new)
+                changed += 1
+        return changed
+
     def is_flagged(self, key: str | None = None, question: str | None = None) -> bool:
         if key is not None and key in self.flagged_keys:
             return True
         return bool(question) and normalize_question(question) in self.flagged_questions
 
     def state_dict(self) -> dict:
-        return {"flagged_keys": sorted(self.flagged_keys), "flagged_questions": sorted(self.flagged_questions)}
+        return {"flagged_keys": sorted(self.flagged_keys), "flagged_questions": sorted(self.flagged_questions),
+                "edits": dict(self.edits)}
 
     def load_state_dict(self, state: dict) -> None:
         self.flagged_keys = set(state.get("flagged_keys", []))
         self.flagged_questions = set(state.get("flagged_questions", []))
+        self.edits = dict(state.get("edits", {}))

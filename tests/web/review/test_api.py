@@ -74,7 +74,9 @@ def test_a_reviewer_approves_flags_and_edits(queued, reviewer):
 @pytest.mark.parametrize("body, message", [
     ({"verdict": "reject"}, "verdict must be 'approve' or 'flag', got 'reject'"),
     ({}, "verdict must be 'approve' or 'flag', got None"),
-    ({"verdict": "approve", "edit": "x"}, "only rubrics can be edited"),
+    ({"verdict": "approve", "edit": "x"}, 'a task edit is {"question"'),
+    ({"verdict": "approve", "edit": {"question": " "}}, "the edited question is empty"),
+    ({"verdict": "approve", "edit": {"question": "Q?", "hint": "x"}}, "a task edit has only question and answer"),
     ({"verdict": "flag", "reason": 5}, "reason must be text"),
     ({"verdict": "flag", "why": "x"}, "unknown field(s) ['why']"),
 ])

@@ -61,8 +61,10 @@ def test_bad_verdicts_are_refused_with_a_reason(run, reviewer):
     task = ReviewItem.objects.get(kind="task", key="1:t0")
     with pytest.raises(ReviewError, match="approve' or 'flag"):
         task.review(reviewer, "maybe")
-    with pytest.raises(ReviewError, match="only rubrics can be edited"):
+    with pytest.raises(ReviewError, match="a task edit is .* not JSON"):
         task.review(reviewer, "approve", edit="new text")
+    with pytest.raises(ReviewError, match="only tasks and rubrics can be edited"):
+        ReviewItem.objects.get(kind="grade", key="1:t0:a0:g0").review(reviewer, "approve", edit="new text")
     with pytest.raises(ReviewError, match="at most 4000"):
         ReviewItem.objects.get(kind="rubric", key="1:t0:r0").review(reviewer, "approve", edit="x" * 4001)
     task.refresh_from_db()
@@ -104,3 +106,40 @@ def test_a_harness_edit_is_handed_over_once_the_newest_winning(make_run, researc
     assert HarnessEdit.objects.filter(run=run, applied_at__isnull=True).count() == 0
     new.refresh_from_db()
     assert new.applied_at is not None
+
+
+def test_a_task_edit_reaches_the_recipe_and_rewrites_its_stored_copies(run, reviewer):
+    """A reviewer corrects a task's question and gold answer: the sink hands the edit over at the next step
+    boundary, and the recipe's review state rewrites the task where it still holds it (SSP's replay
+    buffer, SCOPE's pool); a later flag of another task still works the old way."""
+    from trainer.methods.review import ReviewState
+
+    sink = _queue(run)
+    task = ReviewItem.objects.get(kind="task", key="1:t0")
+    task.review(reviewer, "approve", edit={"question": "In which year did Apollo 11 land?", "answer": "1969"})
+    task.refresh_from_db()
+    assert task.as_dict()["edit"] == {"question": "In which year did Apollo 11 land?", "answer": "1969"}
+    [verdict] = sink.control().verdicts
+    assert verdict.task_edit() == {"question": "In which year did Apollo 11 land?", "answer": "1969"}
+
+    state = ReviewState()
+    buffer = [{"key": "1:t0", "question": "Question 1-0: what year?", "answer": "1968", "step": 1},
+              {"key": "1:t1", "question": "Question 1-1: what year?", "answer": "1969", "step": 1}]
+    state.apply([verdict])
+    assert state.apply_edits(buffer) == 1
+    assert buffer[0]["question"] == "In which year did Apollo 11 land?" and buffer[0]["answer"] == "1969"
+    assert buffer[1]["question"] == "Question 1-1: what year?"
+    pool = [{"key": "1:t0", "question": "old"}]  # SCOPE's pool has no gold answer: only the question changes
+    assert state.apply_edits(pool) == 1 and pool == [{"key": "1:t0", "question": "In which year did Apollo 11 land?"}]
+    resumed = ReviewState()
+    resumed.load_state_dict(state.state_dict())  # the edit survives a checkpoint
+    assert resumed.edits == state.edits
+
+
+def test_an_unchanged_task_edit_is_a_plain_verdict(run, reviewer):
+    _queue(run)
+    task = ReviewItem.objects.get(kind="task", key="1:t0")
+    snap = task.snapshot
+    task.review(reviewer, "approve", edit={"question": snap["question"], "answer": snap["answer"]})
+    task.refresh_from_db()
+    assert task.edit == "" and task.as_verdict().task_edit() is None
