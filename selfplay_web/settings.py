@@ -7,12 +7,14 @@ SECRET_KEY     generated once into the data dir when absent (outside production)
 DEBUG (default false: DEBUG=true for development only; its error pages list every URL pattern), ALLOWED_HOSTS
 Security (DEBUG off; docs/SECURITY.md): SELFPLAY_INSECURE_HTTP, SELFPLAY_BEHIND_PROXY, CSRF_TRUSTED_ORIGINS,
 SECURE_HSTS_SECONDS / _INCLUDE_SUBDOMAINS / _PRELOAD, SECURE_SSL_REDIRECT, SESSION_COOKIE_SECURE, CSRF_COOKIE_SECURE,
-SELFPLAY_JUDGE_ENDPOINTS (where the workers' API keys may go)
+SELFPLAY_JUDGE_ENDPOINTS (where the workers' API keys may go), SELFPLAY_DATASETS_DIR (the only folder a run's
+config may name files in; default <data dir>/datasets)
 """
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -142,6 +144,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 MODELS_DIR = DATA_DIR / "models"
 RUNS_DIR = DATA_DIR / "runs"
+# The only folder a run's config may name files in (data.path, ssp.answers_path, ...: trainer/paths.py)
+DATASETS_DIR = (Path(os.environ["SELFPLAY_DATASETS_DIR"]).expanduser() if os.environ.get("SELFPLAY_DATASETS_DIR")
+                else DATA_DIR / "datasets")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

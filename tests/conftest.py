@@ -47,9 +47,9 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
 @pytest.fixture(autouse=True)
 def _environment_as_found():
     """A run job executed in-process sets variables for its trainer: SELFPLAY_DATA_DIR (execute_run; a later
-    server subprocess derives its database address from it) and SELFPLAY_JUDGE_ENDPOINTS (apps/runs/sealed.py:
-    open_for_worker). Every test ends with them as it began."""
-    names = ("SELFPLAY_DATA_DIR", "SELFPLAY_JUDGE_ENDPOINTS")
+    server subprocess derives its database address from it), SELFPLAY_DATASETS_DIR (execute_run) and
+    SELFPLAY_JUDGE_ENDPOINTS (apps/runs/sealed.py: open_for_worker). Every test ends with them as it began."""
+    names = ("SELFPLAY_DATA_DIR", "SELFPLAY_JUDGE_ENDPOINTS", "SELFPLAY_DATASETS_DIR")
     before = {name: os.environ.get(name) for name in names}
     yield
     for name, value in before.items():

@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator, model_validator
 
 from trainer.method_configs import SECTIONS, MethodSection, Section
+from trainer.paths import file_field
 
 METHOD_NAMES = tuple(SECTIONS)
 
@@ -164,13 +165,15 @@ class CheckpointConfig(Section):
 
 
 class DataConfig(Section):
-    path: str | None = Field(
-        None, description="JSONL prompt set (prompt, answer), or bundled:gsm8k / bundled:aime2025 / bundled:gpqa.")
+    path: str | None = file_field(
+        None, bundled=True,
+        description="JSONL prompt set (prompt, answer), or bundled:gsm8k / bundled:aime2025 / bundled:gpqa.")
     limit: int | None = Field(None, ge=1, description="Use only the first N records.")
 
 
 class CorpusConfig(Section):
-    path: str | None = Field(None, description="JSONL corpus ({title, text} per line) for the standalone search tool.")
+    path: str | None = file_field(
+        None, bundled=True, description="JSONL corpus ({title, text} per line) for the standalone search tool.")
 
 
 class ReviewConfig(Section):

@@ -16,6 +16,7 @@ import importlib.util
 from pathlib import Path
 
 from trainer.jsonl import json_objects
+from trainer.paths import check_file
 
 BUNDLED_SETS = ("gsm8k", "aime2025", "gpqa")
 
@@ -85,6 +86,7 @@ def load_prompt_set(path: str, prompt_key: str = "prompt", answer_key: str = "an
             raise DataError(f"unknown bundled prompt set {name!r}; choose one of {', '.join(BUNDLED_SETS)}")
         rows = globals()[name]()
     else:
+        check_file("data.path", path)  # a web worker reads only the datasets folder (trainer/paths.py)
         file = Path(path).expanduser()
         if not file.is_file():
             raise DataError(f"data.path {path} does not exist; give a JSONL file or bundled:gsm8k")

@@ -28,6 +28,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trainer.paths import file_field
+
 _NUMBERS = (int, float, Optional[int], Optional[float])
 
 
@@ -274,7 +276,8 @@ class SspSection(MethodSection):
     answer_source: Literal["corpus", "list"] = Field(
         "corpus", description="Answers to start from: corpus = document titles and short named spans (ours), "
                               "list = the file in answers_path.")
-    answers_path: str | None = Field(None, description="answer_source=list: a .txt (one answer per line) or .jsonl ({answer}).")
+    answers_path: str | None = file_field(
+        None, description="answer_source=list: a .txt (one answer per line) or .jsonl ({answer}).")
     answer_title_fraction: float = Field(
         0.5, ge=0, le=1, description="answer_source=corpus: share of answers that are document titles, the rest spans (ours).")
     answer_max_words: int = Field(5, ge=1, description="answer_source=corpus: longest answer in words (ours).")
@@ -484,7 +487,7 @@ class ScoreSection(MethodSection):
         0.25, ge=0, le=1, description="Stop early when solver entropy falls below this fraction of its first-step "
         "value for entropy_patience steps in a row (ours; the paper stops on entropy collapse). None = never.")
     entropy_patience: int = Field(2, ge=1, description="Consecutive collapsed steps before stopping (ours).")
-    queries_path: str | None = Field(
+    queries_path: str | None = file_field(
         None, description="JSONL of research queries ({'query'}); None = generate queries from the corpus (ours).")
     query_fallback: Literal["title", "skip"] = Field(
         "title", description="A document whose generated query does not parse: a templated query from its title "

@@ -238,7 +238,11 @@ def _seed_rank_sampling(seed: int, step: int) -> None:
 
 
 def _preflight(cfg: Config) -> None:
-    """Cheap input checks before minutes of model loading (they raise DataError / CorpusError)."""
+    """Cheap input checks before minutes of model loading (they raise DataError / CorpusError, and
+    PathNotAllowed for a file outside the datasets folder of a web worker: trainer/paths.py)."""
+    from trainer.paths import check_config
+
+    check_config(cfg)
     if cfg.section.needs_prompt_set:
         from trainer.data import load_prompt_set
 

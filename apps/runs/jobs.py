@@ -27,6 +27,7 @@ from apps.runs.models import IllegalTransition, Run, Status
 from apps.runs.ranks import train_ranks
 from apps.runs.sealed import open_for_worker
 from apps.runs.sink import DjangoSink, with_db_retry
+from trainer.paths import ENV as DATASETS_ENV
 
 log = logging.getLogger("selfplay.runs")
 
@@ -37,6 +38,8 @@ def execute_run(run_id: int) -> str:
 
 def _execute(run: Run):
     os.environ.setdefault("SELFPLAY_DATA_DIR", str(settings.DATA_DIR))
+    # the trainer (and the GPU ranks, which inherit it) reads config files only from the datasets folder
+    os.environ[DATASETS_ENV] = str(settings.DATASETS_DIR)
     sink = DjangoSink(run)
     try:
         run_dir = Path(run.run_dir or Path(settings.RUNS_DIR) / str(run.pk))

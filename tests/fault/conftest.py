@@ -168,7 +168,8 @@ def worker(fault_redis, web_dirs, tmp_path):  # noqa: F811
 
     def start(*queues: str, scheduler: bool = False, **extra_env) -> Worker:
         env = {**os.environ, "DATABASE_URL": test_database_url(), "REDIS_URL": fault_redis.url,
-               "SELFPLAY_DATA_DIR": str(web_dirs), "SELFPLAY_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
+               "SELFPLAY_DATA_DIR": str(web_dirs), "SELFPLAY_DATASETS_DIR": str(web_dirs / "prompts"),
+               "SELFPLAY_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
                "SELFPLAY_TORCH_THREADS": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
                "PYTHONUNBUFFERED": "1", **{k: str(v) for k, v in extra_env.items()}}
         env.pop("DJANGO_SETTINGS_MODULE", None)

@@ -102,6 +102,9 @@ SOLVER, EVALUATOR = "solver", "evaluator"
 
 def load_queries(path: str) -> list[str]:
     """Queries from a JSONL file (``{"query": ...}`` per line) or a plain text file (one per line)."""
+    from trainer.paths import check_file
+
+    check_file("score.queries_path", path)  # a web worker reads only the datasets folder (trainer/paths.py)
     rows = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):

@@ -255,6 +255,9 @@ def corpus_answer(doc_title: str, doc_text: str, rng: random.Random, title_fract
 
 def load_answers(path: str | Path) -> list[str]:
     """A user answer list: one answer per line (.txt), or JSONL with an ``answer`` field."""
+    from trainer.paths import check_file
+
+    check_file("ssp.answers_path", path)  # a web worker reads only the datasets folder (trainer/paths.py)
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"ssp.answers_path {p} does not exist; give a .txt (one answer per line) or "

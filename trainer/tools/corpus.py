@@ -197,6 +197,9 @@ def corpus_path(spec: str | Path, data_dir: str | Path | None = None) -> Path:
     text = str(spec).strip()
     match = re.fullmatch(r"bundled:(\w+)", text)
     if not match:
+        from trainer.paths import check_file
+
+        check_file("corpus.path", text)  # a web worker reads only the datasets folder (trainer/paths.py)
         path = Path(text).expanduser()
         if not path.is_file():
             raise CorpusError(f"corpus.path {text!r} is not a file; give a JSONL corpus or bundled:wikipedia")

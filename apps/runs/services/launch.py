@@ -11,9 +11,10 @@ Every problem is reported at once as ``LaunchError.problems`` = [(key path, mess
 paths being the trainer's (``train.lr``) or the launch fields (``method``, ``corpus``, ``queue``).
 
 Web and API launches (``web=True``) are guarded: the model must be a bundled name, a folder
-of the models directory (``settings.MODELS_DIR``) or a path inside it; ``data.path`` must be
-``bundled:...`` or a file inside the data directory; ``model.trust_remote_code: true`` needs
-the ``allow_remote_code`` permission.
+of the models directory (``settings.MODELS_DIR``) or a path inside it; ``model.trust_remote_code: true``
+needs the ``allow_remote_code`` permission. Every launch (web, API and ``manage.py launch``) checks every
+file field of the config (``data.path``, ``ssp.answers_path``, ``score.queries_path``, ``corpus.path``:
+trainer/paths.py) against the datasets folder ``settings.DATASETS_DIR``; the worker checks again.
 
 Queue: a run goes to the ``cpu`` queue when its config says ``train.device: cpu``, else to
 ``gpu``; an explicit ``queue`` ("cpu" | "gpu") wins. Workers choose what they serve
@@ -36,8 +37,8 @@ from apps.runs.models import Run, RunEvent
 from apps.runs.sealed import endpoint_problems, seal_inputs
 from apps.runs.services.lifecycle import enqueue
 from trainer.config import METHOD_NAMES, ConfigError, load_config
-from trainer.data import missing_prompt_file
 from trainer.method_configs import SECTIONS
+from trainer.paths import config_path_problems
 
 QUEUES = ("gpu", "cpu")
 
@@ -154,7 +155,7 @@ def _get(values: dict, dotted: str):
 
 
 def _guard(values: dict, user, web: bool) -> list[tuple[str, str]]:
-    """The web's rules: allowed model directories, data files inside the data dir, remote code."""
+    """The web's rules: allowed model directories, files only from the datasets folder, remote code."""
     problems = []
     if _get(values, "model.trust_remote_code") is True and web and not can(user, "allow_remote_code"):
         problems.append(("model.trust_remote_code", "running model code from a checkpoint needs the "
@@ -163,25 +164,26 @@ def _guard(values: dict, user, web: bool) -> list[tuple[str, str]]:
     error = check_model(name, web) if isinstance(name, str) and name else None
     if error:
         problems.append(("model.name_or_path", error))
-    path = _get(values, "data.path")
-    if web and isinstance(path, str) and path and not path.startswith("bundled:") and not _inside(path, data_dirs()):
-        problems.append(("data.path", f"{path} is outside the data directory {settings.DATA_DIR}; "
-                                      "put the JSONL there or use bundled:gsm8k"))
-    elif (web or (isinstance(path, str) and _inside(path, data_dirs()))) and (missing := missing_prompt_file(path)):
-        # the data directory is every worker's: a missing file would fail the run later, on the worker
-        problems.append(("data.path", f"{missing}; put the JSONL (prompt and answer on each line) there or use "
-                                      "bundled:gsm8k"))
     if web and _get(values, "corpus.path"):
         problems.append(("corpus.path", "the web injects the chosen corpus; leave corpus.path empty"))
+    # every file field (trainer/paths.py walks the schema), web and command line alike: the workers read only
+    # the datasets folder, and check again before reading
+    problems += [p for p in path_problems(values) if p[0] not in {q[0] for q in problems}]
     return problems
+
+
+def path_problems(values: dict) -> list[tuple[str, str]]:
+    """[(field, why)] for each file a config names outside the datasets folder (``settings.DATASETS_DIR``),
+    or one that is missing there (the folder is every worker's: the run would fail later, on the worker)."""
+    return config_path_problems(values, datasets_dir(), settings.DATA_DIR)
+
+
+def datasets_dir() -> Path:
+    return Path(settings.DATASETS_DIR)
 
 
 def models_dirs() -> list[Path]:
     return [Path(settings.MODELS_DIR)]
-
-
-def data_dirs() -> list[Path]:
-    return [Path(d) for d in getattr(settings, "RUN_DATA_DIRS", [settings.DATA_DIR])]
 
 
 def check_model(name: str, web: bool = True) -> str | None:
@@ -202,11 +204,6 @@ def check_model(name: str, web: bool = True) -> str | None:
     except ModelNotFound as exc:
         return str(exc)
     return None
-
-
-def _inside(path: str, dirs: list[Path]) -> bool:
-    real = Path(path).expanduser().resolve()
-    return any(real == d.resolve() or d.resolve() in real.parents for d in dirs)
 
 
 def available_models() -> list[dict]:

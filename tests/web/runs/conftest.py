@@ -50,9 +50,10 @@ def web_dirs(tmp_path_factory, tiny_model_dir, tiny_prompts_path):  # noqa: F811
 
 @pytest.fixture
 def run_env(settings, web_dirs, tmp_path):
-    """Settings pointing at the temporary models / data / runs directories."""
+    """Settings pointing at the temporary models / datasets / runs directories (the datasets folder, the only one
+    a run's config may name files in, is ``prompts/``; a worker started elsewhere gets SELFPLAY_DATASETS_DIR)."""
     settings.MODELS_DIR = web_dirs / "models"
-    settings.RUN_DATA_DIRS = [web_dirs]
+    settings.DATASETS_DIR = web_dirs / "prompts"
     settings.RUNS_DIR = tmp_path / "runs"
     return web_dirs
 

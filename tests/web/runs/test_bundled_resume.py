@@ -37,7 +37,7 @@ def fresh_data_dir(settings, tmp_path, monkeypatch, tiny_prompts_path):  # noqa:
     monkeypatch.setenv("SELFPLAY_DATA_DIR", str(root))
     settings.DATA_DIR = root
     settings.MODELS_DIR = root / "models"
-    settings.RUN_DATA_DIRS = [root]
+    settings.DATASETS_DIR = root / "prompts"
     settings.RUNS_DIR = root / "runs"
     assert not (root / "models" / BUNDLED).exists()
     return root

@@ -29,7 +29,7 @@ def cpu_worker(private_redis, tmp_path, request):
     database_url = _database_url()  # before fresh_data_dir moves SELFPLAY_DATA_DIR (the embedded database's address)
     fresh = request.getfixturevalue("fresh_data_dir")
     env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": private_redis,
-           "SELFPLAY_DATA_DIR": str(fresh), "PYTHONUNBUFFERED": "1"}
+           "SELFPLAY_DATA_DIR": str(fresh), "SELFPLAY_DATASETS_DIR": str(fresh / "prompts"), "PYTHONUNBUFFERED": "1"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:

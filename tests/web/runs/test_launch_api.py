@@ -55,7 +55,7 @@ def test_invalid_config_is_refused_with_every_key_path(researcher, tiny_grpo):
     ({"method": "ppo"}, "method", "unknown method"),
     ({"method": "grpo", "model": "/etc"}, "model.name_or_path", "outside the allowed model directories"),
     ({"method": "grpo", "model": "no-such-model"}, "model.name_or_path", "not found"),
-    ({"method": "grpo", "config": {"data": {"path": "/etc/passwd"}}}, "data.path", "outside the data directory"),
+    ({"method": "grpo", "config": {"data": {"path": "/etc/passwd"}}}, "data.path", "outside the datasets folder"),
     ({"method": "spice"}, "corpus", "trains on a corpus"),
     ({"method": "grpo", "corpus": "nope"}, "corpus", "no corpus named 'nope'"),
     ({"method": "grpo", "queue": "tpu"}, "queue", "unknown queue"),

@@ -96,17 +96,15 @@ def test_reuse_active_replaces_a_running_run_whose_worker_stopped(db, run_env, p
     assert f"run {active.pk} had lost its worker" in err.getvalue()
 
 
-def test_a_missing_data_file_is_refused_at_launch_and_one_outside_the_data_dir_is_warned_of(db, run_env, tiny_grpo,
-                                                                                           tmp_path):
+def test_a_missing_data_file_and_one_outside_the_datasets_folder_are_refused_at_launch(db, run_env, tiny_grpo,
+                                                                                        tmp_path):
     model, _ = tiny_grpo
-    missing = run_env / "prompts" / "nope.jsonl"  # inside the data directory, which every worker shares
-    with pytest.raises(CommandError, match=r"data\.path: .*nope\.jsonl does not exist; put the JSONL"):
+    missing = run_env / "prompts" / "nope.jsonl"  # inside the datasets folder, which every worker shares
+    with pytest.raises(CommandError, match=r"data\.path: .*nope\.jsonl does not exist; put the file"):
         call_command("launch", "grpo", "--model", model, "--set", f"data.path={missing}", "--set", "train.device=cpu")
+    elsewhere = tmp_path / "elsewhere.jsonl"  # the workers read only the datasets folder, whoever launches
+    elsewhere.write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    with pytest.raises(CommandError, match=r"data\.path: .*elsewhere\.jsonl is outside the datasets folder; put "
+                                           r"the file in the datasets folder"):
+        call_command("launch", "grpo", "--model", model, "--set", f"data.path={elsewhere}", "--set", "train.device=cpu")
     assert not Run.objects.exists()
-    elsewhere = tmp_path / "elsewhere.jsonl"  # the operator's own path: a worker on another machine may have it
-    out, err = io.StringIO(), io.StringIO()
-    call_command("launch", "grpo", "--model", model, "--set", f"data.path={elsewhere}", "--set", "train.device=cpu",
-                 stdout=out, stderr=err)
-    run = Run.objects.get()
-    assert out.getvalue().strip() == str(run.pk)
-    assert f"warning: run {run.pk}: data.path {elsewhere} does not exist on this machine" in err.getvalue()

@@ -21,7 +21,6 @@ from apps.runs.models import ACTIVE, ENDED, IllegalTransition, Run, Status
 from apps.runs.services.launch import LaunchError, launch
 from apps.runs.services.lifecycle import reap_stale_runs
 from trainer.config import METHOD_NAMES
-from trainer.data import missing_prompt_file
 
 
 class Command(SchemaCommand):
@@ -123,13 +122,10 @@ def _user(name: str):
 
 
 def launch_warnings(run: Run) -> list[str]:
-    """What the operator should know about a queued run: no worker serves its queue yet; its data.path (outside the
-    data directory, so not checked at launch: a worker elsewhere may have it) is not on this machine."""
+    """What the operator should know about a queued run: no worker serves its queue yet. (Its files were checked at
+    launch: every file field names a file of the datasets folder, which all workers share.)"""
     out = []
     waiting = no_worker_warning(run.queue)
     if waiting:
         out.append(f"run {run.pk}: {waiting}")
-    missing = missing_prompt_file(((run.config or {}).get("data") or {}).get("path"))
-    if missing:
-        out.append(f"run {run.pk}: data.path {missing} on this machine; the run fails unless its worker has it")
     return out
