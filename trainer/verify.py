@@ -15,7 +15,11 @@ None (or 0 for counts).
 - ``mcq_letter(text)`` / ``mcq_match(pred, gold)``: multiple-choice letter A-J.
 - ``plain_number(text)`` / ``same_number(a, b)``: an answer that is just a number, and the
   graders' number equality (relative 1e-6).
-- ``math_equal(pred, gold)``: mathematical equivalence via ``math-verify``. math-verify
+- ``number_value(text)`` / ``numbers_equal(pred, gold)``: a number or a fraction of whole numbers, and
+  the numeric verdict every grader gives first (sign, decimal point, fractions, percent and thousands
+  separators count: -3 != 3, 15 != 1.5, 1/2 != 12, 1,000 = 1000, 1/2 = 0.5, 50% = 50 = 0.5 * 100).
+- ``math_equal(pred, gold)``: numbers compared as numbers first, then mathematical equivalence via
+  ``math-verify``. math-verify
   (sympy) can hang or raise on strange input, and its own timeout uses SIGALRM, which
   only works in the main thread and would cancel an RQ job's alarm. So the check runs
   in a persistent helper process (this file run as a script) and the caller waits at
@@ -43,6 +47,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 
 __all__ = [
     "SCORING",
@@ -57,6 +62,8 @@ __all__ = [
     "mcq_letter",
     "mcq_match",
     "normalize_answer",
+    "number_value",
+    "numbers_equal",
     "plain_number",
     "same_number",
 ]
@@ -88,11 +95,44 @@ def _golds(gold: Gold) -> list[str]:
 
 
 def exact_match(pred, gold: Gold) -> bool:
-    """Normalized exact match against a gold answer or any of a list of aliases."""
+    """Normalized exact match against a gold answer or any of a list of aliases, numbers read as numbers.
+
+    Two answers that are each one number (units after it allowed, ``plain_number``) match when the numbers
+    are equal and the unit words match: "18.0" = "18", "1,000" = "1000". Otherwise the normalized texts must
+    be equal *and* hold the same numbers, sign, decimal point and thousands separators read: the
+    punctuation SQuAD's normalization drops no longer makes "-3" = "3", "1.5 million" = "15 million" or
+    "1/2" = "12", and a leading minus sign counts ("-x" != "x")."""
     if pred is None:
         return False
-    p = normalize_answer(pred)
-    return any(p == normalize_answer(g) for g in _golds(gold))
+    return any(_exact_one(pred, g) for g in _golds(gold))
+
+
+# a number in running text: a sign only where it cannot be a minus between two terms ("5-3" is 5 and 3)
+_TEXT_NUMBER = re.compile(r"(?:(?<![\w)\]}])[-+\u2212])?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|(?<![\w.])[-+]?\.\d+")
+
+
+def _numbers_in(text: str) -> list:
+    """The numbers of a text, in order, as values ("1,000" -> 1000, "-3" -> -3, "1.5" -> 1.5)."""
+    out = []
+    for m in _TEXT_NUMBER.finditer(text):
+        raw = m.group(0).replace(",", "").replace("\u2212", "-")
+        out.append(int(raw) if _INTEGER.fullmatch(raw) else float(raw))
+    return out
+
+
+def _exact_one(pred, gold) -> bool:
+    p, g = _read_number(str(pred)), _read_number(str(gold))
+    if p is not None and g is not None:
+        return _same_value(p[0], g[0]) and normalize_answer(p[2]) == normalize_answer(g[2])
+    if normalize_answer(pred) != normalize_answer(gold):
+        return False
+    pn, gn = _numbers_in(str(pred)), _numbers_in(str(gold))
+    if len(_SIGN.findall(str(pred))) != len(_SIGN.findall(str(gold))):  # "-x" != "x", "-\frac12" != "\frac12"
+        return False
+    return len(pn) == len(gn) and all(_same_value(a, b) for a, b in zip(pn, gn))
+
+
+_SIGN = re.compile(r"(?<![\w)\]}])[-\u2212]")  # a minus sign, not a hyphen or a subtraction ("New-York", "5-3")
 
 
 def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
@@ -199,7 +239,7 @@ _MCQ_PATTERNS = [
 
 
 def _letter_in(text: str) -> str | None:
-    stripped = text.strip().strip("*$`'\"")
+    stripped = _TEXT_WRAPPER.sub(lambda m: m.group(1), text).strip().strip("*$`'\"")  # \text{B} is B
     if len(stripped) == 1 and stripped.upper() in _LETTERS:
         return stripped.upper()
     for pattern in _MCQ_PATTERNS:
@@ -250,6 +290,7 @@ def _math_read(s: str):
     a check's cost). verify() reads the parsed expressions without changing them."""
     from math_verify import parse
 
+    s = s.replace("**", "^")  # Python's power (a Reasoner's "3*n**2"); LaTeX has no "**"
     if _DELIMITED.search(s):
         return parse(s, parsing_timeout=None)
     return parse(f"${s}$", parsing_timeout=None) or parse(s, parsing_timeout=None)
@@ -317,22 +358,29 @@ _VERDICTS: dict[tuple[str, str], bool] = {}
 MAX_VERDICTS = 65536
 
 
-_TEXT_WRAPPER = re.compile(r"\\(?:text|mbox|mathrm)\s*\{([^{}]*)\}")
+_TEXT_WRAPPER = re.compile(r"\\(?:textbf|text|mbox|mathrm|mathbf)\s*\{([^{}]*)\}")
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _UNIT_WORDS = re.compile(r"\s*[A-Za-z][A-Za-z ]*")
+# a fraction of two whole numbers: "1/2", "-3/4", "\frac{1}{2}", "\dfrac12", "-\tfrac{3}{4}"
+_FRACTION = re.compile(r"([-+]?)\s*(?:(\d+)\s*/\s*(\d+)|\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d)))")
+_PERCENT = re.compile(r"\\?%|\bper\s*cents?\b", re.IGNORECASE)
 
 
-def plain_number(text) -> float | int | None:
-    """The value of an answer that is just a number: "18", "-3.5", "1,000", "$18", "\\$18.00", "50\\%",
-    "18 \\text{ dollars}", "18 apples" (one number, unit words after it); None for anything else
-    (fractions, expressions, several numbers), which math-verify reads instead. GSM8K answers are
-    mostly plain numbers, and math-verify costs ~50 ms a call (sympy), most of a GRPO step's scoring."""
+def _strip_markup(text: str) -> str:
+    t = _TEXT_WRAPPER.sub(lambda m: " " + m.group(1) + " ", text).replace("\u2212", "-")
+    for token in ("\\$", "$", "\\!", "\\,", "\\;", "\\left", "\\right", "{", "}"):
+        t = t.replace(token, " ")
+    return t.strip().rstrip(".").strip()
+
+
+def _read_number(text) -> tuple[int | float, bool, str] | None:
+    """(value, percent, unit words) of an answer that is one number, ``plain_number``'s reading; None otherwise.
+    ``percent``: a % sign or the word "percent" follows the number."""
     if not isinstance(text, str) or len(text) > 80:
         return None
-    t = _TEXT_WRAPPER.sub(lambda m: " " + m.group(1) + " ", text)
-    for token in ("\\$", "$", "\\!", "\\,", "\\;", "\\%", "%", "\\left", "\\right", "{", "}"):
-        t = t.replace(token, " ")
-    t = t.strip().rstrip(".").strip()
+    t = _strip_markup(text)
+    percent = bool(_PERCENT.search(t))
+    t = _PERCENT.sub(" ", t).strip()
     match = _PLAIN_NUMBER.match(t)
     if match is None:
         return None
@@ -341,12 +389,40 @@ def plain_number(text) -> float | int | None:
         return None
     number = match.group(0).replace(",", "")
     try:
-        return int(number) if _INTEGER.fullmatch(number) else float(number)
+        return (int(number) if _INTEGER.fullmatch(number) else float(number)), percent, rest.strip()
     except ValueError:
         return None
 
 
+def plain_number(text) -> float | int | None:
+    """The value of an answer that is just a number: "18", "-3.5", "1,000", "$18", "\\$18.00", "50\\%",
+    "18 \\text{ dollars}", "18 apples" (one number, unit words after it); None for anything else
+    (fractions, expressions, several numbers), which math-verify reads instead. GSM8K answers are
+    mostly plain numbers, and math-verify costs ~50 ms a call (sympy), most of a GRPO step's scoring."""
+    read = _read_number(text)
+    return None if read is None else read[0]
+
+
 _INTEGER = re.compile(r"[-+]?\d+")
+
+
+def number_value(text) -> tuple[int | float | Fraction, bool] | None:
+    """(value, percent) of an answer that is one number or one fraction of whole numbers ("1/2",
+    "\\frac{3}{4}", "-\\dfrac12" read exactly as Fractions); None for anything else (math-verify reads it)."""
+    read = _read_number(text)
+    if read is not None:
+        return read[0], read[1]
+    if not isinstance(text, str) or len(text) > 80:
+        return None
+    t = text.replace("\u2212", "-").replace("$", " ").replace("\\left", "").replace("\\right", "").strip()
+    t = t.strip("()").strip().rstrip(".").strip()
+    m = _FRACTION.fullmatch(t)
+    if m is None:
+        return None
+    num, den = (int(x) for x in [m.group(2) or m.group(4) or m.group(5), m.group(3) or m.group(6) or m.group(7)])
+    if den == 0:
+        return None
+    return (-1 if m.group(1) == "-" else 1) * Fraction(num, den), False
 
 
 def same_number(pred: float | int, gold: float | int) -> bool:
@@ -358,15 +434,56 @@ def same_number(pred: float | int, gold: float | int) -> bool:
     return abs(pred - gold) <= 1e-6 * max(1.0, abs(gold))
 
 
+def _same_value(pred, gold) -> bool:
+    """same_number, with Fractions: whole numbers and fractions exactly (1/2 = 2/4, 36/2 = 18), a decimal
+    within same_number's tolerance."""
+    if isinstance(pred, float) or isinstance(gold, float):
+        return same_number(float(pred), float(gold))
+    return pred == gold
+
+
+def numbers_equal(pred, gold) -> bool | None:
+    """The numeric verdict on two answers that are each one number or fraction (``number_value``); None when
+    either is something else. Sign, decimal point, thousands separators and fractions count: -3 != 3,
+    15 != 1.5, 1.25 != 12.5, 1/2 != 12, 1,000 = 1000, 1/2 = 0.5.
+
+    Percent: a number written with % (or "percent") equals the same number without it, and also its fraction
+    of one: "50%" = "50" (GSM8K golds write a percentage as the bare number) and "50%" = "0.5"; "50%" != "5"."""
+    p, g = number_value(pred), number_value(gold)
+    if p is None or g is None:
+        return None
+    (pv, p_pct), (gv, g_pct) = p, g
+    if _same_value(pv, gv):
+        return True
+    if p_pct and _same_value(_hundredth(pv), gv):
+        return True
+    return bool(g_pct and _same_value(pv, _hundredth(gv)))
+
+
+def _hundredth(x):
+    return x / 100 if isinstance(x, float) else Fraction(x, 100)
+
+
+_WORDS = re.compile(r"[^\W\d_]+(?:[\s,'\u2019-]+[^\W\d_]+)*[.!]?")  # "Paris", "The Hague", "true."
+_SPACE = re.compile(r"\s+")
+
+
 def _shortcut(pred, gold) -> bool | None:
-    """math_equal's verdicts that need no sympy (None: math-verify decides)."""
+    """math_equal's verdicts that need no sympy (None: math-verify decides). Numbers come first: two
+    answers that are each a number or a fraction get the numeric verdict, whatever their text. Two answers
+    of words only (no digits, no signs) match by ``exact_match`` ("Paris" = "paris.", "True" = "true");
+    anything else matches textually only when equal but for spaces and surrounding $ (math-verify
+    decides the rest: "-x" != "x" and "12,34" != "1234" are its to judge)."""
     if not isinstance(pred, str) or not isinstance(gold, str) or not pred.strip() or not gold.strip():
         return False
-    if exact_match(pred, gold):
+    numeric = numbers_equal(pred, gold)
+    if numeric is not None:
+        return numeric
+    if _WORDS.fullmatch(pred.strip()) and _WORDS.fullmatch(gold.strip()):
+        if normalize_answer(pred) and exact_match(pred, gold):
+            return True
+    elif _SPACE.sub("", pred).strip("$") == _SPACE.sub("", gold).strip("$"):
         return True
-    p_num, g_num = plain_number(pred), plain_number(gold)
-    if p_num is not None and g_num is not None:  # both plain numbers: no sympy needed
-        return same_number(p_num, g_num)
     if len(pred) > MAX_MATH_CHARS or len(gold) > MAX_MATH_CHARS:
         return False
     return _VERDICTS.get((pred, gold))
@@ -475,7 +592,9 @@ def final_answer(text: str) -> str | None:
     return extract_boxed(text) or extract_tag(text, "answer")
 
 
-LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")  # a text's numbers; the last one is its answer
+# a text's numbers; the last one is its answer. Commas group thousands only ("1,000"; "18," is 18 and
+# "1,2,3" three numbers); a minus right after a digit or a letter is subtraction ("10-3": 10 and 3)
+LAST_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 
 
 def _last_number_rule(found: str | None, gold: str, reward: str) -> bool:
@@ -505,7 +624,7 @@ def score_answer(text: str, gold: str, reward: str) -> float:
     math-verify to parse the whole text (about 50 ms a call, most of a CPU step's scoring)."""
     answer = compared_answer(text, gold, reward)
     if _last_number_rule(final_answer(text), gold, reward):
-        return float(bool(answer) and plain_number(answer) == plain_number(gold))
+        return float(bool(answer) and bool(numbers_equal(answer, gold)))
     return float(VERIFIERS[reward](answer, gold))
 
 

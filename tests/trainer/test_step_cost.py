@@ -2,8 +2,9 @@
 benchmarks/spice_step_cpu.py measures it): the boxed-answer parser, the batched and cached
 math-verify checks, the Reasoner's grading and the Challenger's turn-two glue.
 
-The verdict table below was produced by the code before the change (``is_correct`` answer by answer,
-one math-verify call each); the new code must give the same verdicts."""
+The verdict tables below were first copied from the code before that change and then reviewed row by row against
+each gold answer (issue 35): where the old grader was wrong (\boxed{1.25} for gold 12.5) the row now says what the
+gold calls for, with the reason in a comment. Batched and one-by-one grading must both give those verdicts."""
 import random
 import time
 
@@ -76,7 +77,7 @@ T = {
  "mcq": SpiceTask("mcq", "mcq", "Q? A) a B) b C) c D) d", "B"),
 }
 
-VERDICTS_BEFORE = [  # (task, Reasoner text, is_correct before the change)
+VERDICTS = [  # (task, Reasoner text, correct against the task's gold answer; only a boxed answer is read)
     ('int', 'so the answer is $\\boxed{1889}$.', True),
     ('int', '\\boxed{1889}', True),
     ('int', '1889', False),
@@ -110,6 +111,10 @@ VERDICTS_BEFORE = [  # (task, Reasoner text, is_correct before the change)
     ('int', 'so the answer is $\\boxed{x}$.', False),
     ('int', '\\boxed{x}', False),
     ('int', 'x', False),
+    ('int', '\\boxed{-1889}', False),  # the sign counts: -1889 != 1889
+    ('int', '\\boxed{188.9}', False),  # the decimal point counts: 188.9 != 1889
+    ('int', '\\boxed{18/89}', False),  # a fraction is a fraction: 18/89 ~ 0.2 != 1889
+    ('int', '\\boxed{1,88,9}', False),  # not thousands groups, and not 1889 to math-verify either
     ('float', 'so the answer is $\\boxed{12.5}$.', True),
     ('float', '\\boxed{12.5}', True),
     ('float', '12.5', False),
@@ -128,8 +133,8 @@ VERDICTS_BEFORE = [  # (task, Reasoner text, is_correct before the change)
     ('float', 'so the answer is $\\boxed{12.4}$.', False),
     ('float', '\\boxed{12.4}', False),
     ('float', '12.4', False),
-    ('float', 'so the answer is $\\boxed{1.25}$.', True),
-    ('float', '\\boxed{1.25}', True),
+    ('float', 'so the answer is $\\boxed{1.25}$.', False),  # was True: 1.25 != 12.5 (the old text shortcut
+    ('float', '\\boxed{1.25}', False),  # dropped the decimal point: "125" == "125")
     ('float', '1.25', False),
     ('float', 'so the answer is $\\boxed{0.125}$.', False),
     ('float', '\\boxed{0.125}', False),
@@ -140,6 +145,9 @@ VERDICTS_BEFORE = [  # (task, Reasoner text, is_correct before the change)
     ('float', 'so the answer is $\\boxed{12.5 percent}$.', True),
     ('float', '\\boxed{12.5 percent}', True),
     ('float', '12.5 percent', False),
+    ('float', '\\boxed{-12.5}', False),  # -12.5 != 12.5
+    ('float', '\\boxed{125}', False),  # 125 != 12.5
+    ('float', '\\boxed{0.125\\%}', False),  # 0.125% is 0.125 or 0.00125, neither 12.5
     ('expr', 'so the answer is $\\boxed{3n^2+2n}$.', True),
     ('expr', '\\boxed{3n^2+2n}', True),
     ('expr', '3n^2+2n', False),
@@ -161,8 +169,8 @@ VERDICTS_BEFORE = [  # (task, Reasoner text, is_correct before the change)
     ('expr', 'so the answer is $\\boxed{6n}$.', False),
     ('expr', '\\boxed{6n}', False),
     ('expr', '6n', False),
-    ('expr', 'so the answer is $\\boxed{3*n**2+2*n}$.', False),
-    ('expr', '\\boxed{3*n**2+2*n}', False),
+    ('expr', 'so the answer is $\\boxed{3*n**2+2*n}$.', True),  # was False: the gold in Python's power notation
+    ('expr', '\\boxed{3*n**2+2*n}', True),  # (3*n**2 = 3n^2); math-verify now reads ** as ^
     ('expr', '3*n**2+2*n', False),
     ('expr', 'so the answer is $\\boxed{3n^2+2n+0}$.', True),
     ('expr', '\\boxed{3n^2+2n+0}', True),
@@ -194,6 +202,10 @@ VERDICTS_BEFORE = [  # (task, Reasoner text, is_correct before the change)
     ('frac', 'so the answer is $\\boxed{half}$.', False),
     ('frac', '\\boxed{half}', False),
     ('frac', 'half', False),
+    ('frac', '\\boxed{12}', False),  # 12 != 1/2 ("1/2" and "12" were equal once punctuation was dropped)
+    ('frac', '\\boxed{-\\frac{1}{2}}', False),  # -1/2 != 1/2
+    ('frac', '\\boxed{50\\%}', True),  # 50% of one is 1/2
+    ('frac', '\\boxed{5\\%}', False),  # 5% is 5 or 0.05, neither 1/2
     ('str', 'so the answer is $\\boxed{Vienna}$.', True),
     ('str', '\\boxed{Vienna}', True),
     ('str', 'Vienna', False),
@@ -239,8 +251,8 @@ VERDICTS_BEFORE = [  # (task, Reasoner text, is_correct before the change)
     ('mcq', 'so the answer is $\\boxed{(B)}$.', True),
     ('mcq', '\\boxed{(B)}', True),
     ('mcq', '(B)', False),
-    ('mcq', 'so the answer is $\\boxed{\\text{B}}$.', False),
-    ('mcq', '\\boxed{\\text{B}}', False),
+    ('mcq', 'so the answer is $\\boxed{\\text{B}}$.', True),  # was False: \\text{B} is the letter B
+    ('mcq', '\\boxed{\\text{B}}', True),
     ('mcq', '\\text{B}', False),
     ('mcq', 'so the answer is $\\boxed{A}$.', False),
     ('mcq', '\\boxed{A}', False),
@@ -257,9 +269,9 @@ VERDICTS_BEFORE = [  # (task, Reasoner text, is_correct before the change)
 ]
 
 
-def test_grading_gives_the_verdicts_it_gave_before():
-    pairs = [(T[k], text) for k, text, _ in VERDICTS_BEFORE]
-    want = [ok for _, _, ok in VERDICTS_BEFORE]
+def test_grading_gives_each_answer_the_verdict_its_gold_answer_calls_for():
+    pairs = [(T[k], text) for k, text, _ in VERDICTS]
+    want = [ok for _, _, ok in VERDICTS]
     assert grade(pairs) == want  # batched, as answer() grades a step
     assert [is_correct(task, text) for task, text in pairs] == want  # one by one
 
@@ -275,10 +287,11 @@ def test_math_checks_are_asked_once_per_distinct_answer_and_spread_over_helpers(
         return real(self, pred, gold, timeout)
 
     monkeypatch.setattr(verify._MathWorker, "equal", counting)
-    pairs = [("n(3n+2)", "3*n^2 + 2*n"), ("6n", "3*n^2 + 2*n"), ("\\frac{25}{2}", "12.5"), ("12", "12.0")] * 4
+    pairs = [("n(3n+2)", "3*n^2 + 2*n"), ("6n", "3*n^2 + 2*n"), ("\\frac{50}{2^2}", "12.5"), ("12", "12.0")] * 4
     got = math_equal_many(pairs)
     assert got == [True, False, True, True] * 4
     assert sorted((p, g) for _, p, g in asked) == sorted(pairs[:3])  # 12 = 12.0 needs no sympy; repeats asked once
+    assert math_equal_many([("\\frac{25}{2}", "12.5")]) == [True] and len(asked) == 3  # a plain fraction neither
     assert len({w for w, _, _ in asked}) == 2  # two helpers at once
     assert math_equal_many(pairs) == got and len(asked) == 3  # remembered verdicts
     assert math_equal("n(3n+2)", "3*n^2 + 2*n") and len(asked) == 3
@@ -297,7 +310,7 @@ def test_a_bad_worker_count_is_a_warning_not_a_crash(monkeypatch):
         assert verify.math_workers() >= 1
 
 
-SCORES_BEFORE = [  # (text, gold, reward, GRPO's score_answer before the change)
+SCORES = [  # (text, gold, reward, GRPO's score_answer against the gold; reviewed row by row, issue 35)
     ('so the answer is \\boxed{18}', '18', 'math', 1.0),
     ('\\boxed{18.0}', '18', 'math', 1.0),
     ('#### 18', '18', 'math', 1.0),
@@ -418,8 +431,14 @@ SCORES_BEFORE = [  # (text, gold, reward, GRPO's score_answer before the change)
     ('\\boxed{', '72', 'math', 0.0),
     ('The total is $72$.', '72', 'math', 1.0),
     ('\\boxed{\\dfrac12}', '72', 'math', 0.0),
+    ('so the answer is -3.', '3', 'math', 0.0),  # the last number is -3, and -3 != 3
+    ('so the answer is 1.5', '15', 'math', 0.0),  # 1.5 != 15
+    ('so it is 18, I think', '18', 'math', 1.0),  # "18," is 18 (the comma ends the number)
+    ('10-8 = 2 so 2', '-8', 'math', 0.0),  # the last number is 2; a minus after a digit subtracts
+    ('\\boxed{-18}', '18', 'math', 0.0),  # -18 != 18
+    ('\\boxed{1,8}', '18', 'math', 0.0),  # not a thousands group: not 18
     ('so the answer is \\boxed{18}', '18', 'exact', 1.0),
-    ('\\boxed{18.0}', '18', 'exact', 0.0),
+    ('\\boxed{18.0}', '18', 'exact', 1.0),  # was 0.0: exact reads numbers as numbers, 18.0 = 18
     ('#### 18', '18', 'exact', 1.0),
     ('so 3 + 15 = 18 apples', '18', 'exact', 0.0),
     ('no number here', '18', 'exact', 0.0),
@@ -541,11 +560,11 @@ SCORES_BEFORE = [  # (text, gold, reward, GRPO's score_answer before the change)
 ]
 
 
-def test_grpo_scores_of_a_step_are_the_scores_before():
+def test_grpo_scores_each_answer_as_its_gold_answer_calls_for():
     from trainer.verify import score_answer, score_answers
 
     for reward in ("math", "exact"):
-        rows = [r for r in SCORES_BEFORE if r[2] == reward]
+        rows = [r for r in SCORES if r[2] == reward]
         want = [r[3] for r in rows]
         assert score_answers([r[0] for r in rows], [r[1] for r in rows], reward) == want
         assert [score_answer(r[0], r[1], reward) for r in rows] == want

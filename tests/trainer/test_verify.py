@@ -192,3 +192,98 @@ def test_integers_compare_exactly_and_decimals_within_tolerance():
     assert not math_equal("1234567890123456789012345", "1234567890123456789012346")
     assert math_equal("18", "18.00") and math_equal("$1,000,000", "1000000")
     assert same_number(0.1 + 0.2, 0.3) and same_number(plain_number("3.0000001"), plain_number("3"))
+
+
+# ---------------------------------------------------------------- numbers count (issue 35)
+# The old exact-match shortcut dropped punctuation before numbers were compared: "-3" == "3", "15" == "1.5",
+# "1.25" == "12.5", "1/2" == "12" all graded correct, in every method's reward and every evaluation.
+
+NUMBERS_DIFFER = [  # (pred, gold): each pair differs as numbers
+    ("-3", "3"),  # the sign: -3 != 3
+    ("3", "-3"),  # 3 != -3
+    ("\\boxed{-3}", "3"),  # a boxed -3 is still -3
+    ("$-3$", "3"),  # -3 in math mode
+    ("-\\frac{1}{2}", "\\frac{1}{2}"),  # -1/2 != 1/2
+    ("15", "1.5"),  # the decimal point: 15 != 1.5
+    ("1.25", "12.5"),  # 1.25 != 12.5 (a tenth of it)
+    ("0.5", "5"),  # 0.5 != 5
+    ("1/2", "12"),  # a fraction: 1/2 = 0.5 != 12
+    ("12", "1/2"),  # 12 != 0.5
+    ("\\frac{1}{2}", "12"),  # 1/2 != 12
+    ("1/2", "2"),  # 0.5 != 2
+    ("50%", "5"),  # 50% is 50 (or 0.5), never 5
+    ("5", "50%"),  # 5 is neither 50 nor 0.5
+    ("0.5%", "50"),  # 0.5% is 0.5 (or 0.005), not 50
+    ("1,000", "1"),  # a thousands separator: 1,000 = 1000 != 1
+    ("1,000", "1.000"),  # 1000 != 1.000 = 1
+    ("12,34", "1234"),  # "12,34" is not a thousands group, so not 1234
+    ("1,000,000", "1,000"),  # 10^6 != 10^3
+]
+
+NUMBERS_EQUAL = [
+    ("1,000", "1000"),  # a thousands separator is only a separator
+    ("\\$1,000,000", "1000000"),
+    ("1/2", "0.5"),  # 1/2 = 0.5
+    ("\\frac{1}{2}", "0.5"),
+    ("\\dfrac12", "1/2"),
+    ("2/4", "\\frac{1}{2}"),  # 2/4 = 1/2
+    ("\\frac{36}{2}", "18"),  # 36/2 = 18
+    ("-3", "-3.0"),
+    ("50%", "50"),  # GSM8K golds write a percentage as the bare number: 50% answers gold 50
+    ("50\\%", "50"),
+    ("50 percent", "50"),
+    ("50\\%", "0.5"),  # and 50% of one is 0.5
+    ("\u22123", "-3"),  # a Unicode minus is a minus
+]
+
+
+@pytest.mark.parametrize("pred, gold", NUMBERS_DIFFER)
+def test_numbers_that_differ_are_wrong_answers_under_every_grader(pred, gold):
+    assert math_equal(pred, gold) is False
+    assert not exact_match(pred, gold)
+    from trainer.evaluate import score_prediction
+
+    assert score_prediction(pred, gold, "math") == 0.0 and score_prediction(pred, gold, "exact") == 0.0
+
+
+@pytest.mark.parametrize("pred, gold", NUMBERS_EQUAL)
+def test_equal_numbers_are_right_answers(pred, gold):
+    assert math_equal(pred, gold) is True
+
+
+def test_numbers_are_compared_before_any_text_shortcut_and_without_sympy(monkeypatch):
+    """Each pair above is decided by the numeric reading alone (the reward path's fast lane)."""
+    def no_sympy(*a, **k):
+        raise AssertionError("math-verify was asked about two numbers")
+
+    monkeypatch.setattr(verify._WORKER, "equal", no_sympy)
+    assert [verify.numbers_equal(p, g) for p, g in NUMBERS_DIFFER if verify.number_value(p)] == [
+        False for p, _ in NUMBERS_DIFFER if verify.number_value(p)]
+    assert all(math_equal(p, g) for p, g in NUMBERS_EQUAL)
+    assert verify.numbers_equal("x+1", "2") is None  # not a number: math-verify's to judge
+
+
+def test_exact_match_keeps_the_numbers_of_a_text_answer():
+    """exact (SQuAD) drops punctuation; the numbers in the text must still be the same numbers."""
+    assert not exact_match("1.5 million", "15 million")  # 1.5 != 15
+    assert not exact_match("-3 degrees", "3 degrees")  # -3 != 3
+    assert not exact_match("3-4", "34")  # a score of 3 to 4 is not 34
+    assert exact_match("1,000 men", "1000 men") and exact_match("18.0", "18")
+    assert not exact_match("18 dollars", "18")  # exact still wants the same words
+
+
+def test_a_words_only_answer_keeps_its_text_shortcut_but_a_sign_is_not_a_word():
+    assert math_equal("VIENNA.", "Vienna") and math_equal("The Hague", "the hague")
+    assert math_equal("-x", "x") is False  # -x != x: not words, so math-verify judges
+    assert math_equal("x^2", "x^{2}")
+
+
+def test_the_last_number_rule_reads_sign_decimal_point_and_commas():
+    from trainer.verify import score_answer
+
+    assert score_answer("so the answer is -3.", "3", "math") == 0.0  # -3 != 3
+    assert score_answer("so the answer is -3.", "-3", "math") == 1.0
+    assert score_answer("so it is 1.5 hours", "15", "math") == 0.0  # 1.5 != 15
+    assert score_answer("it is 18, I think", "18", "math") == 1.0  # "18," was read as no number
+    assert score_answer("she has 1,000 now", "1000", "math") == 1.0
+    assert score_answer("10-3 = 7", "-3", "math") == 0.0  # the answer is 7; 10-3 subtracts
