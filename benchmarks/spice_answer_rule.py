@@ -1,4 +1,4 @@
-"""How many tasks SPICE's "answer repeated across documents" rule (``spice_rules.mark_repeated_answers``) marks.
+"""How many tasks SPICE's "answer repeated across documents" rule (``gate.mark_repeated_answers``) marks.
 
 1. Held-out tasks (``crossplay_tasks.jsonl`` of a run folder): each Challenger's set is treated as one step (one task
    per document there). Per Challenger: tasks, free-form tasks, marked by the rule alone, marked by
@@ -18,7 +18,7 @@ import random
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from trainer.methods.spice_rules import MIN_ANSWER_DOCUMENTS, _answer_key, mark_repeated, mark_repeated_answers
+from trainer.methods.gate import MIN_ANSWER_DOCUMENTS, _answer_key, mark_repeated, mark_repeated_answers
 from trainer.methods.spice_tasks import Attempt, SpiceTask
 
 

@@ -145,6 +145,13 @@ class TrainConfig(Section):
         "which also spares the rollout engine from computing log-probs; 'auto' = trainer with rollout.backend=vllm "
         "(its bf16 kernels differ from the trainer's), rollout with hf (same model, same kernels) and for ssp and "
         "score, whose step makes several optimizer steps on one rollout (trainer is refused there).")
+    control: Literal["none", "random-reward"] = Field(
+        "none", description="A control run: 'random-reward' replaces the answering role's reward (GRPO's policy, "
+        "SPICE's Reasoner, SSP's Solver, SCOPE's Solver, SCORE's report writer, pi-Play's student) by a coin flip, "
+        "1 with probability control_p, else 0; a writer's reward is computed from the flips as usual. Everything "
+        "else is the run's config, so a gain over the control is the reward's, not format drift (Qwen models gain "
+        "on math from random rewards: arXiv 2506.10947).")
+    control_p: float = Field(0.5, ge=0, le=1, description="Probability of reward 1 in a random-reward control.")
 
     @field_validator("micro_batch_tokens", mode="before")
     @classmethod
@@ -162,6 +169,11 @@ class CheckpointConfig(Section):
         "existed restarts the count at 0; 0 = off): checkpoints at fixed times, for accuracy against wall-clock.")
     keep_last: int = Field(2, ge=1, description="Keep this many newest checkpoints.")
     final: bool = Field(True, description="Also checkpoint the last step (off for throughput benchmarks).")
+    background: bool = Field(
+        True, description="Write checkpoints in a background thread: the step loop waits only while the weights, "
+        "optimizer and RNG state are copied to host memory (and for a previous write still running); the write "
+        "itself (temporary folder, fsync, rename) overlaps the next steps, and the run's end waits for it. A crash "
+        "mid-write leaves the previous checkpoint whole. false = the loop waits for the whole write.")
 
 
 class DataConfig(Section):
@@ -209,6 +221,45 @@ class EvalConfig(Section):
     max_new_tokens: int = Field(512, ge=1, description="Token budget of one answer.")
 
 
+class GateConfig(Section):
+    """The task gate (trainer/methods/gate.py): rules every task a model writes must pass before it trains anyone
+    (SPICE's Challenger, SSP's Proposer, SCOPE's Challenger, pi-Play's Examiner; each method applies the rules that
+    fit its tasks). None of the rules is in the papers; each is ours after a collapse we saw, or another system's."""
+
+    copy_ratio: float = Field(
+        0.8, gt=0, le=1, description="A question sharing more than this share of its character 6-grams with its "
+        "document is invalid, a lookup (DARC: 0.8). 1 turns it off.")
+    template_similarity: float = Field(
+        0.5, gt=0, le=1, description="Questions whose templates (names and numbers masked) share at least this "
+        "word-bigram Jaccard are one cluster; a valid task's writer reward loses its cluster's share of the step's "
+        "valid tasks (R-Zero's repetition penalty, BLEU distance 0.5).")
+    template_penalty: bool = Field(True, description="Apply the template-cluster penalty (the cluster share is "
+                                   "measured either way).")
+    chance_correct: bool = Field(
+        True, description="Take blind guessing out of a pass rate before the writer's reward: (p - c) / (1 - c), "
+        "c = 1/4 for a 4-option MCQ, 1/2 for yes/no.")
+    guess_probe: bool = Field(
+        True, description="Invalidate a task the solver passes as often when answering at once (guess_max_new_tokens "
+        "tokens, no room to reason) as with its full budget, above chance.")
+    guess_max_new_tokens: int = Field(16, ge=4, description="Token budget of a guess-probe answer.")
+    consensus_samples: int = Field(
+        3, ge=0, description="A reader that sees the document answers the question this many times; the task is "
+        "valid only when a strict majority agrees with the writer's answer (DARC / SSP's label check). 0 = off.")
+    consensus_max_new_tokens: int = Field(512, ge=16, description="Token budget of one reader answer.")
+    format_penalty: float = Field(
+        -1.0, description="Writer reward for an output that does not parse (Absolute Zero: -1).")
+    rule_penalty: float = Field(
+        -0.5, description="Writer reward for a parsed task a gate rule refused (SPELL: -0.5).")
+
+    @model_validator(mode="after")
+    def _penalties(self) -> "GateConfig":
+        if self.format_penalty > self.rule_penalty:
+            raise ValueError(f"gate.format_penalty ({self.format_penalty}) must not exceed gate.rule_penalty "
+                             f"({self.rule_penalty}): an output that does not parse costs at least as much as a task "
+                             "a rule refused")
+        return self
+
+
 class WatchdogConfig(Section):
     """Health rules the web platform checks at every step boundary (the trainer itself ignores it).
 
@@ -233,7 +284,7 @@ class WatchdogConfig(Section):
 
 
 _SHARED = {
-    "watchdog": WatchdogConfig,
+    "watchdog": WatchdogConfig, "gate": GateConfig,
     "model": ModelConfig, "rollout": RolloutConfig, "train": TrainConfig,
     "checkpoint": CheckpointConfig, "data": DataConfig, "corpus": CorpusConfig, "review": ReviewConfig,
     "eval": EvalConfig,
@@ -260,6 +311,7 @@ class _SharedConfig(BaseModel):
     review: ReviewConfig = Field(default_factory=ReviewConfig, description="Human review sampling (web platform).")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Automatic checkpoint evaluations (web platform).")
     watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig, description="Health rules (web platform).")
+    gate: GateConfig = Field(default_factory=GateConfig, description="Task gate of the roles that write tasks.")
     @model_validator(mode="before")
     @classmethod
     def _method_defaults(cls, data: Any) -> Any:

@@ -169,6 +169,7 @@ class SpiceSection(MethodSection):
     display_name: ClassVar[str] = "SPICE"
     step_tokens_exact: ClassVar[bool] = True
     multi_rank: ClassVar[bool] = True
+    multi_update: ClassVar[bool] = True  # mini_batch_size: several optimizer steps on one iteration's rollout
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 0.0, "train.prompts_per_step": 128,  # G=8 Reasoner answers
@@ -200,7 +201,18 @@ class SpiceSection(MethodSection):
         1, ge=1, description="Valid tasks per document used as Reasoner training groups (ours: one).")
     challenger_reward: Literal["gaussian", "absolute_zero", "threshold", "r_zero"] = Field(
         "gaussian", description="Challenger reward: gaussian variance reward (paper) or an ablation.")
-    invalid_penalty: float = Field(-0.1, description="Challenger reward for an invalid task (paper: -0.1).")
+    invalid_penalty: float | None = Field(
+        None, description="Challenger reward for every invalid task (paper: -0.1). None = the task gate's: "
+        "gate.format_penalty (-1) for an output that does not parse, gate.rule_penalty (-0.5) for a task a rule "
+        "refused (ours, after Absolute Zero and SPELL).")
+    think_before_task: bool = Field(
+        True, description="The Challenger's task turn reasons step by step before its JSON, as the paper's prompt asks "
+        "('FIRST, think step-by-step ... THEN, provide ... JSON'); the last JSON object with the task's fields is "
+        "parsed. False = the turn opens with the JSON (ours, for models too small to write JSON after reasoning).")
+    mini_batch_size: int = Field(
+        128, ge=0, description="Trajectories per optimizer step: an iteration's samples (both roles) are shuffled and "
+        "split into mini-batches of this size, one optimizer step each (paper: 128 trajectories per gradient "
+        "update). 0 = one optimizer step per iteration.")
     gaussian_tau: float = Field(
         0.01, gt=0, description="Width of the gaussian reward exp(-(p(1-p)-0.25)^2 / (2 tau)) (paper: 0.01).")
     advantage: Literal["dr_grpo", "grpo"] = Field(
@@ -208,8 +220,10 @@ class SpiceSection(MethodSection):
     formats: list[Literal["mcq", "free_form"]] = Field(
         ["mcq", "free_form"], min_length=1, description="Task formats the Challenger may choose.")
     answer_types: list[Literal["integer", "float", "expression", "string", "boolean"]] = Field(
-        ["integer", "float", "expression", "string", "boolean"], min_length=1,
-        description="Free-form answer types the Challenger may choose (paper: integer, float, expression, string, boolean).")
+        ["integer", "expression", "string"], min_length=1,
+        description="Free-form answer types the Challenger may choose (paper, Fig. 9: Integer, Expression, String). "
+        "float and boolean are ours, opt-in: a boolean task is passed half the time by a blind guess (the task gate "
+        "corrects pass rates for chance, gate.chance_correct).")
     max_string_answer_words: int = Field(
         3, ge=1, description="A string answer longer than this many words makes the task invalid (paper: 1-3 words).")
     max_document_tokens: int = Field(6000, ge=64, description="Documents are truncated to this many tokens (paper ~6k).")
@@ -558,6 +572,9 @@ class PiplaySection(MethodSection):
     student_steps: int = Field(50, ge=1, description="Student steps per iteration (paper 50).")
     hop_weights: list[float] = Field([4, 3, 2, 1], min_length=1, description="Weights of 1..4-hop questions (paper 4:3:2:1).")
     student_attempts: int = Field(5, ge=1, description="Student attempts scoring each examiner question (paper n=5).")
+    student_draw_rounds: int = Field(
+        4, ge=1, description="Student stage: examiner batches of train.prompts_per_step passages drawn at most per step "
+        "to reach train.prompts_per_step valid questions (the paper's Student batch is 256 questions; the bound is ours).")
     format_weight: float = Field(0.5, description="Examiner reward R = r_d + format_weight * r_fmt (paper 0.5).")
     teacher_ema: float = Field(0.95, ge=0, le=1, description="Teacher EMA: theta_T <- ema*theta_T + (1-ema)*theta_S.")
     distill_lambdas: list[float] = Field(

@@ -60,47 +60,58 @@ __all__ = [
 SPICE_INVALID = -0.1
 
 
-def _pass_rate(correct: Sequence[bool]) -> tuple[int, int]:
+def _pass_rate(correct: Sequence[bool] | float) -> float:
+    """The Reasoner's pass rate: the share of True in ``correct``, or ``correct`` itself when it is already a rate
+    (the task gate passes a chance-corrected one, trainer/methods/gate.py)."""
+    if isinstance(correct, (int, float)) and not isinstance(correct, bool):
+        if not 0 <= correct <= 1:
+            raise ValueError(f"a pass rate lies in [0, 1]; got {correct}")
+        return float(correct)
     n = len(correct)
     if n == 0:
         raise ValueError("a valid task needs at least one Reasoner answer to score it; got an empty list")
-    return sum(bool(c) for c in correct), n
+    return sum(bool(c) for c in correct) / n
 
 
-def spice_challenger(correct: Sequence[bool] | None, tau: float = 0.01, invalid: float = SPICE_INVALID) -> float:
+def spice_challenger(correct: Sequence[bool] | float | None, tau: float = 0.01, invalid: float = SPICE_INVALID) -> float:
     """SPICE gaussian variance reward exp(-(p(1-p) - 0.25)^2 / (2 tau)); None -> invalid.
 
-    p is the Reasoner pass rate; the reward peaks at 1.0 for p = 0.5.
+    p is the Reasoner pass rate (the answers' verdicts, or the rate itself); the reward peaks at 1.0 for p = 0.5.
     """
     if correct is None:
         return invalid
-    k, n = _pass_rate(correct)
-    p = k / n
+    p = _pass_rate(correct)
     return math.exp(-((p * (1 - p) - 0.25) ** 2) / (2 * tau))
 
 
-def spice_absolute_zero(correct: Sequence[bool] | None, invalid: float = SPICE_INVALID) -> float:
+def spice_absolute_zero(correct: Sequence[bool] | float | None, invalid: float = SPICE_INVALID) -> float:
     """Absolute-Zero ablation: 1 - p if 0 < p < 1 else 0."""
     if correct is None:
         return invalid
-    k, n = _pass_rate(correct)
-    return 1 - k / n if 0 < k < n else 0.0
+    p = _pass_rate(correct)
+    return 1 - p if 0 < p < 1 else 0.0
 
 
-def spice_threshold(correct: Sequence[bool] | None, invalid: float = SPICE_INVALID) -> float:
+def spice_threshold(correct: Sequence[bool] | float | None, invalid: float = SPICE_INVALID) -> float:
     """Threshold ablation: 1 if some but not all answers are correct, else 0."""
     if correct is None:
         return invalid
-    k, n = _pass_rate(correct)
-    return 1.0 if 0 < k < n else 0.0
+    p = _pass_rate(correct)
+    return 1.0 if 0 < p < 1 else 0.0
 
 
-def spice_rzero_tent(correct: Sequence[bool] | None, invalid: float = SPICE_INVALID) -> float:
+def spice_rzero_tent(correct: Sequence[bool] | float | None, invalid: float = SPICE_INVALID) -> float:
     """R-Zero tent ablation: 1 - 2 |p - 0.5|."""
     if correct is None:
         return invalid
-    k, n = _pass_rate(correct)
-    return 1 - 2 * abs(k / n - 0.5)
+    p = _pass_rate(correct)
+    return 1 - 2 * abs(p - 0.5)
+
+
+def coin_flips(n: int, p: float, rng) -> list[float]:
+    """A random-reward control's rewards (``train.control: random-reward``): ``n`` independent flips, 1.0 with
+    probability ``p`` else 0.0, drawn from ``rng`` (a ``random.Random``), whatever the answers were."""
+    return [1.0 if rng.random() < p else 0.0 for _ in range(n)]
 
 
 ChallengerReward = Callable[[Sequence[bool] | None], float]

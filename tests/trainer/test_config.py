@@ -61,7 +61,7 @@ def test_shared_keys_take_the_methods_paper_values():
     assert (ssp.train.warmup_steps, ssp.rollout.group_size, ssp.train.lr) == (5, 5, 1e-6)
     spice = load_config({"method": "spice"})
     assert (spice.train.kl_coef, spice.rollout.group_size, spice.train.prompts_per_step) == (0.0, 8, 128)
-    assert spice.spice.invalid_penalty == -0.1 and spice.spice.challenger_attempts == 8
+    assert spice.spice.invalid_penalty is None and spice.gate.format_penalty == -1.0 and spice.spice.challenger_attempts == 8
     assert load_config({"method": "scope"}).train.kl_coef == 1e-3
     assert load_config({"method": "score"}).train.kl_coef == 0.05
     piplay = load_config({"method": "piplay"})

@@ -21,7 +21,13 @@ from trainer.methods.spice_tasks import (
     reasoner_prompt,
     task_prompt,
 )
+from trainer.config import GateConfig
+from trainer.method_configs import SpiceSection
 from trainer.rewards import spice_reward_fn
+
+# The paper's Challenger reward: one penalty (-0.1) for any invalid task, the raw pass rate, no template penalty.
+PAPER = SpiceSection(invalid_penalty=-0.1)
+NO_GATE = GateConfig(chance_correct=False, template_penalty=False)
 from trainer.rollout.types import Completion
 from trainer.sink import Verdict
 
@@ -189,12 +195,30 @@ def test_challenger_reward_of_a_crafted_pass_pattern_equals_the_formula():
     a = _graded(task, texts)
     assert a.correct == [True] * 3 + [False] * 5
     # p = 3/8: p(1-p) = 15/64; (15/64 - 16/64)^2 = 1/4096; exp(-(1/4096) / 0.02) = exp(-0.01220703125) = 0.98787
-    assert challenger_reward(a, spice_reward_fn("gaussian")) == pytest.approx(math.exp(-(1 / 4096) / 0.02))
-    assert challenger_reward(a, spice_reward_fn("gaussian")) == pytest.approx(0.9879, abs=1e-4)
-    assert challenger_reward(a, spice_reward_fn("threshold")) == 1.0
-    assert challenger_reward(a, spice_reward_fn("absolute_zero")) == pytest.approx(5 / 8)
+    assert challenger_reward(a, spice_reward_fn("gaussian"), PAPER, NO_GATE) == pytest.approx(math.exp(-(1 / 4096) / 0.02))
+    assert challenger_reward(a, spice_reward_fn("gaussian"), PAPER, NO_GATE) == pytest.approx(0.9879, abs=1e-4)
+    assert challenger_reward(a, spice_reward_fn("threshold"), PAPER, NO_GATE) == 1.0
+    assert challenger_reward(a, spice_reward_fn("absolute_zero"), PAPER, NO_GATE) == pytest.approx(5 / 8)
     invalid = Attempt("d", "Doc", 1, "1:d:1", [1], reason="task: no parsable JSON", kept=True)
-    assert challenger_reward(invalid, spice_reward_fn("gaussian")) == pytest.approx(-0.1)
+    assert challenger_reward(invalid, spice_reward_fn("gaussian"), PAPER, NO_GATE) == pytest.approx(-0.1)
+
+
+def test_the_gated_challenger_reward_corrects_for_chance_and_charges_format_failures_more():
+    """The defaults: an MCQ's pass rate chance-corrected, a cluster's share taken off, -1 / -0.5 penalties."""
+    sec, gate = SpiceSection(), GateConfig()
+    mcq = _graded(SpiceTask("mcq", "mcq", "Q? A) 1 B) 2 C) 3 D) 4", "B"),
+                  ["\\boxed{B}"] * 2 + ["\\boxed{A}"] * 6)  # p = 2/8, a blind guess's rate
+    # chance-corrected: (1/4 - 1/4) / (3/4) = 0, so the gaussian gives exp(-(0 - 0.25)^2 / 0.02) = exp(-3.125)
+    assert challenger_reward(mcq, spice_reward_fn("gaussian"), sec, gate) == pytest.approx(math.exp(-3.125))
+    # the paper's raw p = 1/4: p(1-p) = 3/16, (3/16 - 4/16)^2 = 1/256, exp(-(1/256)/0.02) = 0.8226
+    assert challenger_reward(mcq, spice_reward_fn("gaussian"), sec, NO_GATE) == pytest.approx(math.exp(-1 / 5.12))
+    free = _graded(SpiceTask("free_form", "integer", "How many ships?", "4"), ["\\boxed{4}"] * 4 + ["\\boxed{5}"] * 4)
+    free.cluster_share = 0.25  # its template is a quarter of the step's valid tasks: 1.0 - 0.25
+    assert challenger_reward(free, spice_reward_fn("gaussian"), sec, gate) == pytest.approx(0.75)
+    unparsed = Attempt("d", "Doc", 1, "1:d:1", [1], reason="task: no parsable JSON", kept=True)
+    refused = Attempt("d", "Doc", 2, "1:d:2", [1], task=free.task, reason="task: question copies its document", kept=True)
+    assert challenger_reward(unparsed, spice_reward_fn("gaussian"), sec, gate) == -1.0
+    assert challenger_reward(refused, spice_reward_fn("gaussian"), sec, gate) == -0.5
 
 
 def test_reasoner_grading_by_answer_type():
@@ -217,7 +241,7 @@ def test_a_flagged_question_is_invalid_and_never_a_reasoner_group():
     fresh = Attempt("d", "Doc", 0, "5:d:0", [1], task=task)  # the same question written again later
     select([[fresh]], SEC, review, random.Random(0))
     assert not fresh.valid and fresh.kept and "flagged" in fresh.reason
-    assert challenger_reward(fresh, spice_reward_fn("gaussian")) == pytest.approx(-0.1)
+    assert challenger_reward(fresh, spice_reward_fn("gaussian"), PAPER, NO_GATE) == pytest.approx(-0.1)
 
 
 def test_build_samples_makes_dr_grpo_groups_per_role():
@@ -227,7 +251,7 @@ def test_build_samples_makes_dr_grpo_groups_per_role():
                   reason="format: no parsable JSON", kept=True)
     reward_fn = spice_reward_fn("gaussian")
     for a in (good, bad):
-        a.reward = challenger_reward(a, reward_fn)
+        a.reward = challenger_reward(a, reward_fn, PAPER, NO_GATE)
     samples = build_samples([[good, bad]], SEC, get_advantage("dr_grpo"), random.Random(0))
     chal = [s for s in samples if s.role == "challenger"]
     reas = [s for s in samples if s.role == "reasoner"]
@@ -252,7 +276,9 @@ import json  # noqa: E402
 
 from tests.trainer.taught import pair, teach  # noqa: E402
 from trainer.methods.spice_tasks import challenger_prompt, prefill_ids  # noqa: E402
-from trainer.methods.spice_tasks import TASK_PREFILL  # noqa: E402
+from trainer.methods.spice_tasks import REASONER_SYSTEM, TASK_PREFILL  # noqa: E402
+from trainer.methods.gate import GUESS_PROMPT_SUFFIX, reader_prompt  # noqa: E402
+from trainer.tools.corpus import document_text  # noqa: E402
 from trainer.prompts import chat  # noqa: E402
 from trainer.runner import run  # noqa: E402
 from trainer.tools.corpus import Document, JsonlDocumentSource  # noqa: E402
@@ -288,7 +314,7 @@ def test_spice_runs_three_steps_on_a_random_model_and_reports_every_task(tiny_co
     assert len(attempts) == len(tasks) and all(len(a["token_ids"]) == len(a["loss_mask"]) for a in attempts)
     metrics = _rows(tmp_path / "run", "metrics.jsonl")
     chal = [m for m in metrics if m["role"] == "challenger"]
-    assert [m["step"] for m in chal] == [1, 2, 3] and all(m["reward_mean"] == pytest.approx(-0.1) for m in chal)
+    assert [m["step"] for m in chal] == [1, 2, 3] and all(m["reward_mean"] == pytest.approx(-1.0) for m in chal)  # gate.format_penalty
 
 
 def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_model_dir, tmp_path):
@@ -297,7 +323,7 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    sec = load_config(_spice_config(tiny_config, tiny_model_dir)).spice
+    sec = load_config(_spice_config(tiny_config, tiny_model_dir, think_before_task=False)).spice
     eos = [tok.eos_token_id]
     # both turns open with the recipe's prefill (prompt tokens): the model writes the rest of the JSON
     choice = tok.encode(' true, "suitable_for_free_form": false}', add_special_tokens=False) + eos
@@ -306,12 +332,20 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
     task = SpiceTask("mcq", "mcq", "Which is largest? A) one B) two C) three D) four", "D")
     conversation = [(challenger_prompt(tok, DOCS[0], sec), False), (choice, True),
                     (continue_chat(tok, task_prompt(MCQ, sec.worked_example), True) + prefill_ids(tok, TASK_PREFILL["mcq"]), False),
-                    (mcq, True)]  # both Challenger turns at once
-    asked = chat(tok, None, reasoner_prompt(task))
+                    (mcq, True)]  # both Challenger turns at once (think_before_task off: the turn opens with its JSON)
+    asked = chat(tok, REASONER_SYSTEM, reasoner_prompt(task))
     answers = [pair(asked, tok.encode(f"So \\boxed{{{x}}}", add_special_tokens=False) + eos) for x in "DB"]  # 50/50
-    taught = teach(tiny_model_dir, tmp_path / "taught", [conversation, *answers], target_loss=0.05)  # 50/50 floor 0.018
+    # the task gate's model rules: the reader with the document agrees with the gold (D), the guess probe misses (B)
+    body = document_text(DOCS[0], tok, sec.max_document_tokens)
+    read_ = chat(tok, REASONER_SYSTEM, reader_prompt(f"Title: {DOCS[0].title}\n\n{body}", reasoner_prompt(task)))
+    reader = pair(read_, tok.encode("So \\boxed{D}", add_special_tokens=False) + eos)
+    guessed = pair(chat(tok, REASONER_SYSTEM, reasoner_prompt(task) + GUESS_PROMPT_SUFFIX),
+                   tok.encode("\\boxed{B}", add_special_tokens=False) + eos)
+    taught = teach(tiny_model_dir, tmp_path / "taught", [conversation, *answers, reader, guessed],
+                   target_loss=0.05)  # 50/50 floor 0.018
 
-    cfg = _spice_config(tiny_config, taught)
+    cfg = _spice_config(tiny_config, taught, think_before_task=False)
+    cfg["gate"] = {"consensus_samples": 3, "consensus_max_new_tokens": 24, "guess_max_new_tokens": 8}
     cfg["rollout"]["temperature"] = 0.3
     result = run(cfg, documents=JsonlDocumentSource(DOCS[:1]), run_dir=tmp_path / "run")  # drawn twice a step
     assert result.steps == 3
@@ -326,6 +360,10 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
     reasoner_rows = [m for m in metrics if m["role"] == "reasoner"]
     assert any(m.get("skipped", 0) < m.get("samples", 0) for m in reasoner_rows)  # mixed answers -> gradients
     assert any(m["valid_rate"] > 0 for m in metrics if m["role"] == "challenger")
+    chal = [m for m in metrics if m["role"] == "challenger"]
+    assert any(m["consensus_rate"] > 0 for m in chal)  # the reader agreed: the task stayed valid
+    assert all(m["guess_pass_rate"] < 0.5 for m in chal)  # the probe guessed B: not guessable
+    assert all(m["gate_guessable_rate"] == 0 and "optimizer_steps" in m for m in chal)
 
 
 def test_a_review_flag_reaches_the_recipe_and_survives_checkpoint_and_resume(tiny_config, tiny_model_dir, tmp_path):

@@ -13,19 +13,9 @@ import pytest
 from trainer.methods.parts import answer_in_question, count_words
 from trainer.methods.spice import step_metrics
 from trainer.config import load_config
-from trainer.methods.spice_tasks import (
-    _NOT_CONTENT,
-    _TASK_WORDS,
-    Attempt,
-    FormatChoice,
-    SpiceTask,
-    TaskError,
-    content_words,
-    grounded,
-    parse_task,
-    refers_to_document,
-)
-from trainer.methods.spice_rules import mark_repeated, mark_repeated_answers
+from trainer.methods.spice_tasks import Attempt, FormatChoice, SpiceTask, TaskError, parse_task
+from trainer.methods.gate import (_NOT_CONTENT, _TASK_WORDS, content_words, grounded, mark_repeated,
+                                  mark_repeated_answers, refers_to_document)
 from trainer.methods.ssp_tasks import rule_filter
 from trainer.tools.bm25 import STOPWORDS
 
@@ -339,7 +329,7 @@ def test_a_refused_task_keeps_its_question_on_record():
     assert row["data"]["invalid_reason"] == "task: question is not about the document"
 
 
-# ---- "answer repeated across documents" (spice_rules.mark_repeated_answers) ------------------------------------------
+# ---- "answer repeated across documents" (gate.mark_repeated_answers) ------------------------------------------
 
 def _answered(doc_id, question, answer, kind="integer", i=0, reason=""):
     fmt = "mcq" if kind == "mcq" else "free_form"

@@ -1,19 +1,105 @@
-"""SPICE's rules that look at a whole step's tasks across its documents (training only; the per-task rules are
-in spice_tasks.py, ``parse_task`` / ``check_standalone``): a question written for several documents
-(``mark_repeated``) or an answer given for many of them (``mark_repeated_answers``) is about none of them, and a
-Reasoner can answer it without reading. Both are called on the step's attempts so far after each retry round and
-mark tasks invalid in place ("task: <reason> (<detail>)"); why each exists, with the GPU runs' numbers, is in
-their docstrings and in the recipe's departures (trainer/methods/spice.py). They take spice_tasks' ``Attempt``s
-(doc_id, task, valid, reason) and ``SpiceTask``s (question, answer, format) without importing that module,
-which imports this one.
+"""The task gate: what a task written by a model must pass before it trains anyone.
+
+Every role that writes tasks (SPICE's Challenger, SSP's Proposer, SCOPE's Challenger, pi-Play's Examiner) sends
+its tasks through these rules; a task that fails one is invalid, its reason ("task: <rule text> (...)") stored with
+it, and each rule's share of a step's tasks is a metric ``gate_<rule>_rate``. Self-play collapses into task families
+a solver can answer without reading (SPICE on Qwen2.5-Coder-1.5B: "How many paragraphs are there in the given
+text?" -> 1, then "How many correct answers?" -> 1, then answers 1 or 2 on 94 of 96 documents); a strict admission
+gate is what kept training stable in every reward variant of "Survive or Collapse" (arXiv 2605.22217).
+
+Rules that need no model (``check_task``, ``python -m trainer gate`` without --model):
+- ``answer_in_question``: the question states its own answer (``parts.answer_in_question``);
+- ``no_words``: fewer than 3 words holding a letter;
+- ``refers_to_document``: "the text", "the passage", "as mentioned" (the solver never sees it);
+- ``not_grounded``: no content word (name, term, number) in common with the document;
+- ``copy_ratio``: more than ``gate.copy_ratio`` of the question's character 6-grams appear in the document
+  (DARC, arXiv 2601.13761: 0.8): a sentence of the document turned into a question is a lookup.
+Rules over a step's tasks (training only):
+- ``repeated``: one question written for several documents; ``repeated_answer``: one answer for many documents
+  (``mark_repeated`` / ``mark_repeated_answers``);
+- template clusters (``template_clusters``): near-identical question templates, names and numbers masked, are
+  clustered (word-bigram Jaccard >= ``gate.template_similarity``) and each valid task's writer reward loses its
+  cluster's share of the step's valid tasks (R-Zero, arXiv 2508.05004: BLEU distance 0.5, reward minus |C|/B).
+Rules that need the model (``needs_model``):
+- ``consensus``: a reader that sees the document answers the question ``gate.consensus_samples`` times; the task
+  is valid only if a strict majority agrees with the writer's answer (DARC's and SSP's label check);
+- ``guessable``: a guess probe (the solver answering with ``gate.guess_max_new_tokens`` tokens, no room to reason)
+  passes at least as often as the full solver: the task tests no reasoning. Pass rates are compared after
+  ``chance_corrected`` (a 4-option MCQ is passed 1/4 of the time by a blind guess, yes/no 1/2).
+Penalties follow the anchors (Absolute Zero -1 for a format error, SPELL -0.5 for a refused task): an output that
+does not parse costs ``gate.format_penalty`` (-1), a task refused by a rule ``gate.rule_penalty`` (-0.5).
+
+The cross-document rules take the writers' attempts by their fields (doc_id, task, valid, reason) and tasks by
+(question, answer, format): this module imports no recipe.
 """
 from __future__ import annotations
 
 import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from trainer.methods.parts import answer_in_question, count_words
+from trainer.tools.bm25 import STOPWORDS
 from trainer.verify import normalize_answer, plain_number
+
+ANSWER_IN_QUESTION = "answer in question"
+NO_WORDS = "question has no words"
+REFERS_TO_DOCUMENT = "question refers to the document"
+NOT_GROUNDED = "question is not about the document"
+MIN_QUESTION_WORDS = 3
+# The paper's Challenger prompts (spice.txt, CRITICAL rules): 'Never reference "the document" or "the text" in the
+# question'; 'NEVER use: "according to the text", "in the document", "as mentioned", "the passage states"'. The
+# Reasoner never sees the document, so such a question cannot be answered as asked.
+_DOCUMENT_WORDS = r"(?:text|document|passage|article|paragraph|excerpt)s?(?!\s+of\b)"  # "the text of the treaty" stands alone
+_REFERS_TO_DOCUMENT = re.compile(
+    rf"\b(?:the|this|that|these|given|provided|above|following|preceding)\s+(?:(?:given|provided|above|original|"
+    rf"following|preceding)\s+)?{_DOCUMENT_WORDS}\b|\bas (?:mentioned|stated|described)\b", re.IGNORECASE)
+
+
+# Words any question may use whatever its document ("How many correct answers?"), beyond the BM25 stop words (what,
+# which, who, is, ...): neither grounds anything.
+_TASK_WORDS = frozenset("""
+how many much whose does did do done been being can could should may might must not also more most less least than
+other another each every any all some only about after before during between here those answer answers answered
+answering question questions correct incorrect right wrong true false option options choice choices way ways number
+numbers total following given provided above below mentioned stated described based according name named called one
+two three four five six seven eight nine ten first second third last type types kind kinds part parts
+""".split())
+_NOT_CONTENT = STOPWORDS | _TASK_WORDS
+_GROUND_TOKEN = re.compile(r"[a-z]+|\d[\d,.]*\d")
+MIN_GROUNDABLE_WORDS = 5  # a document with fewer Latin-script content words (another script) is not checked
+
+
+def content_words(text: str) -> set[str]:
+    """The words of ``text`` that can tie a question to a document: lower-cased Latin-script words of 3+ letters,
+    minus stop words and question words (``_NOT_CONTENT``), a plural's final "s" dropped; and numbers of 2+ digits
+    (thousands commas dropped). "How many ships did Venice send in 1453?" -> {ship, venice, send, 1453}."""
+    out = set()
+    for t in _GROUND_TOKEN.findall((text or "").lower()):
+        if t[0].isdigit():
+            t = t.replace(",", "").rstrip(".")
+            if len(t) >= 2:
+                out.add(t)
+        elif len(t) >= 3 and t not in _NOT_CONTENT:
+            out.add(t[:-1] if len(t) > 3 and t.endswith("s") and not t.endswith("ss") else t)
+    return out
+
+
+def grounded(question: str, document: str) -> bool:
+    """Does the question share a content word with its document (``content_words``)? True when the document has too
+    few Latin-script words to tell. On the GPU runs' held-out tasks: 92 of the base 1.5B Challenger's 96 questions
+    and all 128 math questions are grounded; none of the collapsed Challengers' ("How many correct answers?",
+    digit strings) are."""
+    doc = content_words(document)
+    return len(doc) < MIN_GROUNDABLE_WORDS or bool(content_words(question) & doc)
+
+
+def refers_to_document(question: str) -> bool:
+    """Does the question point at the document the Reasoner never sees? ("How many paragraphs are there in the
+    given text?", "according to the passage", "as mentioned") - the paper's prompt forbids it."""
+    return bool(_REFERS_TO_DOCUMENT.search(question))
+
 
 REPEATED = "question repeated across documents"
 REPEATED_ANSWER = "answer repeated across documents"
@@ -114,3 +200,207 @@ def mark_repeated_answers(attempts: Sequence, max_share: float = 0.25) -> int:
         return None
 
     return _mark_across_documents(attempts, _answer_key, REPEATED_ANSWER, repeated)
+
+
+# ---- rules of one task that need no model ---------------------------------------------------------------------
+
+COPIES_DOCUMENT = "question copies its document"
+GUESSABLE = "task is guessable"
+NO_CONSENSUS = "reader with the document disagrees"
+# Every rule by its metric name (gate_<name>_rate) and the text its reason starts with ("task: <text> (...)").
+RULES = {"answer_in_question": ANSWER_IN_QUESTION, "no_words": NO_WORDS, "refers_to_document": REFERS_TO_DOCUMENT,
+         "not_grounded": NOT_GROUNDED, "copy_ratio": COPIES_DOCUMENT, "repeated": REPEATED,
+         "repeated_answer": REPEATED_ANSWER, "consensus": NO_CONSENSUS, "guessable": GUESSABLE}
+NEEDS_MODEL = ("consensus", "guessable")
+ACROSS_TASKS = ("repeated", "repeated_answer")
+
+
+@dataclass(frozen=True)
+class GateTask:
+    """What the gate reads of a task: the question, the writer's answer, the document it was written from, and
+    its format ("mcq" | "free_form") and answer type ("integer", "string", "boolean", ...; "mcq" for an MCQ)."""
+
+    question: str
+    answer: str
+    document: str | None = None
+    format: str = "free_form"
+    answer_type: str | None = None
+
+
+def _grams(text: str, n: int = 6) -> set[str]:
+    t = " ".join((text or "").lower().split())
+    return {t[i:i + n] for i in range(len(t) - n + 1)}
+
+
+def copy_ratio(question: str, document: str, n: int = 6) -> float:
+    """Share of the question's character ``n``-grams (lower case, whitespace squeezed) found in the document
+    (DARC's copy check). "Which river flows through Vienna?" against a document holding "The Danube flows through
+    Vienna" shares its 6-grams from "river" on only: about 0.5; a document sentence with "What" put in front: ~0.9.
+    0 for a question shorter than ``n`` characters."""
+    q = _grams(question, n)
+    return len(q & _grams(document, n)) / len(q) if q else 0.0
+
+
+def check_task(task: GateTask, *, max_copy_ratio: float = 0.8, require_grounding: bool = True,
+               min_words: int = MIN_QUESTION_WORDS) -> str | None:
+    """The first per-task rule ``task`` breaks, as its reason ("<rule text>: <detail>"), or None when it passes.
+
+    In order: answer in question (not for an MCQ's letter or a boolean's true/false: choices among given options,
+    never a copy), no words (an MCQ's option labels A) to D) are no words), refers to the document, and with a
+    document: not grounded (``require_grounding``) and copies its document (``max_copy_ratio``; 1 = off)."""
+    q = task.question or ""
+    if task.format != "mcq" and task.answer_type != "boolean" and answer_in_question(q, task.answer):
+        return f"{ANSWER_IN_QUESTION}: the solver could copy it"
+    if count_words(_OPTION_LABEL.sub(" ", q) if task.format == "mcq" else q) < min_words:
+        return f"{NO_WORDS} (fewer than {min_words} words with letters)"
+    if refers_to_document(q):
+        return f"{REFERS_TO_DOCUMENT}, which the solver never sees"
+    if task.document is None:
+        return None
+    if require_grounding and not grounded(q, task.document):
+        return f"{NOT_GROUNDED}: it shares no name, term or number with it"
+    if max_copy_ratio < 1:
+        ratio = copy_ratio(q, task.document)
+        if ratio > max_copy_ratio:
+            return f"{COPIES_DOCUMENT} ({ratio:.0%} of its character 6-grams, more than {max_copy_ratio:.0%})"
+    return None
+
+
+_OPTION_LABEL = re.compile(r"(?:^|[\s(\[])[A-D]\s*[).:]")
+
+
+# ---- template clusters ---------------------------------------------------------------------------------------
+
+_TEMPLATE_TOKEN = re.compile(r"[A-Za-z][\w'’-]*|\d[\d,.]*")
+
+
+def template(question: str) -> tuple[str, ...]:
+    """A question's template: lower-cased words, numbers made "<n>" and capitalised words past the first made "<e>"
+    (names), runs of masks joined. "How many continents does Niger lie on?" -> (how, many, continents, does, <e>,
+    lie, on)."""
+    out: list[str] = []
+    for i, tok in enumerate(_TEMPLATE_TOKEN.findall(question or "")):
+        word = "<n>" if tok[0].isdigit() else "<e>" if i > 0 and tok[0].isupper() else tok.lower()
+        if not (word in ("<n>", "<e>") and out and out[-1] == word):
+            out.append(word)
+    return tuple(out)
+
+
+def _bigrams(words: tuple[str, ...]) -> frozenset:
+    padded = ("<s>", *words, "</s>")
+    return frozenset(zip(padded, padded[1:]))
+
+
+def template_clusters(questions: Sequence[str], similarity: float = 0.5) -> list[int]:
+    """Cluster id of each question: two questions whose templates' word bigrams (with start and end marks) have a
+    Jaccard similarity of at least ``similarity`` share a cluster, and clusters chain (single linkage).
+
+    R-Zero clusters by BLEU distance < 0.5; bigram Jaccard over templates is the cheaper equivalent that joins the
+    same families: "How many continents does Niger lie on?" and "How many continents does Chad lie on?" have one
+    template (8 of 8 bigrams), "How many paragraphs are there in the given text?" and "How many paragraphs are in the
+    text?" share 6 of 12 (0.5); "How many continents does Niger lie on?" and "How many sides did the
+    Polish-Lithuanian Commonwealth have?" share 2 of 14 ("<s> how", "how many"), and are apart."""
+    grams = [_bigrams(template(q)) for q in questions]
+    parent = list(range(len(questions)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    by_gram: dict = {}
+    for i, g in enumerate(grams):  # only pairs sharing a bigram other than the opening are compared
+        for b in g:
+            if b[0] != "<s>":
+                by_gram.setdefault(b, []).append(i)
+    for i, g in enumerate(grams):
+        seen = {j for b in g if b[0] != "<s>" for j in by_gram[b] if j > i}
+        for j in seen:
+            union = len(g | grams[j])
+            if union and len(g & grams[j]) / union >= similarity:
+                parent[root(j)] = root(i)
+    return [root(i) for i in range(len(questions))]
+
+
+def cluster_shares(cluster_ids: Sequence[int]) -> list[float]:
+    """Each item's cluster's share of all items (R-Zero's |C|/B): [0, 0, 1, 0] -> [0.75, 0.75, 0.25, 0.75]."""
+    sizes = Counter(cluster_ids)
+    return [sizes[c] / len(cluster_ids) for c in cluster_ids]
+
+
+def template_penalty(reward: float, share: float) -> float:
+    """R-Zero's repetition penalty on a valid task's writer reward: max(0, reward - share)."""
+    return max(0.0, reward - share)
+
+
+# ---- rules that need the model: chance correction, the guess probe, the consensus label ------------------------
+
+def chance_level(fmt: str, answer_type: str | None) -> float:
+    """What a blind guess scores: 1/4 for a 4-option MCQ, 1/2 for a yes/no (boolean) task, 0 otherwise."""
+    if fmt == "mcq":
+        return 0.25
+    return 0.5 if answer_type == "boolean" else 0.0
+
+
+def chance_corrected(p: float, chance: float) -> float:
+    """(p - c) / (1 - c), floored at 0: a pass rate with blind guessing taken out. MCQ (c = 1/4): 0.25 -> 0,
+    0.625 -> 0.5, 1 -> 1; yes/no (c = 1/2): 0.5 -> 0, 0.75 -> 0.5; free-form (c = 0): unchanged."""
+    if chance <= 0:
+        return p
+    return max(0.0, (p - chance) / (1 - chance))
+
+
+def guessable(guess_rate: float, full_rate: float, chance: float = 0.0) -> bool:
+    """Does the guess probe (no room to reason) pass the task at least as often as the full solver, above chance?
+    Compared after ``chance_corrected``: 4/8 guessed vs 4/8 reasoned on a free-form task -> guessable; 2/8 vs 6/8
+    -> not; an MCQ guessed 2/8 (chance) and reasoned 2/8 -> not (it is hard, not guessable); a task neither passes
+    -> not guessable."""
+    g, f = chance_corrected(guess_rate, chance), chance_corrected(full_rate, chance)
+    return g > 0 and g >= f
+
+
+def consensus(agrees: Sequence[bool]) -> bool:
+    """Does a strict majority of the reader's answers (with the document) agree with the writer's answer?
+    [T, T, F] -> True; [T, F] -> False; [] -> False."""
+    return 2 * sum(agrees) > len(agrees)
+
+
+GUESS_PROMPT_SUFFIX = ("\n\nAnswer at once: reply with only the final answer within \\boxed{}, "
+                       "no explanation.")
+READER_PROMPT = """Read the document, then answer the question after it from what the document says.
+
+[BEGINNING OF THE DOCUMENT]
+{document}
+[END OF THE DOCUMENT]
+
+{question}"""
+
+
+def reader_prompt(document: str, question_prompt: str) -> str:
+    """The consensus reader's prompt: the document, then the solver's own prompt for the question."""
+    return READER_PROMPT.format(document=document, question=question_prompt)
+
+
+# ---- metrics -------------------------------------------------------------------------------------------------
+
+def rule_of(reason: str) -> str | None:
+    """The RULES name of a stored reason ("task: question copies its document (91% ...)" -> "copy_ratio")."""
+    text = reason.split("task: ", 1)[-1] if reason else ""
+    for name, start in RULES.items():
+        if text.startswith(start):
+            return name
+    return None
+
+
+def gate_metrics(reasons: Sequence[str], answers: Sequence[str | None], cluster_ids: Sequence[int]) -> dict:
+    """A step's gate metrics: ``gate_<rule>_rate`` for every rule (share of all tasks written), ``answer_share_max``
+    (the most frequent answer's share of the valid free-form tasks, normalized as the graders compare) and
+    ``template_cluster_max`` (the largest template cluster's share of the valid tasks)."""
+    n = max(len(reasons), 1)
+    named = Counter(rule_of(r) for r in reasons if r)
+    out = {f"gate_{name}_rate": named.get(name, 0) / n for name in RULES}
+    keys = [normalize_answer(a) for a in answers if a]
+    out["answer_share_max"] = max(Counter(keys).values()) / len(keys) if keys else 0.0
+    out["template_cluster_max"] = max(Counter(cluster_ids).values()) / len(cluster_ids) if cluster_ids else 0.0
+    return out

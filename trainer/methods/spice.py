@@ -60,7 +60,7 @@ Departures from the paper:
   no content word (name, term, number) with its document is invalid ("question is not about the
   document", ``spice.require_grounding``, on by default; 4 of the base Challenger's 96 tasks fail it).
   A question the step's Challenger wrote for two or more different documents is invalid as well
-  ("question repeated across documents", ``spice_rules.mark_repeated``; training only, the
+  ("question repeated across documents", ``gate.mark_repeated``; training only, the
   cross-play evaluation keeps the per-task rules): every collapse so far was one template for all
   documents. With all of these in force, the next 1.5B run's Challenger collapsed within 37 steps to integer
   questions grounded in a name of their document and worded differently for each ("How many continents does Niger
@@ -68,7 +68,7 @@ Departures from the paper:
   96 held-out documents (the base Challenger's most frequent answer: 1, on 4), which its Reasoner learned to guess
   (63.5% on them). So a free-form answer the step's Challenger gives for more than ``spice.max_answer_share`` (0.25)
   of the step's documents, and for 3 or more of them, is invalid too ("answer repeated across documents",
-  ``spice_rules.mark_repeated_answers``; training only; numbers compared by value as the graders do, MCQ letters
+  ``gate.mark_repeated_answers``; training only; numbers compared by value as the graders do, MCQ letters
   exempt; a document counts once, split over the answers of its valid free-form tasks, since counting it whole for
   any attempt's answer would flag 60% of 16-document steps drawn from the 1.5B runs' first steps). Taking each
   Challenger's held-out set as one step, it marks 94/96 of that collapse, 96/96 of the step-33 one, 43/48 of the first
@@ -93,17 +93,22 @@ import torch
 from trainer.algos import get_advantage
 from trainer.methods.retry import RetryLimits, draw_until
 from trainer.methods.review import ReviewState
+from trainer import distributed as dist
+from trainer.methods.gate import (GUESSABLE, NO_CONSENSUS, chance_corrected, chance_level, cluster_shares, consensus,
+                                  gate_metrics, guessable, rule_of, mark_repeated, mark_repeated_answers, template_clusters,
+                                  template_penalty)
 from trainer.methods.spice_tasks import (
     TASK_RULES,
     Attempt,
     answer,
     challenge,
     draw_numbers,
+    guess,
     keep_preserving_ratio,
+    read,
     role_budget,
 )
-from trainer.methods.spice_rules import mark_repeated, mark_repeated_answers
-from trainer.rewards import spice_reward_fn
+from trainer.rewards import coin_flips, spice_reward_fn
 from trainer.update import Sample
 from trainer.verify import extract_boxed
 
@@ -112,9 +117,85 @@ CHALLENGER, REASONER = "challenger", "reasoner"
 
 # ---- pure wiring: grading and rewards -----------------------------------------------------------
 
-def challenger_reward(attempt: Attempt, reward_fn) -> float:
-    """The paper's r_C: reward_fn(correct) for a valid task, reward_fn(None) (the penalty) else."""
-    return reward_fn(attempt.correct if attempt.valid and attempt.correct else None)
+def challenger_reward(attempt: Attempt, reward_fn, sec, gate) -> float:
+    """The paper's r_C of a valid task, reward_fn(pass rate), the rate chance-corrected (``gate.chance_correct``:
+    an MCQ guessed blind passes 1/4) and less its template cluster's share (``gate.template_penalty``); an invalid
+    task's penalty: ``spice.invalid_penalty`` when set (the paper's -0.1 for any), else ``gate.format_penalty`` for
+    an output that did not parse and ``gate.rule_penalty`` for a task a rule refused."""
+    if not (attempt.valid and attempt.correct):
+        if sec.invalid_penalty is not None:
+            return sec.invalid_penalty
+        return gate.rule_penalty if attempt.task is not None else gate.format_penalty
+    p = sum(attempt.correct) / len(attempt.correct)
+    if gate.chance_correct:
+        p = chance_corrected(p, chance_level(attempt.task.format, attempt.task.answer_type))
+    reward = reward_fn(p)
+    return template_penalty(reward, attempt.cluster_share) if gate.template_penalty else reward
+
+
+def gate_with_model(ctx, attempts: list[Attempt], docs) -> None:
+    """The task gate's model rules on the kept valid tasks, before the Reasoner answers: the consensus label (a
+    reader with the document must agree with the gold)."""
+    if ctx.config.gate.consensus_samples:
+        read(ctx, attempts, docs)
+        for a in attempts:
+            if a.agrees is not None and not consensus(a.agrees):
+                a.reason = f"task: {NO_CONSENSUS} ({sum(a.agrees)} of {len(a.agrees)} of its answers agree)"
+
+
+def gate_guessable(ctx, attempts: list[Attempt]) -> None:
+    """The guess probe, after the Reasoner's answers: a task passed as often without room to reason is invalid."""
+    if not ctx.config.gate.guess_probe:
+        return
+    guess(ctx, attempts)
+    for a in attempts:
+        chance = chance_level(a.task.format, a.task.answer_type)
+        rate = sum(a.guessed) / len(a.guessed)
+        if guessable(rate, a.pass_rate, chance):
+            a.reason = f"task: {GUESSABLE} (guessed {rate:.0%} without reasoning, {a.pass_rate:.0%} with)"
+
+
+def mark_clusters(attempts: list[Attempt], similarity: float) -> list[int]:
+    """Each valid task's template cluster share among the step's valid tasks (``gate.template_clusters``)."""
+    valid = [a for a in attempts if a.valid]
+    ids = template_clusters([a.task.question for a in valid], similarity)
+    for a, share in zip(valid, cluster_shares(ids)):
+        a.cluster_share = share
+    return ids
+
+
+def control_flips(attempts: list[Attempt], train, rng: random.Random) -> None:
+    """A random-reward control (``train.control``): the Reasoner's reward is a coin flip per answer; the grader's
+    verdicts stay in ``graded`` (metrics, the guess probe)."""
+    if train.control != "random-reward":
+        return
+    for a in attempts:
+        a.correct = [bool(x) for x in coin_flips(len(a.answers), train.control_p, rng)]
+
+
+def update_in_mini_batches(ctx, samples: list[Sample], size: int, rng: random.Random) -> dict:
+    """One optimizer step per mini-batch of ``size`` trajectories (both roles mixed, shuffled), the paper's 128; one
+    step for all when ``size`` is 0 or covers them. Several ranks: each takes size / ranks a step, and all make as
+    many steps as the rank with the most samples needs, but no more than the rank with the fewest samples has.
+    Metrics averaged per role over the steps, plus ``optimizer_steps``."""
+    world = dist.world_size() if dist.active() else 1
+    per_rank = max(1, size // world) if size else len(samples) or 1
+    wanted = -(-len(samples) // per_rank) if samples else 1
+    n = int(dist.all_reduce([wanted], "max")[0])
+    n = max(1, min(n, int(dist.all_reduce([len(samples)], "min")[0])))
+    if n == 1:
+        out = ctx.update(samples)
+    else:
+        order = list(samples)
+        rng.shuffle(order)
+        runs = [ctx.update(order[i::n]) for i in range(n)]
+        out = {}
+        for role in {r for run in runs for r in run}:
+            mine = [run[role] for run in runs if role in run]
+            out[role] = {k: sum(m.get(k, 0.0) for m in mine) / len(mine) for k in mine[0]}
+    for role in out:
+        out[role]["optimizer_steps"] = float(n)
+    return out
 
 
 # ---- one step -----------------------------------------------------------------------------------
@@ -204,8 +285,8 @@ def build_samples(attempts_by_doc, sec, advantage, rng: random.Random) -> list[S
 
 
 def run_spice(ctx) -> None:
-    sec = ctx.config.spice
-    reward_fn = spice_reward_fn(sec.challenger_reward, invalid=sec.invalid_penalty, tau=sec.gaussian_tau)
+    sec, gate = ctx.config.spice, ctx.config.gate
+    reward_fn = spice_reward_fn(sec.challenger_reward, tau=sec.gaussian_tau)
     advantage = get_advantage(sec.advantage)
     review = ReviewState()
     review.load_state_dict(ctx.state.get("review", {}))
@@ -221,15 +302,19 @@ def run_spice(ctx) -> None:
         by_doc, retries = challenge_until_valid(ctx, docs, step, [draws[i] for i in mine], review)
         attempts = [a for row in by_doc for a in row]
         select(by_doc, sec, review, rng)
+        gate_with_model(ctx, [a for a in attempts if a.kept and a.valid], docs)
         answer(ctx, [a for a in attempts if a.kept and a.valid])
-        for a in attempts:  # an attempt left out of its group is not trained; an invalid one still shows -0.1
-            a.reward = challenger_reward(a, reward_fn) if a.kept or not a.valid else 0.0
+        gate_guessable(ctx, [a for a in attempts if a.kept and a.valid])
+        control_flips([a for a in attempts if a.kept and a.valid], ctx.config.train, rng)
+        clusters = mark_clusters(attempts, gate.template_similarity)
+        for a in attempts:  # an attempt left out of its group is not trained; an invalid one still shows its penalty
+            a.reward = challenger_reward(a, reward_fn, sec, gate) if a.kept or not a.valid else 0.0
         samples = build_samples(by_doc, sec, advantage, rng)
         gen_seconds = time.perf_counter() - t0
 
         t1 = time.perf_counter()
-        updated = ctx.update(samples)
-        for role, values in step_metrics(attempts).items():
+        updated = update_in_mini_batches(ctx, samples, sec.mini_batch_size, rng)
+        for role, values in step_metrics(attempts, clusters).items():
             ctx.log(step, role, {**updated.get(role, {}), **values})
         dropped = sum(not any(a.valid for a in row) for row in by_doc)  # no valid task: no Reasoner group
         ctx.log(step, CHALLENGER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
@@ -240,9 +325,11 @@ def run_spice(ctx) -> None:
 
 # ---- reporting ----------------------------------------------------------------------------------
 
-def step_metrics(attempts: list[Attempt]) -> dict[str, dict[str, float]]:
+def step_metrics(attempts: list[Attempt], clusters: list[int] | None = None) -> dict[str, dict[str, float]]:
     kept = [a for a in attempts if a.kept]
     graded = [a for a in kept if a.correct]
+    probed = [a for a in graded if a.guessed]
+    read_ = [a for a in attempts if a.agrees]
     answers = [c for a in graded for c in a.answers]
     reasons = Counter(a.reason.split(":")[0] for a in attempts if a.reason)
     challenger = {
@@ -255,10 +342,17 @@ def step_metrics(attempts: list[Attempt]) -> dict[str, dict[str, float]]:
         **{f"invalid_{r.split()[0]}_rate": n / len(attempts) for r, n in reasons.items()},
         **{f"invalid_{name}_rate": sum(a.reason.startswith(f"task: {text}") for a in attempts) / len(attempts)
            for name, text in TASK_RULES.items()},  # the task rules, each on its own (also in invalid_task_rate)
+        # the task gate: each rule's share, the largest answer share and template cluster of the valid tasks
+        **gate_metrics([a.reason for a in attempts],
+                       [a.task.answer for a in attempts if a.valid and a.task.format == "free_form"], clusters or []),
+        "guess_pass_rate": (sum(sum(a.guessed) for a in probed) / sum(len(a.guessed) for a in probed)
+                            if probed else 0.0),
+        "consensus_rate": sum(consensus(a.agrees) for a in read_) / len(read_) if read_ else 0.0,
+        "truncated_rate": sum(a.truncated for a in attempts) / len(attempts),
     }
     trained = [c for a in graded if a.trained_reasoner for c in a.answers]
     reasoner = {
-        "accuracy": sum(sum(a.correct) for a in graded) / max(len(answers), 1),
+        "accuracy": sum(sum(a.graded if a.graded is not None else a.correct) for a in graded) / max(len(answers), 1),
         "tasks": float(len(graded)),
         "boxed_rate": sum(extract_boxed(c.text) is not None for c in answers) / max(len(answers), 1),
         "response_length": sum(len(c.completion_ids) for c in trained) / max(len(trained), 1),
@@ -278,7 +372,9 @@ def records(step: int, attempts: list[Attempt]) -> list[dict]:
             "data": {"answer_type": t.answer_type if t else (a.choice.answer_type if a.choice else None),
                      "invalid_reason": a.reason, "challenger_reward": a.reward, "kept": a.kept,
                      "reasoner_group": a.trained_reasoner, "document_title": a.doc_title, "attempt": a.index,
-                     "round": a.round}})
+                     "round": a.round, "gate_rule": rule_of(a.reason), "cluster_share": a.cluster_share,
+                     "guess_rate": sum(a.guessed) / len(a.guessed) if a.guessed else None,
+                     "reader_agrees": sum(a.agrees) / len(a.agrees) if a.agrees else None}})
         out.append({"kind": "attempt", "key": f"{a.key}:c", "task_key": a.key, "role": CHALLENGER, "step": step,
                     "text": "\n\n".join(turn["text"] for turn in a.turns), "reward": a.reward, "turns": a.turns,
                     "passages": [], "token_ids": a.completion_ids, "loss_mask": a.loss_mask,
@@ -289,5 +385,6 @@ def records(step: int, attempts: list[Attempt]) -> list[dict]:
                         "turns": [{"role": "assistant", "text": c.text}], "passages": [],
                         "token_ids": c.completion_ids, "loss_mask": [1] * len(c.completion_ids),
                         "data": {"boxed": extract_boxed(c.text), "trained": a.trained_reasoner,
+                                 "graded": bool(a.graded[j]) if a.graded is not None else None,
                                  "finish_reason": c.finish_reason}})
     return out

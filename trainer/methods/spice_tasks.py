@@ -36,15 +36,13 @@ import math
 import random
 import re
 from collections import Counter
-from contextlib import contextmanager
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from trainer.methods.parts import answer_in_question, count_words
+from trainer.methods.gate import (GUESS_PROMPT_SUFFIX, ANSWER_IN_QUESTION, MIN_QUESTION_WORDS, NO_WORDS, NOT_GROUNDED, REFERS_TO_DOCUMENT,
+                                  REPEATED, REPEATED_ANSWER, GateTask, check_task, reader_prompt)
 from trainer.prompts import chat
-from trainer.tools.bm25 import STOPWORDS
 from trainer.tools.corpus import document_text
-from trainer.methods.spice_rules import REPEATED, REPEATED_ANSWER
 from trainer.verify import exact_match, extract_boxed, math_equal_many, mcq_match
 
 ANSWER_TYPES = ("integer", "float", "expression", "string", "boolean")
@@ -222,6 +220,7 @@ def copies_example(question: str) -> bool:
 FORMAT_PREFILL = '{"suitable_for_mcq":'
 TASK_PREFILL = {"mcq": '{"multiple_choice_question": "', "free_form": '{"question": "'}
 
+REASONER_SYSTEM = "You are a helpful assistant."  # the paper's Reasoner system prompt (spice.txt, Figure 8)
 REASONER_FREE_FORM = "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 REASONER_MCQ = ("{question}\n\nPlease reason step by step, and put the letter of the correct option "
                 "(A, B, C or D) within \\boxed{{}}.")
@@ -262,15 +261,26 @@ def format_prompt(document: str, formats: Sequence[str], answer_types: Sequence[
     return FORMAT_PROMPT.format(document=document, format_rule=rule, answer_type_choices=choices)
 
 
-def task_prompt(choice: FormatChoice, worked_example: bool = False) -> str:
+JSON_ONLY = "Reply with ONLY this JSON object, nothing before or after it:"
+# The paper's "Output Format" (spice.txt, Figures 9-10): think first, then the JSON (spice.think_before_task).
+THINK_FIRST = ("FIRST, think step by step (this is private): pick the facts the question needs, say how you make it "
+               "hard and how you block shortcuts, and solve it yourself to check that it has exactly one answer. "
+               "THEN end your reply with this JSON object:")
+
+
+def task_prompt(choice: FormatChoice, worked_example: bool = False, think: bool = False) -> str:
     """Turn two of the Challenger (Figure 10 structure) for the chosen format; ``worked_example`` adds
-    a filled-in task for another document after the JSON form (``spice.worked_example``)."""
+    a filled-in task for another document after the JSON form (``spice.worked_example``); ``think`` asks for
+    step-by-step reasoning before the JSON (``spice.think_before_task``) instead of the JSON alone."""
     if choice.format == "mcq":
-        return MCQ_PROMPT + (MCQ_EXAMPLE if worked_example else "")
-    kind = choice.answer_type.capitalize()
-    rule, example = ANSWER_RULES[kind]
-    fields = dict(answer_type=kind, answer_rule=rule, example_question=EXAMPLE_QUESTIONS[kind], example_answer=example)
-    return FREE_FORM_PROMPT.format(**fields) + (FREE_FORM_EXAMPLE.format(**fields) if worked_example else "")
+        text = MCQ_PROMPT + (MCQ_EXAMPLE if worked_example else "")
+    else:
+        kind = choice.answer_type.capitalize()
+        rule, example = ANSWER_RULES[kind]
+        fields = dict(answer_type=kind, answer_rule=rule, example_question=EXAMPLE_QUESTIONS[kind],
+                      example_answer=example)
+        text = FREE_FORM_PROMPT.format(**fields) + (FREE_FORM_EXAMPLE.format(**fields) if worked_example else "")
+    return text.replace(JSON_ONLY, THINK_FIRST) if think else text
 
 
 def reasoner_prompt(task: SpiceTask) -> str:
@@ -368,70 +378,16 @@ def _check_answer(answer: str, kind: str, max_string_words: int) -> str:
     return answer
 
 
-ANSWER_IN_QUESTION = "answer in question"
-NO_WORDS = "question has no words"
-REFERS_TO_DOCUMENT = "question refers to the document"
-NOT_GROUNDED = "question is not about the document"
-MIN_QUESTION_WORDS = 3
-# the task rules beyond "parses and matches its type", by the metric name step_metrics gives them
+# the task rules beyond "parses and matches its type", by the metric name step_metrics gives them (gate.py has all
+# but copies_example, which is about SPICE's own prompt)
 TASK_RULES = {"copies_example": "question copies the prompt's example", "answer_in_question": ANSWER_IN_QUESTION,
               "no_words": NO_WORDS, "refers_to_document": REFERS_TO_DOCUMENT, "not_grounded": NOT_GROUNDED,
               "repeated": REPEATED, "repeated_answer": REPEATED_ANSWER}
-# The paper's Challenger prompts (spice.txt, CRITICAL rules): 'Never reference "the document" or "the text" in the
-# question'; 'NEVER use: "according to the text", "in the document", "as mentioned", "the passage states"'. The
-# Reasoner never sees the document, so such a question cannot be answered as asked.
-_DOCUMENT_WORDS = r"(?:text|document|passage|article|paragraph|excerpt)s?(?!\s+of\b)"  # "the text of the treaty" stands alone
-_REFERS_TO_DOCUMENT = re.compile(
-    rf"\b(?:the|this|that|these|given|provided|above|following|preceding)\s+(?:(?:given|provided|above|original|"
-    rf"following|preceding)\s+)?{_DOCUMENT_WORDS}\b|\bas (?:mentioned|stated|described)\b", re.IGNORECASE)
-
-
-# Words any question may use whatever its document ("How many correct answers?"), beyond the BM25 stop words (what,
-# which, who, is, ...): neither grounds anything.
-_TASK_WORDS = frozenset("""
-how many much whose does did do done been being can could should may might must not also more most less least than
-other another each every any all some only about after before during between here those answer answers answered
-answering question questions correct incorrect right wrong true false option options choice choices way ways number
-numbers total following given provided above below mentioned stated described based according name named called one
-two three four five six seven eight nine ten first second third last type types kind kinds part parts
-""".split())
-_NOT_CONTENT = STOPWORDS | _TASK_WORDS
-_GROUND_TOKEN = re.compile(r"[a-z]+|\d[\d,.]*\d")
-MIN_GROUNDABLE_WORDS = 5  # a document with fewer Latin-script content words (another script) is not checked
-
-
-def content_words(text: str) -> set[str]:
-    """The words of ``text`` that can tie a question to a document: lower-cased Latin-script words of 3+ letters,
-    minus stop words and question words (``_NOT_CONTENT``), a plural's final "s" dropped; and numbers of 2+ digits
-    (thousands commas dropped). "How many ships did Venice send in 1453?" -> {ship, venice, send, 1453}."""
-    out = set()
-    for t in _GROUND_TOKEN.findall((text or "").lower()):
-        if t[0].isdigit():
-            t = t.replace(",", "").rstrip(".")
-            if len(t) >= 2:
-                out.add(t)
-        elif len(t) >= 3 and t not in _NOT_CONTENT:
-            out.add(t[:-1] if len(t) > 3 and t.endswith("s") and not t.endswith("ss") else t)
-    return out
-
-
-def grounded(question: str, document: str) -> bool:
-    """Does the question share a content word with its document (``content_words``)? True when the document has too
-    few Latin-script words to tell. On the GPU runs' held-out tasks: 92 of the base 1.5B Challenger's 96 questions
-    and all 128 math questions are grounded; none of the collapsed Challengers' ("How many correct answers?",
-    digit strings) are."""
-    doc = content_words(document)
-    return len(doc) < MIN_GROUNDABLE_WORDS or bool(content_words(question) & doc)
-
-
-def refers_to_document(question: str) -> bool:
-    """Does the question point at the document the Reasoner never sees? ("How many paragraphs are there in the
-    given text?", "according to the passage", "as mentioned") - the paper's prompt forbids it."""
-    return bool(_REFERS_TO_DOCUMENT.search(question))
 
 
 def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
-               min_words: int = MIN_QUESTION_WORDS, document: str | None = None) -> SpiceTask:
+               min_words: int = MIN_QUESTION_WORDS, document: str | None = None, *, require_grounding: bool = True,
+               max_copy_ratio: float = 1.0) -> SpiceTask:
     """Turn two's JSON -> SpiceTask, or TaskError saying why the task is invalid.
 
     Beyond the paper's "formatted correctly and parsable" (and ``copies_example``), two rules of
@@ -455,7 +411,10 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
     - "question is not about the document" (both formats; ``grounded``, only when ``document`` is given): the
       question shares no content word with the document. The next run's 1.5B Challenger collapsed within 33
       steps to "How many correct answers? -> 1" (96 of its 96 held-out tasks; 4 of the base's 96), which no
-      other rule catches."""
+      other rule catches;
+    - "question copies its document" (``max_copy_ratio`` < 1, with a document): more of the question's character
+      6-grams in the document than that share.
+    The rules after the example check are the task gate's (``gate.check_task``), which every writer shares."""
     if choice.format == "mcq":
         obj = _last_with(text, ("multiple_choice_question", "multiple_choice_correct"))
         question, letter = obj["multiple_choice_question"], obj["multiple_choice_correct"]
@@ -466,12 +425,9 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
         if not _has_four_options(question):
             raise TaskError("question does not list options A) to D)")
         task = SpiceTask("mcq", "mcq", question.strip(), letter.strip().strip(")").upper())
-        with _keeping(task):
-            if copies_example(question):
-                raise TaskError("question copies the prompt's example instead of asking about the document")
-            check_words(_OPTION.sub(" ", question), min_words)  # the option labels A) to D) are no words
-            check_standalone(question, document)
-        return task
+        if copies_example(question):
+            raise TaskError("question copies the prompt's example instead of asking about the document", task)
+        return _gated(task, document, min_words, require_grounding, max_copy_ratio)
     obj = _last_with(text, ("question", "answer"))
     question = obj["question"]
     if not isinstance(question, str) or not question.strip():
@@ -486,34 +442,17 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
         raise TaskError("empty answer")
     answer = _check_answer(answer, choice.answer_type, max_string_words)
     task = SpiceTask("free_form", choice.answer_type, question.strip(), answer)
-    with _keeping(task):
-        if choice.answer_type != "boolean" and answer_in_question(question, answer):
-            raise TaskError(f"{ANSWER_IN_QUESTION}: the Reasoner could copy it")
-        check_words(question, min_words)
-        check_standalone(question, document)
+    return _gated(task, document, min_words, require_grounding, max_copy_ratio)
+
+
+def _gated(task: SpiceTask, document: str | None, min_words: int, require_grounding: bool,
+           max_copy_ratio: float) -> SpiceTask:
+    """The task, or TaskError carrying it (its question stays on record) when a gate rule refuses it."""
+    reason = check_task(GateTask(task.question, task.answer, document, task.format, task.answer_type),
+                        max_copy_ratio=max_copy_ratio, require_grounding=require_grounding, min_words=min_words)
+    if reason:
+        raise TaskError(reason, task)
     return task
-
-
-@contextmanager
-def _keeping(task: SpiceTask):
-    """A rule broken by a task that parsed: the TaskError carries the task (its question stays on record)."""
-    try:
-        yield
-    except TaskError as err:
-        err.task = task
-        raise
-
-
-def check_words(question: str, min_words: int) -> None:
-    if count_words(question) < min_words:
-        raise TaskError(f"{NO_WORDS} (fewer than {min_words} words with letters)")
-
-
-def check_standalone(question: str, document: str | None = None) -> None:
-    if refers_to_document(question):
-        raise TaskError(f"{REFERS_TO_DOCUMENT}, which the Reasoner never sees")
-    if document is not None and not grounded(question, document):
-        raise TaskError(f"{NOT_GROUNDED}: it shares no name, term or number with it")
 
 
 def keep_preserving_ratio(valid: Sequence[bool], group_size: int, rng: random.Random) -> list[int]:
@@ -556,7 +495,11 @@ class Attempt:
     reason: str = ""  # why the task is invalid ("" when valid)
     kept: bool = False
     answers: list = field(default_factory=list)  # Reasoner Completions
-    correct: list[bool] | None = None
+    correct: list[bool] | None = None  # what the Reasoner is rewarded by: the verdicts, or a control's coin flips
+    graded: list[bool] | None = None  # the grader's verdicts of the answers (= correct unless a control flips it)
+    guessed: list[bool] | None = None  # the guess probe's verdicts (task gate)
+    agrees: list[bool] | None = None  # the document reader's answers agreeing with the gold (task gate)
+    cluster_share: float = 0.0  # the task's template cluster's share of the step's valid tasks
     reward: float = 0.0
     trained_reasoner: bool = False
     truncated: bool = False  # a Challenger turn ended at its token budget
@@ -567,7 +510,9 @@ class Attempt:
 
     @property
     def pass_rate(self) -> float | None:
-        return sum(self.correct) / len(self.correct) if self.correct else None
+        """The Reasoner's real pass rate (the grader's verdicts, also in a control run)."""
+        verdicts = self.graded if self.graded is not None else self.correct
+        return sum(verdicts) / len(verdicts) if verdicts else None
 
     def extend(self, ids: list[int], logprobs: list[float], trained: bool) -> None:
         self.completion_ids += ids
@@ -630,6 +575,11 @@ def challenger_prompt(tokenizer, doc, sec) -> list[int]:
                                                sec.formats, sec.answer_types)) + prefill_ids(tokenizer, FORMAT_PREFILL)
 
 
+def task_prefill(fmt: str, sec) -> str:
+    """What opens the task turn: nothing when the Challenger thinks first, else the start of its JSON."""
+    return "" if sec.think_before_task else TASK_PREFILL[fmt]
+
+
 def prefill_ids(tokenizer, text: str) -> list[int]:
     """The tokens opening an assistant turn (spice_tasks FORMAT_PREFILL / TASK_PREFILL)."""
     return tokenizer.encode(text, add_special_tokens=False)
@@ -651,6 +601,7 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
     ``draws``: each document's draw number in the whole step (keys stay unique when the same
     document is drawn twice, also on different ranks); by default counted within ``docs``."""
     sec, tok = ctx.config.spice, ctx.policy.tokenizer
+    gate_cfg = getattr(ctx.config, "gate", None)
     attempts, N = [], sec.challenger_attempts
     draws = draw_numbers(docs) if draws is None else draws
     doc_texts = [doc.text for doc in docs]
@@ -671,10 +622,10 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
         except TaskError as err:
             a.reason = f"format: {err}"
             continue
-        user = task_prompt(a.choice, sec.worked_example)
+        user = task_prompt(a.choice, sec.worked_example, sec.think_before_task)
         key = (user, c.finish_reason == "eos", a.choice.format)
         if key not in glue:
-            glue[key] = continue_chat(tok, user, key[1]) + prefill_ids(tok, TASK_PREFILL[a.choice.format])
+            glue[key] = continue_chat(tok, user, key[1]) + prefill_ids(tok, task_prefill(a.choice.format, sec))
         a.extend(glue[key], [], trained=False)
         a.turns.append({"role": "user", "text": user})
         second.append(a)
@@ -683,11 +634,12 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
     for a, c in zip(second, outs):
         a.extend(c.completion_ids, c.logprobs, trained=True)
         a.truncated = a.truncated or c.finish_reason == "length"
-        text = TASK_PREFILL[a.choice.format] + c.text
+        text = task_prefill(a.choice.format, sec) + c.text
         a.turns.append({"role": "assistant", "text": text})
         try:
             a.task = parse_task(text, a.choice, sec.max_string_answer_words,
-                                document=f"{a.doc_title}\n{doc_texts[a.group]}" if sec.require_grounding else None)
+                                document=f"{a.doc_title}\n{doc_texts[a.group]}", require_grounding=sec.require_grounding,
+                                max_copy_ratio=gate_cfg.copy_ratio if gate_cfg is not None else 1.0)
         except TaskError as err:
             a.reason = f"task: {err}"
             a.task = err.task  # a parsed task that broke a rule: invalid (it has a reason), its question on record
@@ -697,10 +649,44 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
 def answer(ctx, attempts: list[Attempt]) -> None:
     """``rollout.group_size`` Reasoner answers for each attempt, graded against its gold."""
     G, tok = ctx.config.rollout.group_size, ctx.policy.tokenizer
-    prompts = [list(ids) for a in attempts for ids in [chat(tok, None, reasoner_prompt(a.task))] * G]  # tokenized once
+    prompts = [list(ids) for a in attempts for ids in [chat(tok, REASONER_SYSTEM, reasoner_prompt(a.task))] * G]
     budget = role_budget(ctx, ctx.config.spice.reasoner_max_new_tokens)
     outs = ctx.generator.generate(prompts, ctx.sampling_params(max_new_tokens=budget))
     verdicts = grade([(a.task, c.text) for i, a in enumerate(attempts) for c in outs[i * G:(i + 1) * G]])
     for i, a in enumerate(attempts):
         a.answers = outs[i * G:(i + 1) * G]
         a.correct = verdicts[i * G:(i + 1) * G]
+        a.graded = list(a.correct)
+
+
+def guess(ctx, attempts: list[Attempt]) -> None:
+    """The task gate's guess probe: ``rollout.group_size`` Reasoner answers per task within
+    ``gate.guess_max_new_tokens`` tokens, told to answer at once (no room to reason); verdicts in ``a.guessed``."""
+    G, tok, g = ctx.config.rollout.group_size, ctx.policy.tokenizer, ctx.config.gate
+    if not attempts:
+        return
+    prompts = [list(ids) for a in attempts
+               for ids in [chat(tok, REASONER_SYSTEM, reasoner_prompt(a.task) + GUESS_PROMPT_SUFFIX)] * G]
+    outs = ctx.generator.generate(prompts, ctx.sampling_params(max_new_tokens=g.guess_max_new_tokens))
+    verdicts = grade([(a.task, c.text) for i, a in enumerate(attempts) for c in outs[i * G:(i + 1) * G]])
+    for i, a in enumerate(attempts):
+        a.guessed = verdicts[i * G:(i + 1) * G]
+
+
+def read(ctx, attempts: list[Attempt], docs) -> None:
+    """The task gate's consensus label: a reader that sees the task's document (``docs[a.group]``) answers it
+    ``gate.consensus_samples`` times; verdicts against the Challenger's answer in ``a.agrees``."""
+    n, tok, g, sec = ctx.config.gate.consensus_samples, ctx.policy.tokenizer, ctx.config.gate, ctx.config.spice
+    if not attempts or n == 0:
+        return
+    prompts = []
+    for a in attempts:
+        doc = docs[a.group]
+        body = document_text(doc, tok, sec.max_document_tokens)
+        body = f"Title: {doc.title}\n\n{body}" if doc.title else body
+        prompts += [chat(tok, REASONER_SYSTEM, reader_prompt(body, reasoner_prompt(a.task)))] * n
+    outs = ctx.generator.generate([list(p) for p in prompts],
+                                  ctx.sampling_params(max_new_tokens=g.consensus_max_new_tokens))
+    verdicts = grade([(a.task, c.text) for i, a in enumerate(attempts) for c in outs[i * n:(i + 1) * n]])
+    for i, a in enumerate(attempts):
+        a.agrees = verdicts[i * n:(i + 1) * n]
