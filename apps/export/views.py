@@ -2,6 +2,7 @@
 OpenAPI description. What it sends is built in apps/export/stream.py."""
 from __future__ import annotations
 
+import logging
 import threading
 
 from django.http import StreamingHttpResponse
@@ -12,6 +13,7 @@ from rest_framework.decorators import api_view, permission_classes
 from rest_framework.permissions import IsAuthenticated
 
 from apps.api.errors import ERROR, error_response
+from apps.export import slots
 from apps.export import stream as export
 from apps.export.stream import (
     CONTENT_TYPES, FORMATS, KINDS, REVIEW_VALUES, ExportError, columns, headers, parse_filters, plan, stream,
@@ -19,6 +21,7 @@ from apps.export.stream import (
 from apps.export.fetch import Stopped
 from apps.runs.models import Run
 
+logger = logging.getLogger("selfplay.export")
 
 def _for_handler(request, chunks, stop: threading.Event):
     """An async iterator under ASGI (Django would otherwise buffer a sync iterator into one list);
@@ -38,7 +41,13 @@ class Download:
     is being sent, calls ``response.close()``, which calls ``close()`` (off the event loop). Both set
     ``stop``, which ends the export's read-ahead thread within a fraction of a second, then close the
     generator (at once if it is idle, else in the sync thread as soon as its chunk is done). Nothing
-    here waits on the event loop."""
+    here waits on the event loop.
+
+    An error while a chunk is made (the database went away mid-download) ends the body there and is
+    logged: once the response has started, an exception out of the application leaves daphne's client
+    waiting forever and Django never closes the response (nor gives its database connection back). The
+    client sees a file that stops short of ``X-Export-Last-Id`` (a Parquet file without its footer) and
+    resumes with ``?after=``."""
 
     def __init__(self, chunks, stop: threading.Event):
         from asgiref.sync import sync_to_async
@@ -67,6 +76,10 @@ class Download:
                     return _END
                 return next(self.chunks, _END)
             except Stopped:
+                return _END
+            except Exception:
+                logger.exception("export download failed mid-stream; the body ends early")
+                self.stop.set()
                 return _END
             finally:
                 if self.stop.is_set():
@@ -135,6 +148,8 @@ def _schema():
                 OpenApiExample("bad filter", value={"error": "step_min must be an integer, got 'abc'"})]),
             401: OpenApiResponse(ERROR, description="Not logged in / no token."),
             404: OpenApiResponse(ERROR, description="No such run."),
+            429: OpenApiResponse(ERROR, description="This server process streams as many exports as it may at "
+                                                    "once; retry after the seconds in Retry-After."),
         },
     )
 
@@ -151,9 +166,19 @@ def export_run(request, run_id: int, kind: str, fmt: str):
         p = plan(kind, run, parse_filters(kind, request.query_params))
     except ExportError as exc:
         return error_response(str(exc))
-    stop = threading.Event()
-    response = StreamingHttpResponse(_for_handler(request, stream(p, fmt, stop), stop),
-                                     content_type=CONTENT_TYPES[fmt])
-    for name, value in headers(p, fmt).items():
-        response[name] = value
+    ticket = slots.take()
+    if ticket is None:
+        response = error_response(f"This server is streaming {slots.capacity()} exports at once, as many as it may; "
+                                  f"retry in {slots.RETRY_AFTER} s.", 429)
+        response["Retry-After"] = str(slots.RETRY_AFTER)
+        return response
+    try:
+        stop = threading.Event()
+        chunks = slots.Guarded(stream(p, fmt, stop), ticket)
+        response = StreamingHttpResponse(_for_handler(request, chunks, stop), content_type=CONTENT_TYPES[fmt])
+        for name, value in headers(p, fmt).items():
+            response[name] = value
+    except BaseException:
+        ticket.release()
+        raise
     return response
