@@ -279,8 +279,16 @@ class WatchdogConfig(Section):
         "reward-up / held-out-down rule.")
     heldout_drop: float = Field(
         0.05, ge=0, description="Reward rising while the held-out metric falls by more than this over the window.")
-    pause_on: list[Literal["entropy_collapse", "zero_variance", "length_runaway", "reward_heldout_divergence"]] = Field(
-        ["entropy_collapse", "length_runaway"], description="Rules that pause the run when they fire.")
+    collapse_share: float = Field(
+        0.5, gt=0, le=1, description="Task collapse: a step's valid tasks concentrate on one family when the largest "
+        "answer share (answer_share_max) or the largest template cluster (template_cluster_max) of a writing role "
+        "is above this.")
+    collapse_min_tasks: int = Field(
+        8, ge=1, description="Task collapse: a step with fewer valid tasks than this is not judged (a single valid "
+        "task is its own 100% family).")
+    pause_on: list[Literal["entropy_collapse", "zero_variance", "length_runaway", "reward_heldout_divergence",
+                           "collapse"]] = Field(
+        ["entropy_collapse", "length_runaway", "collapse"], description="Rules that pause the run when they fire.")
 
 
 _SHARED = {

@@ -11,7 +11,10 @@ DjangoSink (apps/runs/sink.py) calls what is registered:
   automatic evaluations);
 - ``on_import(fn)``: ``fn(run, folder) -> dict`` of counts, when ``manage.py import_run`` has stored
   a run folder's run, metrics, samples and checkpoints (apps/runs/importer.py), inside its
-  transaction (apps.evals: evals.jsonl, eval_samples/ and crossplay.json).
+  transaction (apps.evals: evals.jsonl, eval_samples/ and crossplay.json);
+- ``on_watchdog(fn)``: ``fn(run, rule, data, cfg)`` when a watchdog rule fires (apps/runs/watchdog.py; ``data``
+  is its event's data, ``cfg`` the run's WatchdogConfig) (apps.review: a collapsed task family's tasks go to the
+  review queue).
 
 A hook that raises never stops a run: the sink logs it and goes on (see the sink for each case).
 An import hook that raises (a bad line) fails the import, which then leaves nothing behind.
@@ -25,6 +28,7 @@ FLUSH: list[Callable] = []
 CONTROL: dict[str, Callable] = {}
 CHECKPOINT: list[Callable] = []
 IMPORT: list[Callable] = []
+WATCHDOG: list[Callable] = []
 
 
 def on_flush(fn: Callable) -> Callable:
@@ -47,4 +51,10 @@ def on_checkpoint(fn: Callable) -> Callable:
 def on_import(fn: Callable) -> Callable:
     if fn not in IMPORT:
         IMPORT.append(fn)
+    return fn
+
+
+def on_watchdog(fn: Callable) -> Callable:
+    if fn not in WATCHDOG:
+        WATCHDOG.append(fn)
     return fn

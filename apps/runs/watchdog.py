@@ -12,6 +12,10 @@ import logging
 import statistics
 from collections import defaultdict
 
+from django.db.models import Count
+
+from apps.episodes.models import Task
+from apps.runs import hooks
 from apps.runs.models import IllegalTransition, Metric, Run, RunEvent
 from trainer.config import WatchdogConfig
 
@@ -60,12 +64,35 @@ def reward_heldout_divergence(series, cfg) -> str | None:
     return None
 
 
+def collapse(series, cfg) -> str | None:
+    """A writing role's valid tasks concentrate on one family: at each of the last ``window`` steps with at least
+    ``collapse_min_tasks`` valid tasks, the largest answer share or template cluster is above ``collapse_share``
+    (the ``family_*`` series: ``_family_series``)."""
+    steps = _tail(series.get("family_steps", []), cfg.window)
+    if not steps:
+        return None
+    answer = series["family_answer"][-cfg.window:]
+    template = series["family_template"][-cfg.window:]
+    tasks = series["family_tasks"][-cfg.window:]
+    if not all(n >= cfg.collapse_min_tasks and max(a, t) > cfg.collapse_share
+               for a, t, n in zip(answer, template, tasks)):
+        return None
+    which = [f"{name} {value:.0%}" for name, value in (("one answer", answer[-1]), ("one template", template[-1]))
+             if value > cfg.collapse_share]
+    return (f"task collapse: the valid tasks concentrate on one family ({' and '.join(which)} of {tasks[-1]} valid "
+            f"tasks at step {steps[-1]}; above {cfg.collapse_share:.0%} for {cfg.window} steps, from step {steps[0]}); "
+            "the writer has found a task family the solver answers without reading; its tasks are first in the "
+            "review queue")
+
+
 RULES = {
     "entropy_collapse": entropy_collapse,
     "zero_variance": zero_variance,
     "length_runaway": length_runaway,
     "reward_heldout_divergence": reward_heldout_divergence,
+    "collapse": collapse,
 }
+FAMILY_METRICS = ("answer_share_max", "template_cluster_max")  # logged per step by the task gate (trainer/methods/gate.py)
 
 
 def run_config(run: Run) -> WatchdogConfig:
@@ -75,8 +102,22 @@ def run_config(run: Run) -> WatchdogConfig:
         return WatchdogConfig()
 
 
+def _family_series(run: Run, points: dict[str, dict[int, float]], role: str) -> dict[str, list]:
+    """The collapse rule's series of one role, aligned by step: ``family_steps``, ``family_answer`` (its
+    answer_share_max), ``family_template`` (template_cluster_max) and ``family_tasks`` (the step's valid tasks of
+    the role, counted from the stored tasks). Empty when the role reports neither share."""
+    answer, template = points.get(FAMILY_METRICS[0], {}), points.get(FAMILY_METRICS[1], {})
+    steps = sorted(set(answer) | set(template))
+    if not steps:
+        return {}
+    counts = dict(Task.objects.filter(run=run, role=role, valid=True, step__in=steps[-HISTORY:])
+                  .values_list("step").annotate(n=Count("id")).values_list("step", "n"))
+    return {"family_steps": steps, "family_answer": [answer.get(s, 0.0) for s in steps],
+            "family_template": [template.get(s, 0.0) for s in steps], "family_tasks": [counts.get(s, 0) for s in steps]}
+
+
 def _series_by_role(run: Run, cfg: WatchdogConfig) -> dict[str, dict[str, list[float]]]:
-    names = {"entropy", "zero_variance_groups", "response_length", "reward_mean", cfg.heldout_metric}
+    names = {"entropy", "zero_variance_groups", "response_length", "reward_mean", cfg.heldout_metric, *FAMILY_METRICS}
     rows = list(Metric.objects.filter(run=run, name__in=names).order_by("-step")
                 .values_list("role", "name", "step", "value")[:HISTORY])
     first = list(Metric.objects.filter(run=run, name="response_length").order_by("step")
@@ -89,6 +130,7 @@ def _series_by_role(run: Run, cfg: WatchdogConfig) -> dict[str, dict[str, list[f
     for role, names_ in (by_role or {"": {}}).items():
         merged = {**shared, **names_}
         out[role] = {name: [v for _, v in sorted(points.items())] for name, points in merged.items()}
+        out[role].update(_family_series(run, names_, role) if role else {})
     return out
 
 
@@ -113,7 +155,15 @@ def check_run(run: Run) -> list[tuple[str, str, bool]]:
                 continue
             pause = name in cfg.pause_on
             text = f"[{role or 'run'}] {message}" + ("; pausing the run" if pause else "")
-            run.notable(text, data={"rule": name, "role": role, "pause": pause}, key=key, kind=RunEvent.Kind.WATCHDOG)
+            data = {"rule": name, "role": role, "pause": pause}
+            if name == "collapse":  # the steps it judged: apps.review puts their family's tasks first in the queue
+                data["steps"] = series["family_steps"][-cfg.window:]
+            run.notable(text, data=data, key=key, kind=RunEvent.Kind.WATCHDOG)
+            for hook in hooks.WATCHDOG:
+                try:
+                    hook(run, name, data, cfg)
+                except Exception as exc:  # like the rule itself, a hook never stops training
+                    log.warning("watchdog hook %s failed for run %s: %s", getattr(hook, "__name__", hook), run.pk, exc)
             paused = False
             if pause:
                 try:

@@ -1,7 +1,8 @@
 """The health watchdog on synthetic metric series: each rule, firing once, pausing when asked."""
+from apps.episodes.models import Task
 from apps.runs.models import Metric, Run, RunEvent, Status
 from apps.runs.sink import DjangoSink
-from apps.runs.watchdog import (entropy_collapse, length_runaway, reward_heldout_divergence, zero_variance,
+from apps.runs.watchdog import (collapse, entropy_collapse, length_runaway, reward_heldout_divergence, zero_variance,
                                 check_run)
 from trainer.config import WatchdogConfig
 
@@ -60,3 +61,59 @@ def test_a_rule_not_in_pause_on_only_records_and_a_disabled_watchdog_is_silent(d
     quiet = _running_run({"watchdog": {"enabled": False}})
     _metrics(quiet, "entropy", [0.0, 0.0, 0.0])
     assert check_run(quiet) == []
+
+
+def _family(answer, template, tasks):
+    return {"family_steps": list(range(len(answer))), "family_answer": answer, "family_template": template,
+            "family_tasks": tasks}
+
+
+def test_collapse_needs_one_family_above_the_share_with_enough_valid_tasks_for_the_whole_window():
+    # "How many continents does Niger lie on?" -> 1: one answer takes 90% of the valid tasks
+    assert "one answer 90%" in collapse(_family([0.2, 0.7, 0.8, 0.9], [0.1, 0.1, 0.2, 0.2], [16] * 4), CFG)
+    # one template cluster (names masked) takes the step: the same rule by the other share
+    assert "one template 75%" in collapse(_family([0.1, 0.1, 0.1], [0.6, 0.7, 0.75], [16] * 3), CFG)
+    assert collapse(_family([0.2, 0.9, 0.9], [0.1] * 3, [16] * 3), CFG) is None  # 0.2 inside the window
+    assert collapse(_family([0.5, 0.5, 0.5], [0.5] * 3, [16] * 3), CFG) is None  # at the threshold, not above
+    # a step with 2 valid tasks (a CPU smoke run) is its own 100% family: not judged
+    assert collapse(_family([1.0, 1.0, 1.0], [1.0] * 3, [16, 2, 16]), CFG) is None
+    assert collapse({}, CFG) is None  # a method without the task gate's metrics
+    assert collapse(_family([0.9, 0.9, 0.9], [0.0] * 3, [8] * 3),
+                    WatchdogConfig(collapse_share=0.95)) is None  # the threshold is the config's
+
+
+def _tasks(run, step, answers, role="challenger", valid=True):
+    Task.objects.bulk_create(Task(run=run, key=f"s{step}-{i}", step=step, role=role, question=f"q{i}?", answer=a,
+                                  valid=valid) for i, a in enumerate(answers))
+
+
+def test_the_collapse_rule_fires_on_a_metric_series_pauses_and_names_the_steps(db):
+    run = Run.objects.create(method="spice", model_name="tiny", config={}, status=Status.RUNNING)
+    shares = [0.3, 0.9, 0.95, 0.94]
+    _metrics(run, "answer_share_max", shares, role="challenger")
+    _metrics(run, "template_cluster_max", [0.1] * 4, role="challenger")
+    for step in range(4):
+        _tasks(run, step, ["1"] * 10)
+    control = DjangoSink(run.pk).control()
+    assert control.pause  # collapse is in the default pause_on
+    event = RunEvent.objects.get(run=run, kind=RunEvent.Kind.WATCHDOG)
+    assert "task collapse" in event.message and event.data["rule"] == "collapse"
+    assert event.data["role"] == "challenger" and event.data["steps"] == [1, 2, 3]
+    run.refresh_from_db()
+    assert run.requested == "pause"
+
+
+def test_the_collapse_rule_counts_the_stored_valid_tasks_and_can_record_without_pausing(db):
+    run = Run.objects.create(method="spice", model_name="tiny", status=Status.RUNNING,
+                             config={"watchdog": {"pause_on": ["entropy_collapse"]}})
+    _metrics(run, "answer_share_max", [0.9, 0.9, 0.9], role="challenger")
+    for step in range(3):
+        _tasks(run, step, ["1"] * 7)  # 7 valid tasks a step, under collapse_min_tasks (8)
+        _tasks(run, step + 100, ["x"] * 5, valid=False)  # invalid ones (other keys) do not count
+    assert check_run(run) == []
+    Task.objects.create(run=run, key="late", step=0, role="challenger", answer="1")
+    assert check_run(run) == []  # step 0 has 8 now, steps 1 and 2 still 7
+    for step in (1, 2):
+        Task.objects.create(run=run, key=f"late{step}", step=step, role="challenger", answer="1")
+    ((rule, message, paused),) = check_run(run)
+    assert rule == "collapse" and not paused and "of 8 valid tasks" in message
