@@ -91,6 +91,9 @@ class Run(JobRow):
     imported_from = models.CharField(max_length=1000, blank=True,
                                      help_text="The run folder it was loaded from (manage.py import_run); "
                                                "empty for a run of this site.")
+    control_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="controls",
+        help_text="The run this one is a control of (the same config with train.control set, launched with it).")
 
     class Meta:
         ordering = ["-created_at", "-id"]
