@@ -2,6 +2,7 @@
 advantages, lambda schedule and the teacher EMA."""
 
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -141,6 +142,61 @@ def test_with_lora_the_teacher_copies_only_the_adapter():
     assert all(torch.equal(other.state[n], teacher.state[n]) for n in teacher.state)
 
 
+def test_with_lora_the_teacher_is_an_ema_of_the_adapted_weights_not_of_the_factors():
+    """theta_T <- 0.95 theta_T + 0.05 (W0 + s B A): the teacher's forward equals a plain model whose
+    adapted weights are that average; the average of the factors, EMA(B) EMA(A), is another model."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from trainer.methods.piplay_parts import make_teacher
+
+    base = _tiny_model()
+    plain = copy.deepcopy(base)
+    model = get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    layers = {n: m for n, m in model.named_modules() if hasattr(m, "get_delta_weight") and "default" in m.lora_A}
+    assert len(layers) == 2
+
+    def factors(seed):
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for m in layers.values():
+                for p in (m.lora_A["default"].weight, m.lora_B["default"].weight):
+                    p.copy_(torch.randn(p.shape, generator=g))
+        return {n: (m.lora_B["default"].weight.clone(), m.lora_A["default"].weight.clone()) for n, m in layers.items()}
+
+    first = factors(1)
+    teacher = make_teacher(SimpleNamespace(is_lora=True, roles=(), model=model), "student", 0.05)
+    second = factors(2)
+    teacher.update(model)
+    scale = {n: m.scaling["default"] for n, m in layers.items()}
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    mask = torch.ones_like(ids)
+
+    def plain_logits(delta):
+        other = copy.deepcopy(plain)
+        modules = dict(other.named_modules())
+        with torch.no_grad():
+            for n in layers:
+                w = modules[n.removeprefix("base_model.model.")].weight
+                w.add_(delta(n))
+        return other(input_ids=ids, attention_mask=mask).logits.detach()
+
+    merged = plain_logits(lambda n: scale[n] * (0.95 * first[n][0] @ first[n][1] + 0.05 * second[n][0] @ second[n][1]))
+    torch.testing.assert_close(teacher.logits(model, ids, mask), merged, rtol=1e-4, atol=1e-5)
+    by_factors = plain_logits(lambda n: scale[n] * (0.95 * first[n][0] + 0.05 * second[n][0])
+                              @ (0.95 * first[n][1] + 0.05 * second[n][1]))
+    assert not torch.allclose(merged, by_factors, atol=1e-3)  # the old teacher's model
+    student = model(input_ids=ids, attention_mask=mask).logits.detach()
+    torch.testing.assert_close(student, plain_logits(lambda n: scale[n] * second[n][0] @ second[n][1]),
+                               rtol=1e-4, atol=1e-5)  # the student's own weights were never touched
+    again = make_teacher(SimpleNamespace(is_lora=True, roles=(), model=model), "student", 0.05)
+    again.load_state_dict(teacher.state_dict())
+    torch.testing.assert_close(again.logits(model, ids, mask), merged, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="EMAs of the LoRA factors"):
+        again.load_state_dict({"rate": 0.05, "state": {}})
+
+
 # --- the distillation term through the shared update pass --------------------------------------
 
 @pytest.fixture
@@ -257,5 +313,12 @@ def test_piplay_runs_three_steps_on_cpu_with_the_in_memory_retriever(tiny_config
     assert {m["role"] for m in metrics} >= {"examiner", "student"}
     examiner = [m for m in metrics if m["role"] == "examiner"][0]
     assert examiner["hops_1"] + examiner["hops_2"] + examiner["hops_3"] + examiner["hops_4"] == 2
-    student = [m for m in metrics if m["role"] == "student"]
+    student = [m for m in metrics if m["role"] == "student" and "lambda" in m]  # the Student stage's steps
     assert [m["lambda"] for m in student] == [0.03, 0.03]
+    # the Student batch is filled to prompts_per_step valid questions from up to student_draw_rounds batches
+    assert all(m["questions"] <= 2 and m["passages_drawn"] in (2.0, 4.0, 6.0, 8.0) for m in student)
+    assert all(m["passages_drawn"] == 8.0 for m in student if m["questions"] < 2)  # 4 batches of 2, then stop
+    assert all(0.0 <= m["zero_variance_groups"] <= 1.0 and 0.0 <= m["truncated_rate"] <= 1.0 for m in student)
+    examiner_rows = [m for m in metrics if m["role"] == "examiner"]
+    assert all("valid_hops_1" in m and "truncated_rate" in m for m in examiner_rows)  # both stages
+    assert all("zero_variance_groups" in m for m in examiner_rows if "reward_mean" in m)  # its own stage

@@ -9,19 +9,24 @@ Per iteration (``piplay.iterations``, paper 3):
    Student attempts (with search); k correct (exact match) gives r_d = (n-k)/(n-1) for 0<k<n,
    else 0; reward R = r_d + 0.5 r_fmt. Advantages are normalised within each hop group (one
    question per prompt), then one update.
-2. Student stage (``student_steps``): the examiner writes fresh questions; its whole trajectory
+2. Student stage (``student_steps``): the examiner writes fresh questions, batch after batch of
+   ``train.prompts_per_step`` passages, until the Student has ``train.prompts_per_step`` (paper 256)
+   valid questions or ``student_draw_rounds`` batches were drawn (``passages_drawn`` and
+   ``questions`` are metrics: the batch no longer shrinks silently with the examiner's invalid
+   rate); its whole trajectory
    (passage, reasoning, searches, results, question, answer) is the question construction path
    (QCP). The Student answers each question G=5 times; loss = GRPO (clip 0.2) on exact match
    plus lambda x L_SD, where L_SD is the top-K (50) + tail divergence between the Student and a
    teacher on the Student's own tokens (tool output masked). The teacher is an EMA (0.05) of the
    Student that reads the question PLUS the QCP; it only scores the Student's tokens with one
-   forward pass (``TeacherEMA``; with LoRA it is an EMA of the adapter only). lambda decays per
-   iteration (0.03, 0.003, 0.002). The teacher moves after every Student step.
+   forward pass (``TeacherEMA``; with LoRA an EMA of the adapted weights W0 + s B A, not of the
+   factors B and A one by one). lambda decays per iteration (0.03, 0.003, 0.002). The teacher moves
+   after every Student step.
 
 Policies (``model.policies``): separate by default, as in the paper: the examiner and the student
 each train their own LoRA adapter, with its own optimizer state and checkpoint entry, over one
-frozen base, and each rollout runs its role's adapter; the teacher is an EMA of the student's
-adapter. ``model.policies: shared`` trains one set of weights for both roles (full fine-tune
+frozen base, and each rollout runs its role's adapter; the teacher is an EMA of the weights the
+student's adapter makes (W0 + s B A per adapted layer). ``model.policies: shared`` trains one set of weights for both roles (full fine-tune
 possible; the teacher is then an EMA of all trainable weights).
 
 Schedule: ``piplay.iterations`` (paper 3) of ``examiner_steps`` then ``student_steps`` (paper 50 +
@@ -53,14 +58,14 @@ from dataclasses import dataclass, field
 import torch
 
 from trainer.algos import get_advantage, group_normalized
-from trainer.methods.parts import schedule, schedule_metrics, stratified_draw
+from trainer.methods.parts import schedule, schedule_metrics, stratified_draw, truncated_rate, zero_variance_groups
 from trainer.methods.piplay_parts import (
-    TeacherEMA,
     build_qcp,
     examiner_format,
     examiner_prompt,
     lambda_for_iteration,
     make_distill_loss,
+    make_teacher,
     parse_question_answer,
     student_prompt,
     teacher_prompt,
@@ -110,6 +115,13 @@ def examiner_rewards(questions: list[Question], n: int, format_weight: float) ->
             else format_weight * q.r_fmt for q in questions]
 
 
+def hop_mix(questions: list[Question], max_hops: int) -> dict[str, float]:
+    """Share of the VALID questions at each hop count (``valid_hops_1`` ...): what the Student is taught."""
+    valid = [q for q in questions if q.valid]
+    return {f"valid_hops_{h}": sum(q.hops == h for q in valid) / len(valid) if valid else 0.0
+            for h in range(1, max_hops + 1)}
+
+
 def examiner_advantages(rewards: list[float], hops: list[int]) -> list[float]:
     """Hop-group normalisation: (R - mean_hop) / (std_hop + eps), one question per prompt."""
     return group_normalized(rewards, hops).tolist()
@@ -128,7 +140,7 @@ class PiPlay:
         self.tok = ctx.policy.tokenizer
         self.tool = SearchTool(ctx.retriever, k=self.sec.top_k, max_tokens=self.sec.max_tool_tokens,
                                tokenizer=self.tok)
-        self.teacher = TeacherEMA.from_parameters(ctx.policy.role_parameters(STUDENT), rate=1.0 - self.sec.teacher_ema)
+        self.teacher = make_teacher(ctx.policy, STUDENT, rate=1.0 - self.sec.teacher_ema)
         if "teacher" in ctx.state:
             self.teacher.load_state_dict(ctx.state["teacher"])
         self.grpo = get_advantage("grpo")
@@ -144,7 +156,7 @@ class PiPlay:
         with self.ctx.policy.acting(role):
             return multi_turn_rollout(self.ctx.generator, self.tok, ids, params, self.tool, max_turns=max_turns)
 
-    def examine(self, step: int) -> list[Question]:
+    def examine(self, step: int, tag: str = "e") -> list[Question]:
         """One examiner question per passage, hops stratified 4:3:2:1 over the batch."""
         n = self.cfg.train.prompts_per_step
         rng = self.rng()
@@ -157,8 +169,19 @@ class PiPlay:
         out = []
         for i, (d, h, tr, text) in enumerate(zip(docs, hops, trajs, texts)):
             q, a = parse_question_answer(tr.turns[-1]["text"] if tr.turns else "")
-            out.append(Question(f"{step}:e{i}", str(d.id), text, h, tr, q, a, examiner_format(tr.turns, h)))
+            out.append(Question(f"{step}:{tag}{i}", str(d.id), text, h, tr, q, a, examiner_format(tr.turns, h)))
         return out
+
+    def student_questions(self, step: int) -> tuple[list[Question], list[Question]]:
+        """(valid questions for the Student batch, every question drawn): examiner batches of
+        ``train.prompts_per_step`` passages until that many questions are valid or
+        ``student_draw_rounds`` batches were drawn; the batch keeps the first ``prompts_per_step``."""
+        want, drawn = self.cfg.train.prompts_per_step, []
+        for round_ in range(self.sec.student_draw_rounds):
+            drawn += self.examine(step, f"s{round_}.")
+            if sum(q.valid for q in drawn) >= want:
+                break
+        return [q for q in drawn if q.valid][:want], drawn
 
     def answer(self, questions: list[Question], n: int) -> None:
         """n Student attempts per valid question (in one batched multi-turn rollout)."""
@@ -189,12 +212,18 @@ class PiPlay:
             "student_pass_rate": (sum(sum(q.correct) for q in valid) / max(len(valid) * self.sec.student_attempts, 1)),
             "searches": sum(q.trajectory.n_searches for q in questions) / len(questions),
             "gen_seconds": gen_seconds, **{f"hops_{h}": sum(q.hops == h for q in questions)
-                                           for h in range(1, len(self.sec.hop_weights) + 1)}})
+                                           for h in range(1, len(self.sec.hop_weights) + 1)},
+            **hop_mix(questions, len(self.sec.hop_weights)),
+            "zero_variance_groups": zero_variance_groups(
+                [[r for r, q in zip(rewards, questions) if q.hops == h] for h in sorted({q.hops for q in questions})])})
+        attempts = [t for q in valid for t in q.attempts]  # untrained in this stage
+        if attempts:
+            self.ctx.log(step, STUDENT, {"truncated_rate": truncated_rate(attempts)})
         self.ctx.samples(step, self.records(step, questions, rewards, EXAMINER))
 
     def student_step(self, step: int, iteration: int) -> None:
         t0 = time.perf_counter()
-        questions = [q for q in self.examine(step) if q.valid]
+        questions, drawn = self.student_questions(step)
         G = self.cfg.rollout.group_size
         self.answer(questions, G)
         lam = lambda_for_iteration(self.sec.distill_lambdas, iteration)
@@ -212,11 +241,16 @@ class PiPlay:
         self.ctx.state["teacher"] = self.teacher.state_dict()
         attempts = [t for q in questions for t in q.attempts]
         self.ctx.log(step, STUDENT, {
-            **metrics, "lambda": lam, "questions": len(questions),
+            **metrics, "lambda": lam, "questions": len(questions), "passages_drawn": float(len(drawn)),
+            "zero_variance_groups": zero_variance_groups([q.correct for q in questions]),
+            "truncated_rate": truncated_rate(attempts),
             "exact_match": sum(sum(q.correct) for q in questions) / max(len(attempts), 1),
             "searches": sum(t.n_searches for t in attempts) / max(len(attempts), 1),
             "response_length": sum(t.n_model_tokens for t in attempts) / max(len(attempts), 1),
             "gen_seconds": gen_seconds})
+        self.ctx.log(step, EXAMINER, {"truncated_rate": truncated_rate([q.trajectory for q in drawn]),  # untrained
+                                      "valid_rate": sum(q.valid for q in drawn) / max(len(drawn), 1),
+                                      **hop_mix(questions, len(self.sec.hop_weights))})
         self.ctx.samples(step, self.records(step, questions, None, STUDENT))
 
     def records(self, step: int, questions: list[Question], rewards: list[float] | None, stage: str) -> list[dict]:

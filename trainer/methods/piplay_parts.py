@@ -6,10 +6,14 @@ passage, a hop count, n-1 searches, then ``<question>`` and ``<answer>``), in ou
 student prompt is the Search-R1 style prompt; the teacher prompt is the student prompt plus the
 question construction path (QCP) as privileged context.
 
-``TeacherEMA`` keeps the teacher as tensors, not as a second module: a copy of the trainable
-parameters (with LoRA: the adapter only, the base weights are shared and frozen) updated as
-theta_T <- (1 - rate) theta_T + rate theta_S, and run with ``torch.func.functional_call`` so the
-student's own parameters are never touched.
+``TeacherEMA`` keeps the teacher as tensors, not as a second module, updated as
+theta_T <- (1 - rate) theta_T + rate theta_S and run with ``torch.func.functional_call`` so the
+student's own parameters are never touched. Full fine-tune: a copy of the trainable parameters.
+LoRA (``TeacherEMA.from_lora``): the EMA is of the ADAPTED weights W0 + s B A of every adapted
+layer, not of the factors B and A separately (EMA(B) EMA(A) is not EMA(B A): two students with the
+same B A but different factors would give different teachers); the teacher runs with each adapted
+layer's base weight replaced by its EMA and the student's B zeroed. It costs one copy of the
+adapted layers' weights (a 1.5B model with all-linear LoRA: ~1.3B numbers).
 """
 from __future__ import annotations
 
@@ -134,30 +138,87 @@ class TeacherEMA:
             raise ValueError("the model has no trainable parameters to copy into a teacher")
         return cls(state, rate)
 
+    # LoRA: module name -> (adapter name), the adapted layers whose merged weights the state holds
+    lora: dict[str, str] | None = None
+
+    @classmethod
+    def from_lora(cls, model: torch.nn.Module, adapter: str, rate: float = 0.05) -> "TeacherEMA":
+        """A teacher over the adapted weights W0 + s B A of every layer ``adapter`` adapts; the state
+        is keyed by each layer's base weight name (``<layer>.base_layer.weight``)."""
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"teacher EMA rate must lie in [0, 1], got {rate}")
+        layers = {name: adapter for name, m in model.named_modules()
+                  if hasattr(m, "get_delta_weight") and adapter in getattr(m, "lora_A", {})}
+        if not layers:
+            raise ValueError(f"the model has no layer adapted by {adapter!r} to copy into a teacher")
+        teacher = cls({}, rate, layers)
+        modules = dict(model.named_modules())
+        with torch.no_grad():
+            for name in layers:
+                teacher.state[f"{name}.base_layer.weight"] = _adapted_weight(modules[name], adapter).clone()
+        return teacher
+
     @torch.no_grad()
     def update(self, model: torch.nn.Module) -> None:
+        if self.lora is not None:
+            modules = dict(model.named_modules())
+            for name, adapter in self.lora.items():
+                t = self.state[f"{name}.base_layer.weight"]
+                t.mul_(1.0 - self.rate).add_(_adapted_weight(modules[name], adapter).to(t.dtype), alpha=self.rate)
+            return
         params = dict(model.named_parameters())
         for name, t in self.state.items():
             t.mul_(1.0 - self.rate).add_(params[name].detach().to(t.dtype), alpha=self.rate)
+
+    def _substitutes(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """Tensors that stand in for the model's own in the teacher's forward: with LoRA, the merged
+        weights in place of the base weights and zeros in place of the adapter's B (so the adapter adds
+        nothing on top of them)."""
+        if self.lora is None:
+            return self.state
+        modules = dict(model.named_modules())
+        zeros = {f"{name}.lora_B.{adapter}.weight": torch.zeros_like(modules[name].lora_B[adapter].weight)
+                 for name, adapter in self.lora.items()}
+        return {**self.state, **zeros}
 
     @torch.no_grad()
     def logits(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                **kwargs) -> torch.Tensor:
         """Teacher logits [B, L, V] (or at ``logits_to_keep`` positions): the model's forward with the
-        teacher's tensors in place of its trainable ones, for this call only."""
-        out = torch.func.functional_call(model, self.state, args=(), strict=False,
+        teacher's tensors in place of its own, for this call only."""
+        out = torch.func.functional_call(model, self._substitutes(model), args=(), strict=False,
                                          kwargs={"input_ids": input_ids, "attention_mask": attention_mask, **kwargs})
         return out.logits
 
     def state_dict(self) -> dict:
-        return {"rate": self.rate, "state": {n: t.cpu() for n, t in self.state.items()}}
+        return {"rate": self.rate, "lora": self.lora, "state": {n: t.cpu() for n, t in self.state.items()}}
 
     def load_state_dict(self, sd: dict) -> None:
         self.rate = float(sd["rate"])
+        if self.lora is not None and sd.get("lora") is None:
+            raise ValueError("this teacher checkpoint holds EMAs of the LoRA factors (the old teacher); the teacher is "
+                             "now an EMA of the adapted weights W0 + s B A: resume from a newer checkpoint, or start "
+                             "the teacher afresh by deleting 'teacher' from the recipe state")
         for name, t in sd["state"].items():
             if name not in self.state:
                 raise ValueError(f"teacher checkpoint has {name!r}, which this model does not train")
             self.state[name].copy_(t)
+
+
+def _adapted_weight(layer, adapter: str) -> torch.Tensor:
+    """W0 + s B A of one peft LoRA layer (its delta as peft merges it, fan-in/fan-out handled)."""
+    base = layer.get_base_layer().weight
+    return base.detach() + layer.get_delta_weight(adapter).to(base.dtype)
+
+
+def make_teacher(policy, role: str, rate: float) -> TeacherEMA:
+    """pi-Play's teacher for ``role``'s weights: an EMA of the adapted weights with LoRA (the role's
+    adapter with separate policies, peft's default adapter with a shared one), else of every trainable
+    parameter (full fine-tune)."""
+    if getattr(policy, "is_lora", False):
+        adapter = role if policy.roles else policy.model.active_adapter
+        return TeacherEMA.from_lora(policy.model, adapter, rate)
+    return TeacherEMA.from_parameters(policy.role_parameters(role), rate)
 
 
 def make_distill_loss(policy, teacher: TeacherEMA, k: int, kind: str, lam: float):
