@@ -24,11 +24,24 @@ def main(argv: list[str] | None = None) -> int:
                        help="override a config key, e.g. --set train.lr=2e-6 (repeatable)")
     run_p.add_argument("--out", default=None, help="run folder (default $SELFPLAY_DATA_DIR/runs/<method>-<time>)")
     run_p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    run_p.add_argument("--control", choices=["random-reward"], default=None,
+                       help="run the config's random-reward control: the answering role's reward is a coin flip "
+                            "(sets train.control; train.control_p is its probability of 1)")
     add_launch_arguments(run_p)
+    gate_p = sub.add_parser("gate", help="screen a task file with the task gate (one JSON verdict per task)")
+    from trainer.gate_command import add_arguments as add_gate_arguments
+
+    add_gate_arguments(gate_p)
     fields_p = sub.add_parser("fields", help="print a method's config fields as JSON lines (for forms)")
     fields_p.add_argument("method")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    if args.command == "run" and args.control:
+        args.overrides.append(f"train.control={args.control}")
+    if args.command == "gate":
+        from trainer.gate_command import main as gate_main
+
+        return gate_main(args)
     if args.command == "run":
         code = _launch(args, argv)  # --gpus N > 1: one process per GPU
         if code is not None:

@@ -51,6 +51,26 @@ def test_the_cli_runs_a_yaml_and_rejects_bad_configs(tiny_config, tmp_path, caps
     assert main(["run", str(path), "--resume"]) == 2
 
 
+def test_a_random_reward_control_rewards_coin_flips_whatever_the_answers(tiny_config, tmp_path, monkeypatch):
+    """``--control random-reward``: every answer is right by the verifier, yet the rewards are coins (mean near
+    control_p, both values present); the verifier's verdicts stay in the accuracy metric."""
+    import yaml
+
+    monkeypatch.setitem(VERIFIERS, "exact", lambda pred, gold: True)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(tiny_config(reward="exact", train={"steps": 2, "prompts_per_step": 8},
+                                               rollout={"group_size": 8, "max_new_tokens": 4},
+                                               grpo={"log_samples": 64})))
+    assert main(["run", str(path), "--out", str(tmp_path / "ctl"), "--control", "random-reward"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "ctl" / "metrics.jsonl").read_text().splitlines()]
+    solver = [r for r in rows if r["role"] == "solver"]
+    assert all(r["accuracy"] == 1.0 for r in solver)  # the verifier said right every time
+    rewards = [a["reward"] for line in (tmp_path / "ctl" / "samples.jsonl").read_text().splitlines()
+               for a in [json.loads(line)] if a["kind"] == "attempt"]
+    assert set(rewards) == {0.0, 1.0} and 0.3 < sum(rewards) / len(rewards) < 0.7  # 128 coins: 0.5 +- 3.6 sd
+    assert yaml.safe_load((tmp_path / "ctl" / "config.yaml").read_text())["train"]["control"] == "random-reward"
+
+
 def test_prompt_sets_and_answers(tmp_path):
     gsm = load_prompt_set("bundled:gsm8k", limit=3)
     assert len(gsm) == 3 and gsm[0]["answer"] == "18"

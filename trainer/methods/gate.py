@@ -241,29 +241,37 @@ def copy_ratio(question: str, document: str, n: int = 6) -> float:
     return len(q & _grams(document, n)) / len(q) if q else 0.0
 
 
-def check_task(task: GateTask, *, max_copy_ratio: float = 0.8, require_grounding: bool = True,
-               min_words: int = MIN_QUESTION_WORDS) -> str | None:
-    """The first per-task rule ``task`` breaks, as its reason ("<rule text>: <detail>"), or None when it passes.
+def task_failures(task: GateTask, *, max_copy_ratio: float = 0.8, require_grounding: bool = True,
+                  min_words: int = MIN_QUESTION_WORDS, whole_words: bool = True) -> list[tuple[str, str]]:
+    """Every per-task rule ``task`` breaks, in order, as (rule name, reason "<rule text>: <detail>").
 
-    In order: answer in question (not for an MCQ's letter or a boolean's true/false: choices among given options,
-    never a copy), no words (an MCQ's option labels A) to D) are no words), refers to the document, and with a
-    document: not grounded (``require_grounding``) and copies its document (``max_copy_ratio``; 1 = off)."""
-    q = task.question or ""
-    if task.format != "mcq" and task.answer_type != "boolean" and answer_in_question(q, task.answer):
-        return f"{ANSWER_IN_QUESTION}: the solver could copy it"
+    answer in question (not for an MCQ's letter or a boolean's true/false: choices among given options, never a
+    copy; ``whole_words`` False = SSP's substring check), no words (an MCQ's option labels A) to D) are no words),
+    refers to the document, and with a document: not grounded (``require_grounding``) and copies its document
+    (``max_copy_ratio``; 1 = off)."""
+    q, out = task.question or "", []
+    if (task.format != "mcq" and task.answer_type != "boolean"
+            and answer_in_question(q, task.answer, whole_words=whole_words)):
+        out.append(("answer_in_question", f"{ANSWER_IN_QUESTION}: the solver could copy it"))
     if count_words(_OPTION_LABEL.sub(" ", q) if task.format == "mcq" else q) < min_words:
-        return f"{NO_WORDS} (fewer than {min_words} words with letters)"
+        out.append(("no_words", f"{NO_WORDS} (fewer than {min_words} words with letters)"))
     if refers_to_document(q):
-        return f"{REFERS_TO_DOCUMENT}, which the solver never sees"
-    if task.document is None:
-        return None
-    if require_grounding and not grounded(q, task.document):
-        return f"{NOT_GROUNDED}: it shares no name, term or number with it"
-    if max_copy_ratio < 1:
-        ratio = copy_ratio(q, task.document)
-        if ratio > max_copy_ratio:
-            return f"{COPIES_DOCUMENT} ({ratio:.0%} of its character 6-grams, more than {max_copy_ratio:.0%})"
-    return None
+        out.append(("refers_to_document", f"{REFERS_TO_DOCUMENT}, which the solver never sees"))
+    if task.document is not None:
+        if require_grounding and not grounded(q, task.document):
+            out.append(("not_grounded", f"{NOT_GROUNDED}: it shares no name, term or number with it"))
+        if max_copy_ratio < 1:
+            ratio = copy_ratio(q, task.document)
+            if ratio > max_copy_ratio:
+                out.append(("copy_ratio", f"{COPIES_DOCUMENT} ({ratio:.0%} of its character 6-grams, more than "
+                                          f"{max_copy_ratio:.0%})"))
+    return out
+
+
+def check_task(task: GateTask, **rules) -> str | None:
+    """The reason of the first per-task rule ``task`` breaks (``task_failures``), or None when it passes."""
+    failures = task_failures(task, **rules)
+    return failures[0][1] if failures else None
 
 
 _OPTION_LABEL = re.compile(r"(?:^|[\s(\[])[A-D]\s*[).:]")

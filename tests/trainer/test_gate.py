@@ -1,0 +1,198 @@
+"""The task gate (trainer/methods/gate.py): each rule on collapsed tasks it would have caught, and on a healthy task
+it passes; the random-reward control's coin; ``python -m trainer gate``.
+
+The collapsed tasks are the GPU runs' own (examples/runs/*/crossplay_tasks.jsonl: each Challenger's 48-96 held-out
+tasks, the base's and the last checkpoint's)."""
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from trainer.config import GateConfig
+from trainer.methods.gate import (GateTask, chance_corrected, chance_level, check_task, cluster_shares, consensus,
+                                  copy_ratio, gate_metrics, guessable, rule_of, task_failures, template,
+                                  template_clusters, template_penalty)
+from trainer.methods.spice import control_flips
+from trainer.methods.spice_tasks import Attempt, SpiceTask
+from trainer.rewards import coin_flips
+
+RUNS = Path(__file__).resolve().parents[2] / "examples" / "runs"
+
+
+def _tasks(run: str, challenger: str) -> list[dict]:
+    rows = [json.loads(line) for line in (RUNS / run / "crossplay_tasks.jsonl").open()]
+    return [r for r in rows if r["challenger"] == challenger]
+
+
+def _largest_share(questions: list[str]) -> float:
+    return max(cluster_shares(template_clusters(questions)))
+
+
+# ---- template clusters ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("run,collapsed,at_least", [
+    ("spice-wiki-qwen15-lr2e-6-rules2", "step 33", 0.95),  # "How many correct answers?" for 95 of 96 documents
+    ("spice-wiki-qwen15-lr2e-6-rules3", "step 37", 0.25),  # "How many continents does Niger lie on?" family: 29/96
+    ("spice-wiki-qwen15-lr2e-6", "step 15", 0.15),  # "How many types of ... are mentioned in the text?": 9/48
+    ("spice-wiki-qwen05-lr2e-6", "step 35", 0.95),  # digit strings: one template, <n>
+])
+def test_template_clusters_find_each_collapsed_family_and_not_the_base_challengers(run, collapsed, at_least):
+    assert _largest_share([r["question"] for r in _tasks(run, collapsed)]) >= at_least
+    assert _largest_share([r["question"] for r in _tasks(run, "base")]) <= 0.125  # the same model before training
+
+
+def test_gsm8k_word_problems_form_no_cluster():
+    """A healthy Challenger over GSM8K solutions: every problem its own template (1 of 64 each)."""
+    for who in ("base", "step 10"):
+        assert _largest_share([r["question"] for r in _tasks("spice-gsm8kdocs-qwen15-lr2e-6", who)]) == 1 / 64
+
+
+def test_templates_mask_names_and_numbers():
+    assert template("How many continents does Niger lie on?") == template("How many continents does Chad lie on?")
+    assert template("In 1453, how many ships did Venice send?") == ("in", "<n>", "how", "many", "ships", "did",
+                                                                      "<e>", "send")
+    a, b, c = template_clusters(["How many paragraphs are there in the given text?",
+                                 "How many paragraphs are in the text?",
+                                 "Which river flows through both Vienna and Budapest?"])
+    assert a == b != c  # 6 of 12 bigrams shared: >= 0.5
+
+
+def test_the_cluster_penalty_is_r_zeros():
+    # R-Zero: r = max(0, r_uncertainty - |C| / B); 3 of 4 tasks in one cluster -> share 0.75
+    shares = cluster_shares([7, 7, 2, 7])
+    assert shares == [0.75, 0.75, 0.25, 0.75]
+    assert template_penalty(1.0, 0.75) == 0.25 and template_penalty(0.5, 0.75) == 0.0
+    assert template_penalty(0.9, 0.25) == pytest.approx(0.65)
+
+
+# ---- per-task rules -------------------------------------------------------------------------------------------
+
+DOC = ("Trier was founded by the Romans in 16 BC under Augustus. In the 4th century it was an imperial residence of "
+       "the Western Roman Empire, on the Moselle.")
+
+
+def test_a_question_that_copies_its_document_is_refused_and_a_rewritten_one_passes():
+    copied = "In the 4th century, was it an imperial residence of the Western Roman Empire, on the Moselle?"
+    healthy = "Which emperor's reign saw the founding of a Moselle city that later housed Western Roman emperors?"
+    assert copy_ratio(copied, DOC) > 0.8 >= copy_ratio(healthy, DOC)
+    assert check_task(GateTask(copied, "Augustus", DOC)).startswith("question copies its document")
+    assert check_task(GateTask(healthy, "Augustus", DOC)) is None
+    assert check_task(GateTask(copied, "Augustus", DOC), max_copy_ratio=1.0) is None  # 1 turns it off
+
+
+def test_every_rule_a_task_breaks_is_listed():
+    """The collapsed 1.5B run's first family: refers to the text, shares no word with its document."""
+    failures = task_failures(GateTask("How many paragraphs are there in the given text?", "1", DOC))
+    assert [name for name, _ in failures] == ["refers_to_document", "not_grounded"]
+    assert rule_of("task: " + failures[0][1]) == "refers_to_document"
+    # an answer stated in the question; for SSP's substring check as well
+    assert [n for n, _ in task_failures(GateTask("Which emperor, Augustus, founded Trier?", "Augustus", DOC))] == [
+        "answer_in_question"]
+    # a boolean's true/false and an MCQ's letter are choices, never copies
+    assert task_failures(GateTask("Was Trier founded under Augustus, true or false?", "true", DOC,
+                                  answer_type="boolean")) == []
+
+
+# ---- chance, the guess probe, the consensus reader ---------------------------------------------------------------
+
+def test_chance_correction_takes_blind_guessing_out():
+    assert chance_level("mcq", "mcq") == 0.25 and chance_level("free_form", "boolean") == 0.5
+    assert chance_level("free_form", "integer") == 0.0
+    # MCQ: (0.25 - 0.25) / 0.75 = 0; (0.625 - 0.25) / 0.75 = 0.5; (1 - 0.25) / 0.75 = 1
+    assert [chance_corrected(p, 0.25) for p in (0.25, 0.625, 1.0)] == pytest.approx([0.0, 0.5, 1.0])
+    # yes/no: (0.75 - 0.5) / 0.5 = 0.5; below chance floors at 0
+    assert chance_corrected(0.75, 0.5) == pytest.approx(0.5) and chance_corrected(0.25, 0.5) == 0.0
+    assert chance_corrected(0.3, 0.0) == 0.3  # free-form: unchanged
+
+
+def test_the_guess_probe_refuses_what_needs_no_reasoning():
+    # the collapsed run's "How many continents does Niger lie on? -> 1": guessed as often as reasoned
+    assert guessable(guess_rate=6 / 8, full_rate=6 / 8)
+    assert guessable(guess_rate=1.0, full_rate=7 / 8)
+    # a healthy hard task: reasoning helps
+    assert not guessable(guess_rate=1 / 8, full_rate=5 / 8)
+    # an MCQ guessed at chance and reasoned at chance is hard, not guessable; a yes/no passed by a coin likewise
+    assert not guessable(guess_rate=2 / 8, full_rate=2 / 8, chance=0.25)
+    assert not guessable(guess_rate=4 / 8, full_rate=4 / 8, chance=0.5)
+    assert guessable(guess_rate=7 / 8, full_rate=7 / 8, chance=0.5)  # above chance without reasoning: known
+    assert not guessable(guess_rate=0.0, full_rate=0.0)  # neither passes: hard (the variance reward says so)
+
+
+def test_consensus_needs_a_strict_majority():
+    assert consensus([True, True, False]) and not consensus([True, False]) and not consensus([])
+    assert not consensus([False, False, True])
+
+
+def test_gate_metrics_name_every_rule():
+    reasons = ["", "task: question copies its document (91% ...)", "task: task is guessable (guessed ...)",
+               "format: no parsable JSON"]
+    m = gate_metrics(reasons, ["1", "1", "2"], [0, 0, 1])
+    assert m["gate_copy_ratio_rate"] == 0.25 and m["gate_guessable_rate"] == 0.25 and m["gate_consensus_rate"] == 0
+    assert m["answer_share_max"] == pytest.approx(2 / 3) and m["template_cluster_max"] == pytest.approx(2 / 3)
+
+
+def test_penalties_must_charge_a_format_failure_at_least_a_rule_failure():
+    assert GateConfig().format_penalty == -1.0 and GateConfig().rule_penalty == -0.5
+    with pytest.raises(ValueError, match="format_penalty"):
+        GateConfig(format_penalty=-0.1, rule_penalty=-0.5)
+
+
+# ---- the random-reward control -----------------------------------------------------------------------------------
+
+def test_a_control_reward_is_a_fair_coin_whatever_the_answers():
+    flips = coin_flips(20000, 0.5, random.Random(0))
+    assert set(flips) == {0.0, 1.0}
+    assert abs(sum(flips) / len(flips) - 0.5) < 0.015  # 4.2 standard errors (0.0035) from 0.5
+    assert abs(sum(coin_flips(20000, 0.2, random.Random(1))) / 20000 - 0.2) < 0.015
+
+    class Train:
+        control, control_p = "random-reward", 0.5
+
+    task = SpiceTask("free_form", "integer", "How many ships did Venice send in 1453?", "12")
+    right = [Attempt("d", "D", i, str(i), [], task=task, answers=[None] * 8) for i in range(500)]
+    wrong = [Attempt("d", "D", i, str(i), [], task=task, answers=[None] * 8) for i in range(500)]
+    for a in right:
+        a.correct, a.graded = [True] * 8, [True] * 8
+    for a in wrong:
+        a.correct, a.graded = [False] * 8, [False] * 8
+    control_flips(right + wrong, Train, random.Random(2))
+    for group in (right, wrong):  # the same coin for answers all right and answers all wrong
+        rate = sum(sum(a.correct) for a in group) / (8 * len(group))
+        assert abs(rate - 0.5) < 0.03
+    assert all(a.graded == [True] * 8 for a in right)  # the grader's verdicts stay for the metrics and the gate
+
+    class Off:
+        control, control_p = "none", 0.5
+
+    untouched = [Attempt("d", "D", 0, "0", [], task=task, answers=[None] * 8)]
+    untouched[0].correct = [False] * 8
+    control_flips(untouched, Off, random.Random(3))
+    assert untouched[0].correct == [False] * 8
+
+
+# ---- python -m trainer gate ----------------------------------------------------------------------------------------
+
+def test_the_gate_command_screens_a_task_file(tmp_path, capsys):
+    from trainer.__main__ import main
+
+    tasks = tmp_path / "tasks.jsonl"
+    rows = [{"question": q, "answer": "1", "document": f"{name} is a landlocked country in Africa.",
+             "document_id": name} for q, name in [("How many continents does Niger lie on?", "Niger"),
+                                                   ("How many continents does Chad lie on?", "Chad"),
+                                                   ("How many continents does Mali lie on?", "Mali")]]
+    rows.append({"question": "Which emperor founded a Moselle city that later housed Western Roman emperors?",
+                 "answer": "Augustus", "document": DOC})
+    tasks.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert main(["gate", str(tasks)]) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    verdicts, summary = out[:-1], out[-1]["summary"]
+    assert [v["valid"] for v in verdicts] == [False, False, False, True]
+    assert all(v["failed"] == ["repeated_answer"] and v["cluster_share"] == 0.75 for v in verdicts[:3])
+    assert summary == {"tasks": 4, "valid": 1, "failed_by_rule": {"repeated_answer": 3},
+                       "largest_cluster_share": 0.75, "largest_answer_share": 0.75}
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "ok?", "answer": "1"}\n{not json\n')
+    assert main(["gate", str(bad)]) == 2
+    assert "bad.jsonl:2: not JSON" in capsys.readouterr().err

@@ -1,0 +1,206 @@
+"""``python -m trainer gate TASKS.jsonl [--method spice] [--model M]``: the task gate on any task file.
+
+Each line of TASKS.jsonl is one task: ``question``, ``answer``, ``document`` (the text it was written from), and
+optionally ``format`` ("mcq" | "free_form"; default: "mcq" when the question lists options A) to D)),
+``answer_type`` (default: "integer" for a whole number, "float" for another number, "boolean" for true/false,
+else "string") and ``document_id`` (default: the document text). The whole file is read as one step: the rules
+over a step's tasks (a question repeated across documents, an answer given for many documents, template
+clusters) see every line.
+
+Without ``--model`` only the rules that need no model run. With ``--model`` (a catalog name, a folder, a run's
+checkpoint: what ``python -m trainer.evaluate`` takes) the solver answers each task ``--answers`` times with its full
+budget and as a guess probe, and a reader with the document ``gate.consensus_samples`` times.
+
+Prints one JSON line per task: ``{"line", "question", "valid", "failed": [rule, ...], "reasons": [...],
+"cluster", "cluster_share", "pass_rate"?, "guess_rate"?, "reader_agreement"?}``, then a summary line
+``{"summary": {"tasks", "valid", "failed_by_rule": {...}, "largest_cluster_share", "largest_answer_share"}}``.
+Exit status 2 with one line on stderr for a file that cannot be read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+from trainer.methods.gate import (GateTask, chance_level, cluster_shares, consensus, guessable, mark_repeated,
+                                  mark_repeated_answers, task_failures, template_clusters)
+from trainer.verify import normalize_answer, plain_number
+
+_MCQ = re.compile(r"(?:^|[\s(\[])D\s*[).:]")
+
+
+class TaskFileError(ValueError):
+    """A task file that cannot be screened; the message names the line and what to fix."""
+
+
+def read_tasks(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        raise TaskFileError(f"{path} is not a file; give a JSONL file with one task per line "
+                            '({"question": ..., "answer": ..., "document": ...})')
+    rows = []
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TaskFileError(f"{path}:{n}: not JSON ({exc.msg}); each line must be one JSON object") from None
+            if not isinstance(row, dict) or not isinstance(row.get("question"), str):
+                raise TaskFileError(f'{path}:{n}: needs a "question" string (and "answer", "document")')
+            answer = row.get("answer")
+            if isinstance(answer, bool):
+                answer = "true" if answer else "false"
+            row["answer"] = "" if answer is None else str(answer)
+            if row.get("document") is not None and not isinstance(row["document"], str):
+                raise TaskFileError(f'{path}:{n}: "document" must be a string')
+            row["line"] = n
+            rows.append(row)
+    return rows
+
+
+def _answer_type(answer: str) -> str:
+    if answer.strip().lower() in ("true", "false"):
+        return "boolean"
+    value = plain_number(answer)
+    if value is None:
+        return "string"
+    return "integer" if float(value).is_integer() else "float"
+
+
+def gate_tasks(rows: list[dict]) -> list[GateTask]:
+    out = []
+    for r in rows:
+        fmt = r.get("format") or ("mcq" if _MCQ.search(r["question"]) else "free_form")
+        kind = "mcq" if fmt == "mcq" else (r.get("answer_type") or _answer_type(r["answer"])).lower()
+        out.append(GateTask(r["question"], r["answer"], r.get("document"), fmt, kind))
+    return out
+
+
+@dataclass
+class _Written:
+    """A task as the rules over a step's tasks read a writer's attempt: its document, task and reason."""
+
+    doc_id: str
+    task: GateTask
+    reason: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return not self.reason
+
+
+def screen(rows: list[dict], gate, method: str = "spice", require_grounding: bool = True) -> list[dict]:
+    """The rules that need no model, over the whole file as one step; one verdict dict per row."""
+    tasks = gate_tasks(rows)
+    verdicts = []
+    for row, task in zip(rows, tasks):
+        failed = task_failures(task, max_copy_ratio=gate.copy_ratio, require_grounding=require_grounding,
+                               whole_words=method != "ssp")
+        verdicts.append({"line": row["line"], "question": task.question, "failed": [f[0] for f in failed],
+                         "reasons": [f[1] for f in failed]})
+    # the rules over a step's tasks: tasks as the writers' attempts (doc_id, task, valid, reason)
+    attempts = [_Written(str(r.get("document_id") or r.get("document") or r["line"]), t) for r, t in zip(rows, tasks)]
+    mark_repeated(attempts)
+    for v, a in zip(verdicts, attempts):
+        if a.reason:
+            v["failed"].append("repeated")
+            v["reasons"].append(a.reason.removeprefix("task: "))
+            a.reason = ""
+    mark_repeated_answers(attempts)
+    for v, a in zip(verdicts, attempts):
+        if a.reason:
+            v["failed"].append("repeated_answer")
+            v["reasons"].append(a.reason.removeprefix("task: "))
+    clusters = template_clusters([t.question for t in tasks], gate.template_similarity)
+    for v, c, share in zip(verdicts, clusters, cluster_shares(clusters) if clusters else []):
+        v["cluster"], v["cluster_share"] = c, round(share, 4)
+    return verdicts
+
+
+def probe(rows: list[dict], verdicts: list[dict], model: str, gate, answers: int, max_new_tokens: int) -> None:
+    """The rules that need the model (guess probe, consensus reader) on every task, in place."""
+    from trainer.evaluate import load_model
+    from trainer.method_configs import SECTIONS
+    from trainer.methods.spice_tasks import Attempt, SpiceTask, answer, guess, read
+    from trainer.rollout import SamplingParams
+    from trainer.tools.corpus import Document
+
+    loaded = load_model(model)
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens)
+    spice = SECTIONS["spice"](reasoner_max_new_tokens=max_new_tokens)
+    ctx = SimpleNamespace(config=SimpleNamespace(spice=spice, gate=gate,
+                                                 rollout=SimpleNamespace(group_size=answers,
+                                                                         max_new_tokens=max_new_tokens)),
+                          policy=SimpleNamespace(tokenizer=loaded.tokenizer), generator=loaded.generator,
+                          sampling_params=lambda **kw: SamplingParams(**{**sampling.__dict__, **kw}))
+    tasks = gate_tasks(rows)
+    attempts = [Attempt(str(r["line"]), "", i, str(i), [], group=i,
+                        task=SpiceTask(t.format, t.answer_type, t.question, t.answer))
+                for i, (r, t) in enumerate(zip(rows, tasks))]
+    answer(ctx, attempts)
+    if gate.guess_probe:
+        guess(ctx, attempts)
+    with_docs = [a for a, r in zip(attempts, rows) if r.get("document")]
+    if gate.consensus_samples and with_docs:
+        docs = [Document(str(r["line"]), r.get("title", ""), r.get("document") or "") for r in rows]
+        read(ctx, with_docs, docs)
+    for v, a, t in zip(verdicts, attempts, tasks):
+        v["pass_rate"] = a.pass_rate
+        if a.guessed is not None:
+            v["guess_rate"] = sum(a.guessed) / len(a.guessed)
+            if guessable(v["guess_rate"], a.pass_rate, chance_level(t.format, t.answer_type)):
+                v["failed"].append("guessable")
+                v["reasons"].append(f"task is guessable (guessed {v['guess_rate']:.0%} without reasoning, "
+                                    f"{a.pass_rate:.0%} with)")
+        if a.agrees is not None:
+            v["reader_agreement"] = sum(a.agrees) / len(a.agrees)
+            if not consensus(a.agrees):
+                v["failed"].append("consensus")
+                v["reasons"].append(f"reader with the document disagrees ({sum(a.agrees)} of {len(a.agrees)} agree)")
+
+
+def summary(rows: list[dict], verdicts: list[dict]) -> dict:
+    by_rule = Counter(rule for v in verdicts for rule in v["failed"])
+    answers = [normalize_answer(r["answer"]) for r in rows if r["answer"]]
+    clusters = Counter(v.get("cluster") for v in verdicts)
+    return {"tasks": len(verdicts), "valid": sum(v["valid"] for v in verdicts), "failed_by_rule": dict(by_rule),
+            "largest_cluster_share": max(clusters.values()) / len(verdicts) if verdicts else 0.0,
+            "largest_answer_share": max(Counter(answers).values()) / len(answers) if answers else 0.0}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("tasks", help="JSONL file: question, answer, document [, format, answer_type] per line")
+    parser.add_argument("--method", default="spice", choices=["spice", "ssp", "scope", "piplay"],
+                        help="whose rules (ssp: the answer-in-question check is a substring check)")
+    parser.add_argument("--model", default=None, help="also run the rules that need a model (guess probe, consensus)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="gate.KEY=VALUE",
+                        help="a gate setting, e.g. --set gate.copy_ratio=0.9 (repeatable)")
+    parser.add_argument("--answers", type=int, default=8, help="solver answers per task with --model (default 8)")
+    parser.add_argument("--max-new-tokens", type=int, default=1024, help="the solver's budget with --model")
+    parser.add_argument("--no-grounding", action="store_true", help="skip the 'not about the document' rule")
+
+
+def main(args) -> int:
+    from trainer.config import ConfigError, load_config
+
+    try:
+        cfg = load_config({"method": "spice"}, [o if o.startswith("gate.") else f"gate.{o}" for o in args.overrides])
+        rows = read_tasks(args.tasks)
+    except (ConfigError, TaskFileError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    verdicts = screen(rows, cfg.gate, args.method, require_grounding=not args.no_grounding)
+    if args.model:
+        probe(rows, verdicts, args.model, cfg.gate, args.answers, args.max_new_tokens)
+    for v in verdicts:
+        v["valid"] = not v["failed"]
+        print(json.dumps(v, ensure_ascii=False))
+    print(json.dumps({"summary": summary(rows, verdicts)}))
+    return 0
