@@ -3,7 +3,7 @@
 
 Kinds (``KINDS``): ``tasks``, ``rubrics``, ``attempts`` (turns, passages, token ids and loss
 masks), ``grades``, ``pairs`` (preference pairs: two attempts of one task and role with different
-rewards, chosen = the higher reward), ``verdicts`` (human review) and ``config`` (one row).
+rewards, chosen = the higher reward), ``verdicts`` (human review: the items a reviewer approved or flagged, never a pending one) and ``config`` (one row).
 Columns and their types are fixed per kind (``columns(kind)``, the same in both formats):
 integers stay integers, floats are always written as floats, strings are never null ("" when
 empty), lists are always lists. The method-specific ``data`` (and ``snapshot`` / ``suspicious``)
@@ -117,6 +117,9 @@ def parse_filters(kind: str, params) -> Filters:
             raise ExportError(f"filter {name!r} does not apply to {kind}; {kind} accepts "
                               f"{', '.join(allowed) or 'no filters'}")
         setattr(out, name, _value(name, value))
+    if kind == "verdicts" and out.review in ("pending", "none"):
+        raise ExportError(f"verdicts holds reviewed items only (approved or flagged); review={out.review} has no "
+                          "verdict to export. Pending items are in the review queue: GET /api/v1/review/queue/?run=<id>")
     if out.step_min is not None and out.step_max is not None and out.step_min > out.step_max:
         raise ExportError(f"step_min ({out.step_min}) is larger than step_max ({out.step_max})")
     if out.iteration_min is not None and out.iteration_max is not None and out.iteration_min > out.iteration_max:
@@ -242,9 +245,8 @@ def queryset(kind: str, run, f: Filters):
         qs = model.objects.filter(run_number=run.pk).annotate(
             x_reviewed_at=Cast("reviewed_at", TextField()), x_applied_at=Cast("applied_at", TextField()),
             x_suspicious=_json_text("suspicious"), x_snapshot=_json_text("snapshot"))
-        if f.review == "none":
-            qs = qs.none()
-        elif f.review:
+        qs = qs.exclude(status="pending")  # verdicts only: a pending item has none
+        if f.review:
             qs = qs.filter(status=f.review)
     else:
         qs = model.objects.filter(run_id=run.pk).annotate(x_data=_json_text("data"), x_iteration=KT("data__iteration"))
@@ -527,8 +529,36 @@ def stream(p: Plan, fmt: str, stop: threading.Event | None = None):
     return jsonl_chunks(p, stop) if fmt == "jsonl" else parquet_chunks(p, stop)
 
 
+def empty_reason(kind: str, run, f: Filters | None = None) -> str:
+    """Why an export of ``kind`` has no row (one sentence for the page and the X-Export-Empty header)."""
+    filtered = f is not None and any(getattr(f, name) not in (None, 0) for name in
+                                     ("role", "step_min", "step_max", "iteration_min", "iteration_max", "review",
+                                      "valid", "after"))
+    if filtered:
+        return "No row matches these filters; the same export without filters has rows."
+    if kind == "verdicts":
+        pending = ReviewItem.objects.filter(run_number=run.pk, status="pending").count()
+        if pending:
+            return (f"Nobody has reviewed this run yet: {pending} item{'s wait' if pending != 1 else ' waits'} in the review "
+                    f"queue (/review/?run={run.pk}); verdicts appear here once approved or flagged.")
+        return ("Nothing of this run was sent to review: its review config samples no items and no detector marked "
+                "one suspicious.")
+    if kind == "pairs":
+        if not Task.objects.filter(run_id=run.pk).exists():
+            return "The run has recorded no tasks yet, so there are no answers to pair."
+        return "No task has two answers with different rewards (a pair needs a higher and a lower reward)."
+    if run.current_step == 0 and run.is_active:
+        return "The run has not finished its first step yet; rows appear as it records samples."
+    if run.imported:
+        return f"This imported run's folder held no {kind} (an import keeps what the folder's samples.jsonl holds)."
+    return f"The run recorded no {kind}."
+
+
 def headers(p: Plan, fmt: str) -> dict[str, str]:
-    return {"Content-Disposition": f'attachment; filename="run-{p.run.pk}-{p.kind}.{fmt}"',
+    extra = {}
+    if p.last_id is None and p.kind != "config":
+        extra["X-Export-Empty"] = empty_reason(p.kind, p.run, p.filters)
+    return {**extra,"Content-Disposition": f'attachment; filename="run-{p.run.pk}-{p.kind}.{fmt}"',
             "X-Export-Cursor-Field": p.cursor_field, "X-Export-Last-Id": "" if p.last_id is None else str(p.last_id),
             "X-Export-Has-More": "true" if p.has_more else "false", "Cache-Control": "no-store"}
 

@@ -139,7 +139,8 @@ def _schema():
         responses={
             (200, "application/x-ndjson"): OpenApiResponse(
                 OpenApiTypes.STR, description="One JSON object per line; headers X-Export-Cursor-Field, "
-                                              "X-Export-Last-Id, X-Export-Has-More.",
+                                              "X-Export-Last-Id, X-Export-Has-More; X-Export-Empty (a sentence) says why an "
+                                              "export with no row is empty.",
                 examples=[OpenApiExample("attempts.jsonl line", value=EXAMPLE_ATTEMPT, media_type="application/x-ndjson"),
                           OpenApiExample("pairs.jsonl line", value=EXAMPLE_PAIR, media_type="application/x-ndjson")]),
             (200, "application/vnd.apache.parquet"): OpenApiResponse(

@@ -2,7 +2,7 @@
 from django import template
 from django.urls import reverse
 
-from apps.export.stream import Filters, queryset
+from apps.export.stream import Filters, empty_reason, queryset
 
 register = template.Library()
 
@@ -21,7 +21,7 @@ def export_panel(run):
     rows = []
     for kind, label in DOWNLOADS:
         count = None if kind == "pairs" else queryset(kind, run, Filters()).count()  # pairs: made while downloading
-        rows.append({"kind": kind, "label": label, "rows": count,
+        rows.append({"kind": kind, "label": label, "rows": count, "empty": empty_reason(kind, run) if count == 0 else "",
                      "formats": [{"name": fmt, "label": name,
                                   "url": reverse("api-run-export", kwargs={"run_id": run.pk, "kind": kind, "fmt": fmt})}
                                  for fmt, name in FORMATS]})

@@ -42,7 +42,7 @@ def load_jsonl(body: bytes, tmp_path, name="x.jsonl"):
     return datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
 
 
-EXPECTED = {"tasks": 6, "rubrics": 6, "attempts": 24, "grades": 6, "verdicts": 3, "config": 1,
+EXPECTED = {"tasks": 6, "rubrics": 6, "attempts": 24, "grades": 6, "verdicts": 2, "config": 1,
             "pairs": 6 * 2}  # per task: 3 reasoner answers rewarded 1, 0, 0 -> 2 pairs; challenger alone -> none
 
 
@@ -158,6 +158,8 @@ def test_an_empty_selection_is_an_empty_file(run, reader):
     ("tasks", {"step_min": 5, "step_max": 2}, "step_min (5) is larger than step_max (2)"),
     ("tasks", {"limit": 0}, "limit must be at least 1"),
     ("widgets", {}, "unknown export kind 'widgets'"),
+    ("verdicts", {"review": "pending"}, "verdicts holds reviewed items only"),
+    ("verdicts", {"review": "none"}, "verdicts holds reviewed items only"),
 ])
 def test_a_bad_filter_is_a_400_with_a_message(run, reader, kind, params, message):
     response, body = get(client_for(reader), run, kind, **params)
@@ -281,3 +283,28 @@ def test_odd_stored_values_keep_one_type_per_column_in_both_formats(run, reader,
     assert [r["iteration"] for r in from_jsonl] == [None, 2, None, None]
     assert from_jsonl[3]["turns"][0]["text"] == "tab\tnewline\n\"quote\" \\ é"
     assert load_jsonl(body, tmp_path).num_rows == 4
+
+
+def test_verdicts_hold_verdicts_only(run, reader):
+    _, body = get(client_for(reader), run, "verdicts")
+    rows = [json.loads(line) for line in body.splitlines()]
+    assert sorted((r["key"], r["status"]) for r in rows) == [("1:0", "flagged"), ("2:0", "approved")]  # not 3:1:k
+
+
+def test_an_empty_export_says_why(run, reader, researcher):
+    from apps.runs.models import Run
+
+    response, body = get(client_for(reader), run, "tasks", step_min=99)
+    assert body == b"" and response["X-Export-Empty"] == "No row matches these filters; the same export without filters has rows."
+    fresh = Run.objects.create(method="spice", model_name="tiny", owner=researcher, status="running", total_steps=3,
+                               config={"method": "spice"})
+    ReviewItem.objects.create(run=fresh, run_number=fresh.pk, kind="task", key="1:0", task_key="1:0")
+    response, body = get(client_for(reader), fresh, "verdicts")
+    assert body == b"" and response["X-Export-Empty"].startswith("Nobody has reviewed this run yet: 1 item waits")
+    response, _ = get(client_for(reader), fresh, "tasks")
+    assert response["X-Export-Empty"].startswith("The run has not finished its first step yet")
+    response, _ = get(client_for(reader), run, "tasks")
+    assert "X-Export-Empty" not in response
+    from apps.export.templatetags.export_tags import export_panel
+    rows = {d["kind"]: d for d in export_panel(fresh)["downloads"]}
+    assert rows["verdicts"]["rows"] == 0 and rows["verdicts"]["empty"].startswith("Nobody has reviewed this run yet")

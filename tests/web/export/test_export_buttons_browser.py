@@ -25,7 +25,7 @@ def test_the_run_page_downloads_tasks_attempts_pairs_and_verdicts(roles, filled_
         assert [r.get_attribute("data-kind") for r in panel.locator("tbody tr").all()] == \
             ["tasks", "attempts", "pairs", "verdicts"]
         counts = {r.get_attribute("data-kind"): r.locator("td").nth(1).inner_text() for r in panel.locator("tbody tr").all()}
-        assert counts["tasks"] == "6" and counts["attempts"] == "24" and counts["verdicts"] == "3"
+        assert counts["tasks"] == "6" and counts["attempts"] == "24" and counts["verdicts"] == "2"
         _shot(page, "run-export-panel.png", tmp_path, "#downloads")
 
         got = {}
@@ -45,4 +45,4 @@ def test_the_run_page_downloads_tasks_attempts_pairs_and_verdicts(roles, filled_
     assert pq.read_table(io.BytesIO(got["attempts", "parquet"])).num_rows == 24
     assert len(got["pairs", "jsonl"].splitlines()) == 12 and pq.read_table(io.BytesIO(got["pairs", "parquet"])).num_rows == 12
     verdicts = [json.loads(line) for line in got["verdicts", "jsonl"].splitlines()]
-    assert len(verdicts) == 3 and all(isinstance(v["snapshot"], dict) for v in verdicts)
+    assert len(verdicts) == 2 and all(isinstance(v["snapshot"], dict) for v in verdicts)

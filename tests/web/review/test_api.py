@@ -55,6 +55,8 @@ def test_the_queue_filters_by_run_kind_and_status_and_pages(queued, make_run, re
     ("status=done", "status: unknown status 'done'"),
     ("run=abc", "run: must be an integer"),
     ("page_size=0", "page_size: must be between 1 and 200"),
+    ("valid=maybe", "valid: unknown value 'maybe'"),
+    ("method=dpo", "method: unknown method 'dpo'"),
 ])
 def test_bad_queue_filters_are_400_with_a_message(reviewer, query, message):
     response = client_for(reviewer).get(f"/api/v1/review/queue/?{query}")
@@ -194,3 +196,70 @@ def test_a_harness_asking_more_searches_than_the_evaluator_may_make_is_refused(m
     assert any("exceeds the evaluator's tool budget of 3 searches" in p for p in refused.json()["problems"])
     fits = {**HARNESS, "process_constraints": {**HARNESS["process_constraints"], "min_number_of_tool_call": 3}}
     assert client_for(researcher).post(url, {"harness": fits}, format="json").status_code == 201
+
+
+def test_the_queue_filters_by_validity_role_and_method_with_valid_tasks_first(make_run, reviewer):
+    spice = make_run(review={"tasks": 1.0, "rubrics": 0.0, "grades": 0.0})
+    recs = records(1, n=3)
+    recs[0]["valid"] = False  # the first task written is invalid: it goes after the valid ones
+    sink = DjangoSink(spice)
+    sink.samples(1, recs)
+    sink.control()
+    ssp = make_run("ssp", review={"tasks": 1.0, "rubrics": 0.0, "grades": 0.0})
+    recs = records(1, n=1)
+    recs[0]["role"] = "proposer"
+    sink = DjangoSink(ssp)
+    sink.samples(1, recs)
+    sink.control()
+    api = client_for(reviewer)
+
+    def keys(query):
+        return [(r["run"], r["key"]) for r in api.get(f"/api/v1/review/queue/?{query}").json()["results"]]
+
+    assert keys(f"run={spice.pk}") == [(spice.pk, "1:t1"), (spice.pk, "1:t2"), (spice.pk, "1:t0")]  # valid first
+    assert keys("valid=invalid") == [(spice.pk, "1:t0")]
+    assert keys(f"valid=valid&run={spice.pk}") == [(spice.pk, "1:t1"), (spice.pk, "1:t2")]
+    assert keys("role=proposer") == [(ssp.pk, "1:t0")]
+    assert keys("method=ssp") == [(ssp.pk, "1:t0")]
+    assert len(keys("method=spice&role=challenger")) == 3
+
+
+def test_the_queue_page_walks_valid_items_first_then_invalid(make_run, reviewer):
+    from django.test import Client
+
+    run = make_run(review={"tasks": 1.0, "rubrics": 0.0, "grades": 0.0})
+    recs = records(1, n=3)
+    recs[0]["valid"] = False
+    sink = DjangoSink(run)
+    sink.samples(1, recs)
+    sink.control()
+    t0, t1, t2 = ReviewItem.objects.filter(run_number=run.pk).order_by("id")
+    browser = Client()
+    browser.force_login(reviewer)
+
+    def shown(query):
+        return browser.get(f"/review/?run={run.pk}&{query}").context["item"].pk
+
+    assert shown("") == t1.pk
+    assert shown(f"after={t1.pk}") == t2.pk
+    assert shown(f"after={t2.pk}") == t0.pk  # the invalid one comes last
+    assert shown(f"after={t0.pk}") == t1.pk  # and then it wraps around
+
+
+def test_bulk_verdicts_are_all_or_none(queued, reviewer, researcher):
+    api = client_for(reviewer)
+    tasks = list(ReviewItem.objects.filter(kind="task").order_by("id"))
+    ids = [t.pk for t in tasks[:2]]
+    refused = api.post("/api/v1/review/bulk/", {"ids": ids, "verdict": "flag"}, format="json")
+    assert refused.status_code == 400 and refused.json()["error"].startswith("a flag needs a reason")
+    missing = api.post("/api/v1/review/bulk/", {"ids": [*ids, 999999], "verdict": "approve"}, format="json")
+    assert missing.status_code == 400 and "no review item with id 999999" in missing.json()["error"]
+    assert not ReviewItem.objects.exclude(status="pending").exists()  # nothing saved by either
+    done = api.post("/api/v1/review/bulk/", {"ids": ids, "verdict": "flag", "reason": "off topic"}, format="json")
+    assert done.status_code == 200 and done.json()["count"] == 2
+    assert sorted(ReviewItem.objects.filter(status="flagged").values_list("pk", flat=True)) == ids
+    assert set(ReviewItem.objects.filter(pk__in=ids).values_list("reason", flat=True)) == {"off topic"}
+    bad = api.post("/api/v1/review/bulk/", {"ids": "1,2", "verdict": "approve"}, format="json")
+    assert bad.status_code == 400 and "ids" in bad.json()["error"]
+    assert client_for(researcher).post("/api/v1/review/bulk/", {"ids": ids, "verdict": "approve"},
+                                       format="json").status_code == 403

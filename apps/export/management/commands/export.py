@@ -11,7 +11,7 @@ from pathlib import Path
 from django.core.management.base import CommandError
 
 from apps.accounts.schema import SchemaCommand
-from apps.export.stream import FORMATS, KINDS, ExportError, write_file
+from apps.export.stream import FORMATS, KINDS, ExportError, empty_reason, write_file
 from apps.runs.models import Run
 
 FILTER_OPTIONS = ("role", "step_min", "step_max", "iteration_min", "iteration_max", "review", "valid", "after", "limit")
@@ -43,6 +43,9 @@ class Command(SchemaCommand):
         except OSError as exc:  # a read-only folder, a full disk: one line, not a traceback
             raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from None
         more = " (more rows after it: --after %s)" % plan.last_id if plan.has_more else ""
+        if plan.last_id is None and kind != "config":
+            self.stderr.write(f"wrote {written} bytes to {output}: no rows. {empty_reason(kind, run, plan.filters)}")
+            return
         self.stderr.write(f"wrote {written} bytes to {output}; last {plan.cursor_field} {plan.last_id}{more}")
 
 
