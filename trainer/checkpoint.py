@@ -18,15 +18,26 @@ GPU machine, ~18 GB a checkpoint with its optimizer state, filled its 235 GB dis
 newest alone leaves too little room does the write fail, with ``CheckpointWriteError``.
 ``load_checkpoint`` refuses, with the reason, to resume a run whose method, model or LoRA rank
 changed, or whose files are missing.
+
+``BackgroundSaver`` (``checkpoint.background``, the default) takes the step loop off the write: the
+loop waits only while the weights, optimizer state, RNG and recipe state are copied to host memory
+(``take_snapshot``; collective parts such as DeepSpeed's gather run here, on every rank), then rank 0
+writes that copy in a thread (``write_snapshot``: the same temporary folder, fsync and rename). At most
+one write is in flight: the next save first waits for the previous one. A process killed mid-write
+leaves only a ``.tmp-step-*`` folder, which ``list_checkpoints`` never returns (and the next write
+removes); the previous checkpoint is untouched.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
 import re
 import shutil
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -140,7 +151,8 @@ def _require(path: Path) -> None:
 
 def save_checkpoint(run_dir: str | Path, step: int, cfg: Config, policy, engine, recipe_state: dict | None = None,
                     keep_last: int | None = None, on_make_room=None) -> Path:
-    """Write checkpoint ``step`` atomically and prune old ones; returns its folder.
+    """Write checkpoint ``step`` atomically and prune old ones; returns its folder (the loop waits
+    for the whole write; ``BackgroundSaver`` is the asynchronous form).
 
     ``on_make_room(removed, need, free)`` is called when older checkpoints were removed early to
     fit this one (``make_room``). Several ranks: every rank must call it (the engine state and
@@ -154,11 +166,9 @@ def save_checkpoint(run_dir: str | Path, step: int, cfg: Config, policy, engine,
         dist.barrier()
         return final
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        removed, need, free = make_room(folder)
-        if removed and on_make_room is not None:
-            on_make_room(removed, need, free)
-        _write_checkpoint(folder, final, step, cfg, policy, engine_state, weights, recipe_state, keep_last)
+        snap = Snapshot(folder=folder, final=final, step=step, cfg=cfg, policy=policy, engine_state=engine_state,
+                        weights=weights, recipe_state=recipe_state or {}, rng=rng_state(), keep_last=keep_last)
+        write_snapshot(snap, on_make_room)
     finally:
         dist.barrier()
     return final
@@ -171,29 +181,277 @@ def _partitioned_weights(engine) -> dict | None:
     return None
 
 
-def _write_checkpoint(folder: Path, final: Path, step: int, cfg: Config, policy, engine_state: dict,
-                      weights: dict | None, recipe_state: dict | None, keep_last: int | None) -> None:
+@dataclass
+class Snapshot:
+    """What one checkpoint holds, ready to write. Taken by ``take_snapshot`` every tensor in it is a
+    host-memory copy, so writing it reads nothing the training loop goes on changing (the policy is
+    used only for its config, tokenizer and ``save_pretrained``, never its live weights)."""
+
+    folder: Path
+    final: Path
+    step: int
+    cfg: Config
+    policy: object
+    engine_state: dict
+    weights: dict | None  # None: save_weights reads the live model (synchronous saves only)
+    recipe_state: dict
+    rng: dict
+    keep_last: int | None = None
+    taken_at: float = field(default_factory=time.time)
+
+
+class HostCopier:
+    """Copies nested state (dicts, lists, tuples of tensors and plain values) into host memory.
+
+    Buffers are kept by their place in the state and reused by the next save of the same shapes
+    (pinned when the source is on a GPU, so the device-to-host copies run at full speed and
+    asynchronously, with one synchronisation at the end). Tensors that share storage (tied
+    embeddings) share one copy. Only safe while no write still reads the previous copy:
+    ``BackgroundSaver`` waits for it first."""
+
+    def __init__(self):
+        self._buffers: dict[str, torch.Tensor] = {}
+        self.bytes = 0
+
+    def copy(self, state, prefix: str = ""):
+        memo: dict = {}
+        cuda = [False]
+        out = self._copy(state, prefix, memo, cuda)
+        if cuda[0]:
+            torch.cuda.synchronize()
+        return out
+
+    def _copy(self, obj, key: str, memo: dict, cuda: list):
+        if isinstance(obj, torch.Tensor):
+            return self._tensor(obj, key, memo, cuda)
+        if isinstance(obj, dict):
+            return {k: self._copy(v, f"{key}/{k}", memo, cuda) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self._copy(v, f"{key}/{i}", memo, cuda) for i, v in enumerate(obj)]
+        if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+            return tuple(self._copy(v, f"{key}/{i}", memo, cuda) for i, v in enumerate(obj))
+        return copy.deepcopy(obj)
+
+    def _tensor(self, t: torch.Tensor, key: str, memo: dict, cuda: list) -> torch.Tensor:
+        t = t.detach()
+        alias = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype,
+                 t.device) if t.numel() else None
+        if alias is not None and alias in memo:
+            return memo[alias]
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+            pin = t.device.type == "cuda"
+            buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=pin)
+            self._buffers[key] = buf
+        buf.copy_(t, non_blocking=t.device.type == "cuda")
+        cuda[0] = cuda[0] or t.device.type == "cuda"
+        self.bytes += buf.numel() * buf.element_size()
+        if alias is not None:
+            memo[alias] = buf
+        return buf
+
+
+def _live_weights(policy, engine) -> dict | None:
+    """The weights a checkpoint writes, as tensors of the live model (not yet copied): the whole
+    model, or with LoRA the adapter's entries only (what ``PeftModel.save_pretrained`` keeps: its
+    ``lora_`` / ``modules_to_save`` / trainable-token entries, every trainable one, and the embeddings
+    when LoRA targets them); None under ZeRO-3, whose gathered copy is already private."""
+    if getattr(engine, "zero_stage", None) == 3:
+        return None
+    model = policy.model
+    state = model.state_dict()
+    if not policy.is_lora:
+        return state
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    tags = ("lora_", "modules_to_save", "trainable_tokens")
+    embeddings = ()
+    for conf in getattr(model, "peft_config", {}).values():
+        targets = getattr(conf, "target_modules", None) or ()
+        if not isinstance(targets, str):
+            embeddings += tuple(t for t in targets if t in ("embed_tokens", "lm_head", "wte", "embed_in", "embed_out"))
+    return {k: v for k, v in state.items()
+            if k in trainable or any(t in k for t in tags) or any(f"{e}." in k for e in embeddings)}
+
+
+def take_snapshot(run_dir: str | Path, step: int, cfg: Config, policy, engine, recipe_state: dict | None = None,
+                  keep_last: int | None = None, copier: HostCopier | None = None) -> Snapshot | None:
+    """Copy everything checkpoint ``step`` holds into host memory (the part of a background save the
+    step loop waits for). Every rank calls it (DeepSpeed's engine state and ZeRO-3 weights are
+    gathered collectively, already as private host copies); rank 0 gets the snapshot, others None."""
+    copier = copier or HostCopier()
+    engine_state = engine.state_dict()
+    weights = _partitioned_weights(engine)
+    if not dist.is_main():
+        return None
+    if weights is None:
+        weights = copier.copy(_live_weights(policy, engine), "weights")
+    if getattr(engine, "zero_stage", None) is None:  # DeepSpeed's state_dict() already holds host clones
+        engine_state = copier.copy(engine_state, "engine")
+    folder = checkpoints_dir(run_dir)
+    return Snapshot(folder=folder, final=folder / f"step-{step:06d}", step=step, cfg=cfg, policy=policy,
+                    engine_state=engine_state, weights=weights, recipe_state=copier.copy(recipe_state or {}, "recipe"),
+                    rng=rng_state(), keep_last=keep_last)
+
+
+def write_snapshot(snap: Snapshot, on_make_room=None) -> None:
+    """Write a snapshot as checkpoint folder ``snap.final`` (rank 0; no collectives, so it may run in a
+    thread): make room, write into a temporary folder, fsync, rename, prune."""
+    snap.folder.mkdir(parents=True, exist_ok=True)
+    removed, need, free = make_room(snap.folder)
+    if removed and on_make_room is not None:
+        on_make_room(removed, need, free)
+    _write_checkpoint(snap)
+
+
+def _write_checkpoint(snap: Snapshot) -> None:
+    folder, final, step, cfg, policy = snap.folder, snap.final, snap.step, snap.cfg, snap.policy
     folder.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temp(folder)
     tmp = folder / f".tmp-step-{step:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        save_weights(policy, tmp / "model", weights)
-        torch.save(engine_state, tmp / "engine.pt")
-        torch.save({"step": step, "rng": rng_state(), "recipe": recipe_state or {}}, tmp / "state.pt")
+        save_weights(policy, tmp / "model", snap.weights)
+        torch.save(snap.engine_state, tmp / "engine.pt")
+        torch.save({"step": step, "rng": snap.rng, "recipe": snap.recipe_state or {}}, tmp / "state.pt")
         save_config(cfg, tmp / "config.yaml")
         meta = {"step": step, "method": cfg.method, "model": cfg.model.name_or_path, "lora_r": cfg.model.lora.r,
-                "time": time.time()}
+                "time": snap.taken_at}
         if getattr(policy, "roles", ()):  # separate policies: model/<role>/ each; an evaluation loads the answering role's
             meta.update(roles=list(policy.roles), answer_role=cfg.section.answer_role)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        _fsync_tree(tmp)  # on disk before the rename makes it the newest checkpoint (a power loss, not only a kill)
     except Exception as exc:  # disk full and friends: the previous checkpoint is untouched
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointWriteError(_write_failure(folder, step, exc)) from exc
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _prune(folder, keep_last if keep_last is not None else cfg.checkpoint.keep_last)
+    _fsync_dir(folder)
+    _prune(folder, snap.keep_last if snap.keep_last is not None else cfg.checkpoint.keep_last)
+
+
+TEMP_DIR = re.compile(r"^\.tmp-step-\d{6,}-(\d+)$")
+
+
+def _remove_stale_temp(folder: Path) -> None:
+    """Remove temporary folders left by a process that died mid-write (never one of a live process)."""
+    for p in folder.iterdir():
+        m = TEMP_DIR.match(p.name)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*"), reverse=True):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        elif path.is_dir():
+            _fsync_dir(path)
+    _fsync_dir(root)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class SaveResult:
+    """One finished checkpoint write: where, how long the loop waited for its copy, how long the write
+    took (in the background), what ``make_room`` removed, and the error if it failed."""
+
+    step: int
+    path: str
+    blocked_seconds: float
+    write_seconds: float = 0.0
+    made_room: list = field(default_factory=list)
+    error: BaseException | None = None
+
+
+class BackgroundSaver:
+    """Checkpoint saves off the step loop's critical path: ``save`` copies the state to host memory
+    (the loop waits for that only) and rank 0 writes the copy in a thread. At most one write is in
+    flight: ``save`` first waits for the previous one. ``poll`` hands out finished writes without
+    waiting, ``wait`` waits for the one in flight; both raise the write's ``CheckpointWriteError``.
+    The thread is not a daemon: an interpreter that exits (even on an error) first finishes the write."""
+
+    def __init__(self):
+        self.copier = HostCopier()
+        self._thread: threading.Thread | None = None
+        self._running: SaveResult | None = None
+        self._done: list[SaveResult] = []
+
+    @property
+    def in_flight(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def save(self, run_dir: str | Path, step: int, cfg: Config, policy, engine, recipe_state: dict | None = None,
+             keep_last: int | None = None) -> tuple[Path, list[SaveResult]]:
+        """Start checkpoint ``step``; returns its (future) folder and the writes that finished meanwhile
+        (the previous one included: it is waited for first). Every rank calls it."""
+        t0 = time.perf_counter()
+        finished = self.wait()
+        snap = take_snapshot(run_dir, step, cfg, policy, engine, recipe_state, keep_last, self.copier)
+        final = checkpoints_dir(run_dir) / f"step-{step:06d}"
+        result = SaveResult(step=step, path=str(final), blocked_seconds=0.0)
+        if snap is not None:
+            self._running = result
+            self._thread = threading.Thread(target=self._write, args=(snap, result), name=f"checkpoint-{step}")
+            self._thread.start()
+        result.blocked_seconds = time.perf_counter() - t0
+        if snap is None:  # another rank: nothing of its own to write
+            finished.append(result)
+        return final, finished
+
+    def _write(self, snap: Snapshot, result: SaveResult) -> None:
+        t0 = time.perf_counter()
+        try:
+            write_snapshot(snap, on_make_room=lambda *args: result.made_room.append(args))
+        except BaseException as exc:  # handed to the loop by poll/wait
+            result.error = exc
+        finally:
+            snap.weights = snap.engine_state = None
+            result.write_seconds = time.perf_counter() - t0
+
+    def poll(self) -> list[SaveResult]:
+        """Finished writes since the last call, without waiting."""
+        if self._thread is not None and not self._thread.is_alive():
+            return self.wait()
+        out, self._done = self._done, []
+        return out
+
+    def wait(self) -> list[SaveResult]:
+        """Wait for the write in flight; returns every finished write not handed out yet."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            self._done.append(self._running)
+            self._running = None
+        out, self._done = self._done, []
+        for result in out:
+            if result.error is not None:
+                raise result.error
+        return out
 
 
 def folder_bytes(path: Path) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from trainer import distributed as dist
-from trainer.checkpoint import save_checkpoint
+from trainer.checkpoint import BackgroundSaver, SaveResult, save_checkpoint
 from trainer.sink import NullSink, Verdict
 from trainer.update import policy_update
 
@@ -50,6 +50,9 @@ class RecipeContext:
     _records: list = field(default_factory=list)
     _update_costs: dict = field(default_factory=lambda: {"update_tokens": 0, "update_seconds": 0.0})
     _last_step: int = 0
+    _saver: BackgroundSaver | None = None
+    _save_costs: dict = field(default_factory=lambda: {"save_blocked_seconds": 0.0, "save_write_seconds": 0.0})
+    save_totals: dict = field(default_factory=lambda: {"saves": 0, "blocked_seconds": 0.0, "write_seconds": 0.0})
 
     def __post_init__(self):
         if self.rng is None:
@@ -76,6 +79,7 @@ class RecipeContext:
             self.step_seconds.append(seconds)
             timed = every_s > 0 and timed_checkpoint_due(self.train_seconds, seconds, every_s)
             self.train_seconds += seconds
+            self._collect_saves(wait=False)
             self._log_costs(step)
             self._last_step = step
             self._flush(step, seconds)
@@ -135,12 +139,17 @@ class RecipeContext:
             self.sink.samples(step, records)
 
     def _log_costs(self, step: int) -> None:
-        """Role ``system``: rollout tokens and seconds, weight sync, update tokens and seconds."""
+        """Role ``system``: rollout tokens and seconds, weight sync, update tokens and seconds; and the
+        checkpoint saves since the previous step (``save_blocked_seconds``: the loop waited for them, between
+        steps, so outside ``step_seconds``; ``save_write_seconds``: background writes that finished)."""
         take = getattr(self.generator, "take", None)
         costs = take() if callable(take) else {}
         if costs or self._update_costs["update_seconds"]:
             self.log(step, SYSTEM, {**costs, **self._update_costs})
         self._update_costs = {"update_tokens": 0, "update_seconds": 0.0}
+        if any(self._save_costs.values()):
+            self.log(step, SYSTEM, self._save_costs)
+        self._save_costs = {"save_blocked_seconds": 0.0, "save_write_seconds": 0.0}
 
     def take_verdicts(self) -> list[Verdict]:
         """Human review verdicts received so far (each handed out once)."""
@@ -165,15 +174,64 @@ class RecipeContext:
         return SamplingParams(**{**base, **overrides})
 
     def checkpoint(self, step: int, extra_state: dict | None = None) -> str | None:
-        """Save a checkpoint of this step (recipe state = ctx.state + extra_state)."""
+        """Save a checkpoint of this step (recipe state = ctx.state + extra_state). With
+        ``checkpoint.background`` the loop waits only for the copy to host memory (and for a previous
+        write still in flight); the write finishes in a thread, and the sink hears of the checkpoint
+        once it is complete (``_collect_saves``: at a step's end, the next save, or ``finish_saves``)."""
         if self.run_dir is None:
             return None
         state = {**self.state, **(extra_state or {}), "_numpy_rng": self.rng.bit_generator.state,
                  "_train_seconds": self.train_seconds}
+        if getattr(self.config.checkpoint, "background", False):
+            if self._saver is None:
+                self._saver = BackgroundSaver()
+            path, finished = self._saver.save(self.run_dir, step, self.config, self.policy, self.engine, state)
+            for result in finished:
+                self._saved(result)
+            return str(path)
+        t0 = time.perf_counter()
         made_room = []
         path = save_checkpoint(self.run_dir, step, self.config, self.policy, self.engine, state,
                                on_make_room=lambda *args: made_room.append(args))
-        for removed, need, free in made_room:  # the disk holds fewer checkpoints than keep_last: say so
+        seconds = time.perf_counter() - t0
+        self._saved(SaveResult(step=step, path=str(path), blocked_seconds=seconds, write_seconds=seconds,
+                               made_room=made_room))
+        return str(path)
+
+    def _collect_saves(self, wait: bool) -> None:
+        """Report the background writes that finished (``wait``: the one in flight too)."""
+        if self._saver is not None:
+            for result in (self._saver.wait() if wait else self._saver.poll()):
+                self._saved(result)
+
+    def wait_for_saves(self) -> None:
+        """Wait for the background write in flight, if any, and report it."""
+        self._collect_saves(wait=True)
+
+    def finish_saves(self) -> None:
+        """The run's end: wait for the last write, report it, and (several ranks) hold every rank until
+        rank 0's files are in place; then one event with the run's save totals."""
+        self._collect_saves(wait=True)
+        if self._saver is not None and dist.active():
+            dist.barrier()
+        totals = self.save_totals
+        if totals["saves"] and dist.is_main():
+            self.sink.samples(self._last_step, [{
+                "kind": "event", "key": f"{self._last_step}:checkpoint_saves", "step": self._last_step,
+                "message": f"{totals['saves']} checkpoint save(s): the step loop waited {totals['blocked_seconds']:.2f} s "
+                           f"for them, the writes took {totals['write_seconds']:.2f} s"
+                           + (" in the background" if self._saver is not None else ""),
+                "data": {"what": "checkpoint_saves", "background": self._saver is not None, **totals}}])
+
+    def _saved(self, result: SaveResult) -> None:
+        """A checkpoint is complete on disk: tell the sink, count its cost."""
+        step, path = result.step, result.path
+        self.save_totals["saves"] += 1
+        self.save_totals["blocked_seconds"] += result.blocked_seconds
+        self.save_totals["write_seconds"] += result.write_seconds
+        self._save_costs["save_blocked_seconds"] += result.blocked_seconds
+        self._save_costs["save_write_seconds"] += result.write_seconds
+        for removed, need, free in result.made_room:  # the disk holds fewer checkpoints than keep_last: say so
             gib = 1 << 30
             self.sink.samples(step, [{
                 "kind": "event", "key": f"{step}:disk_made_room", "step": step,
@@ -183,7 +241,6 @@ class RecipeContext:
                 "data": {"what": "disk_made_room", "removed": removed, "need_bytes": need, "free_bytes": free}}])
         self.final_checkpoint = str(path)
         self.sink.checkpoint(step, str(path))
-        return str(path)
 
     def restore(self, recipe_state: dict, step: int) -> None:
         """Apply a loaded checkpoint's recipe state (called by trainer.run on resume)."""
@@ -208,7 +265,7 @@ SYSTEM = "system"  # the role of the run's own costs (not a player)
 SUMMED = {"samples", "tokens", "skipped", "tasks", "rollout_tokens", "update_tokens", "attempts", "documents_dropped",
           "documents_short", "retry_tokens", "graph_captures"}
 MAXED = {"ratio_max", "gen_seconds", "update_seconds", "rollout_seconds", "weight_sync_seconds",
-         "graph_capture_seconds"}
+         "graph_capture_seconds", "save_blocked_seconds", "save_write_seconds"}
 MINNED = {"ratio_min"}
 
 

@@ -38,6 +38,7 @@ class RunResult:
     run_dir: str = ""
     stopped: bool = False  # ended early on a stop/pause request
     metrics: list[dict] = field(default_factory=list)  # every metrics row of this call
+    saves: dict = field(default_factory=dict)  # checkpoint saves of this call: count, blocked_seconds, write_seconds
 
 
 class _Recorder(NullSink):
@@ -192,13 +193,19 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
         _seed_rank_sampling(cfg.seed, loaded["step"])
     if dist.is_main():
         sinks.samples(ctx.start_step, [auto_settings_event(cfg, policy, engine, ctx.start_step)])
-    get_recipe(cfg.method)(ctx)
+    try:
+        get_recipe(cfg.method)(ctx)
+    except BaseException:
+        with contextlib.suppress(Exception):  # a background write in flight completes: an earlier, whole step
+            ctx.wait_for_saves()
+        raise
+    ctx.finish_saves()
     final = ctx.final_checkpoint or (str(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None)
     if dist.wanted():  # the ranks leave their group before the process exits (a group's worker thread still
         getattr(engine, "close", lambda: None)()  # alive at interpreter exit can abort it: SIGABRT)
         dist.shutdown()
     return RunResult(steps=ctx._last_step, step_seconds=list(ctx.step_seconds), final_checkpoint=final, run_dir=str(run_dir), stopped=ctx.stopped,
-                     metrics=recorder.rows)
+                     metrics=recorder.rows, saves=dict(ctx.save_totals))
 
 
 def auto_settings_event(cfg: Config, policy, engine, step: int = 0) -> dict:
