@@ -46,10 +46,12 @@ def run_dict(run: Run, full: bool = True) -> dict:
         "heartbeat_at": run.heartbeat_at, "error": run.error or None,
         # what a queued run waits for ("2nd in line on cpu, behind run 1 on the only cpu worker")
         "waiting_for": (wait_reason(run.job_id, run.queue) or None) if run.status == "queued" else None,
+        "control_of": run.control_of_id,
     }
     if full:
         out.update({"worker": run.worker_name or None, "job_id": run.job_id or None, "run_dir": run.run_dir,
                     "imported_from": run.imported_from or None,
+                    "controls": list(run.controls.order_by("pk").values_list("pk", flat=True)),
                     "checkpoint_path": run.checkpoint_path or None, "config": redact(run.config),
                     "overrides": redact_overrides(run.overrides),
                     "checkpoints": [{"step": c.step, "path": c.path, "created": c.created}
@@ -69,10 +71,12 @@ _RUN_FIELDS = {
     "started_at": serializers.DateTimeField(allow_null=True), "finished_at": serializers.DateTimeField(allow_null=True),
     "heartbeat_at": serializers.DateTimeField(allow_null=True), "error": serializers.CharField(allow_null=True),
     "waiting_for": serializers.CharField(allow_null=True, help_text="what a queued run waits for"),
+    "control_of": serializers.IntegerField(allow_null=True, help_text="the run this one is a control of"),
 }
 _FULL_FIELDS = {
     **_RUN_FIELDS, "worker": serializers.CharField(allow_null=True), "job_id": serializers.CharField(allow_null=True),
     "run_dir": serializers.CharField(), "imported_from": serializers.CharField(allow_null=True),
+    "controls": serializers.ListField(child=serializers.IntegerField(), help_text="this run's control runs"),
     "checkpoint_path": serializers.CharField(allow_null=True),
     "config": serializers.DictField(help_text="the resolved trainer config (secrets hidden)"),
     "overrides": serializers.DictField(help_text="what the launcher set (secrets hidden)"),
@@ -110,6 +114,9 @@ LAUNCH = inline_serializer("RunLaunch", {
     "config": serializers.DictField(required=False, help_text="Config overrides, nested or dotted keys"),
     "set": serializers.ListField(child=serializers.CharField(), required=False, help_text="key.path=value strings"),
     "queue": serializers.ChoiceField(choices=["gpu", "cpu"], required=False),
+    "control": serializers.ChoiceField(choices=["random-reward"], required=False, help_text=(
+        "also launch the run's control: the same config with train.control set (random-reward: the answering "
+        "role's reward is a coin flip, train.control_p its probability); the answer's controls lists it")),
 })
 
 
@@ -144,7 +151,8 @@ def _launch(request):
         return error_response("set: must be a list of key.path=value strings", fields={"set": "must be a list"})
     try:
         run = launch(str(body.get("method") or ""), body.get("model"), body.get("corpus"), config=body.get("config"),
-                     overrides=overrides, user=request.user, web=True, queue=body.get("queue"))
+                     overrides=overrides, user=request.user, web=True, queue=body.get("queue"),
+                     control=body.get("control"))
     except LaunchError as exc:
         return error_response(f"invalid launch: {exc}", fields=exc.as_dict())
     except QueueUnavailable as exc:

@@ -56,6 +56,10 @@ class LaunchForm(forms.Form):
     corpus = forms.ChoiceField(required=False, help_text="The corpus the run reads documents from and searches.")
     queue = forms.ChoiceField(choices=[("", "auto (cpu when train.device is cpu)"), ("gpu", "gpu"), ("cpu", "cpu")],
                               required=False, help_text="Which workers take the run.")
+    control = forms.BooleanField(
+        required=False, label="also launch a random-reward control",
+        help_text="A second run, the same config with train.control: random-reward (the answering role's reward a coin "
+                  "flip): a gain counts only above it. The two run pages link each other and show the gain over both.")
 
     def __init__(self, method: str, *args, prefill: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -117,7 +121,8 @@ class LaunchForm(forms.Form):
     def add_problems(self, problems: list[tuple[str, str]]) -> None:
         """Show each (key path, message) next to its field; unknown paths go to the top of the form."""
         for path, message in problems:
-            name = {"model.name_or_path": "model", "corpus": "corpus", "queue": "queue"}.get(path, field_name(path))
+            name = {"model.name_or_path": "model", "corpus": "corpus", "queue": "queue",
+                    "control": "control"}.get(path, field_name(path))
             if name in self.fields:
                 self.add_error(name, message)
             else:

@@ -74,13 +74,16 @@ def new(request):
         try:
             run = launch(method, form.cleaned_data["model"], form.cleaned_data["corpus"] or None,
                          config=form.overrides(), user=request.user, web=True,
-                         queue=form.cleaned_data["queue"] or None)
+                         queue=form.cleaned_data["queue"] or None,
+                         control="random-reward" if form.cleaned_data["control"] else None)
         except LaunchError as exc:
             form.add_problems(exc.problems)
         except QueueUnavailable as exc:
             form.add_error(None, str(exc))
         else:
-            messages.success(request, f"Run {run.pk} queued on {run.queue}.")
+            twins = [f"its {t.config['train']['control']} control, run {t.pk}" for t in run.controls.all()]
+            messages.success(request, f"Run {run.pk} queued on {run.queue}" + (f", with {twins[0]}" if twins else "")
+                             + ".")
             warning = no_worker_warning(run.queue)
             if warning:
                 messages.warning(request, f"Run {run.pk}: {warning}.")
@@ -155,6 +158,7 @@ def detail(request, run_id: int):
         "ledger": run_ledger.ledger(run),
         "method_panel": method_panel.panel(run),  # SCOPE / SCORE / pi-Play: gates, harness, QCPs
         "checkpoints": run.checkpoints.all()[:5],
+        "controls": list(run.controls.order_by("pk")),  # its control runs (launched with it; the other side: control_of)
     })
 
 

@@ -16,6 +16,9 @@ needs the ``allow_remote_code`` permission. Every launch (web, API and ``manage.
 file field of the config (``data.path``, ``ssp.answers_path``, ``score.queries_path``, ``corpus.path``:
 trainer/paths.py) against the datasets folder ``settings.DATASETS_DIR``; the worker checks again.
 
+A launch with ``control="random-reward"`` creates two runs: the one asked for and its control, the same config
+with ``train.control: random-reward`` (``Run.control_of`` points from the control to the run).
+
 Queue: a run goes to the ``cpu`` queue when its config says ``train.device: cpu``, else to
 ``gpu``; an explicit ``queue`` ("cpu" | "gpu") wins. Workers choose what they serve
 (``rqworker gpu`` on GPU hosts, ``rqworker cpu`` anywhere; uploads and CPU evaluations go to
@@ -41,6 +44,7 @@ from trainer.method_configs import SECTIONS
 from trainer.paths import config_path_problems
 
 QUEUES = ("gpu", "cpu")
+CONTROLS = ("random-reward",)  # trainer.config.TrainConfig.control, "none" aside
 
 
 class LaunchError(ValueError):
@@ -214,25 +218,61 @@ def available_models() -> list[dict]:
     return catalog(Path(settings.MODELS_DIR))
 
 
+def control_kind(control) -> str | None:
+    """The control asked for (``CONTROLS``), None for none; LaunchError (field ``control``) for anything else."""
+    if control in (None, "", "none", False):
+        return None
+    if control not in CONTROLS:
+        raise LaunchError([("control", f"unknown control {control!r}; use {' or '.join(CONTROLS)}, or leave it out "
+                                       "for no control run")])
+    return control
+
+
 @sensitive_variables("config", "overrides")  # may hold an API key until sealed (apps/runs/sealed.py)
 def launch(method: str, model: str | None, corpus=None, config: dict | None = None,
-           overrides: list[str] | None = None, user=None, web: bool = True, queue: str | None = None) -> Run:
-    """Validate, create the Run (queued) and put its job on the queue. Raises LaunchError / QueueUnavailable."""
+           overrides: list[str] | None = None, user=None, web: bool = True, queue: str | None = None,
+           control: str | None = None) -> Run:
+    """Validate, create the Run (queued) and put its job on the queue. Raises LaunchError / QueueUnavailable.
+
+    ``control="random-reward"`` also launches the run's control: the same config with ``train.control`` set (the
+    answering role's reward a coin flip), linked by ``control_of`` (``run.controls``), on the same queue."""
+    control = control_kind(control)
     config, overrides, refused = seal_inputs(config, overrides, web)  # a typed-in key is stored encrypted
     if refused:
         raise LaunchError(refused)
     cfg, corpus_obj, queue_name = validate(method, model, corpus, config, overrides, user, web, queue)
+    twin_config = twin_cfg = None
+    if control:
+        if cfg.train.control != "none":
+            raise LaunchError([("control", f"the config is a control run already (train.control: "
+                                           f"{cfg.train.control}); launch it without a control, or set "
+                                           "train.control to none")])
+        twin_config = _merge(expand_dotted(config), {"train": {"control": control}})
+        twin_cfg = validate(method, model, corpus, twin_config, overrides, user, web, queue)[0]
+        if twin_cfg.train.control != control:  # a --set train.control=none after the config
+            raise LaunchError([("train.control", f"set to {twin_cfg.train.control} by the overrides, so the "
+                                                 f"{control} control would not be one; leave train.control out")])
     with transaction.atomic():
-        run = Run.objects.create(
-            method=method, model_name=cfg.model.name_or_path, corpus=corpus_obj,
-            corpus_name=corpus_obj.name if corpus_obj else "", config=cfg.to_dict(),
-            overrides={"config": expand_dotted(config), "set": list(overrides or [])},
-            owner=user if getattr(user, "is_authenticated", False) else None,
-            total_steps=cfg.train.steps, queue=queue_name)
-        run.run_dir = str(Path(settings.RUNS_DIR) / str(run.pk))
-        run.save(update_fields=["run_dir"])
-        who = getattr(user, "username", "") or "the command line"
-        RunEvent.objects.create(run=run, kind=RunEvent.Kind.STATUS, step=0, message=f"queued on {queue_name} by {who}",
-                                data={"to": "queued"})
+        run = _create(method, cfg, config, overrides, corpus_obj, user, queue_name)
+        twin = (_create(method, twin_cfg, twin_config, overrides, corpus_obj, user, queue_name, control_of=run)
+                if twin_cfg is not None else None)
     enqueue(run)
+    if twin is not None:
+        enqueue(twin)
+    return run
+
+
+def _create(method: str, cfg, config, overrides, corpus_obj, user, queue_name: str, control_of: Run | None = None):
+    run = Run.objects.create(
+        method=method, model_name=cfg.model.name_or_path, corpus=corpus_obj,
+        corpus_name=corpus_obj.name if corpus_obj else "", config=cfg.to_dict(),
+        overrides={"config": expand_dotted(config), "set": list(overrides or [])},
+        owner=user if getattr(user, "is_authenticated", False) else None,
+        total_steps=cfg.train.steps, queue=queue_name, control_of=control_of)
+    run.run_dir = str(Path(settings.RUNS_DIR) / str(run.pk))
+    run.save(update_fields=["run_dir"])
+    who = getattr(user, "username", "") or "the command line"
+    what = f" as the {cfg.train.control} control of run {control_of.pk}" if control_of is not None else ""
+    RunEvent.objects.create(run=run, kind=RunEvent.Kind.STATUS, step=0,
+                            message=f"queued on {queue_name} by {who}{what}", data={"to": "queued"})
     return run

@@ -40,11 +40,14 @@ class Command(SchemaCommand):
         parser.add_argument("--reuse-active", action="store_true",
                             help="If a run of this method on this corpus is queued, running or paused, print its id "
                                  "instead of launching another (make demo uses it).")
+        parser.add_argument("--control", choices=["random-reward"], default=None,
+                            help="Also launch the run's control: the same config with train.control set (its id "
+                                 "goes to stderr).")
         parser.add_argument("--wait", action="store_true", help="Block until the run ends; exit 1 unless it finished.")
         parser.add_argument("--poll", type=float, default=2.0, help="Seconds between status checks with --wait.")
 
     def handle(self, *args, method, model, corpus, config, overrides, queue, user, wait, poll, reuse_active,
-               **options):
+               control=None, **options):
         data = _read_yaml(config) if config else {}
         owner = _user(user) if user else None
         active = Run.objects.filter(method=method, corpus__name=corpus or "", status__in=ACTIVE).order_by("-id").first()
@@ -68,13 +71,16 @@ class Command(SchemaCommand):
                 self._wait(active, poll)
             return
         try:
-            run = launch(method, model, corpus, config=data, overrides=overrides, user=owner, web=False, queue=queue)
+            run = launch(method, model, corpus, config=data, overrides=overrides, user=owner, web=False, queue=queue,
+                         control=control)
         except LaunchError as exc:
             raise CommandError("invalid launch:\n" + "\n".join(f"  {p or 'config'}: {m}" for p, m in exc.problems))
         except QueueUnavailable as exc:
             raise CommandError(str(exc))
         for warning in launch_warnings(run):
             self.stderr.write(f"warning: {warning}")
+        for twin in run.controls.all():
+            self.stderr.write(f"run {twin.pk}: its {twin.config['train']['control']} control")
         self.stdout.write(str(run.pk))
         self.stdout.flush()
         if wait:

@@ -1,0 +1,120 @@
+"""Built-in controls (issue 30): a run launched with a control brings its twin, the same config with
+train.control: random-reward, linked by Run.control_of; from the API, the launch form and manage.py launch;
+both run pages link each other."""
+import django_rq
+import pytest
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from apps.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _commit(django_capture_on_commit_callbacks):
+    """django-rq enqueues on commit; run those callbacks inside the test's transaction."""
+    global _callbacks
+    _callbacks = django_capture_on_commit_callbacks
+
+
+def _post(user, **body):
+    client = APIClient()
+    client.force_authenticate(user)
+    with _callbacks(execute=True):
+        return client.post("/api/v1/runs/", body, format="json")
+
+
+def _same_but_control(run, twin):
+    mine, theirs = dict(run.config), dict(twin.config)
+    assert mine["train"].pop("control") == "none" and theirs["train"].pop("control") == "random-reward"
+    assert mine == theirs  # everything else is the run's config: same seed, data, steps, eval section
+
+
+def test_the_api_launches_the_run_and_its_random_reward_control(researcher, tiny_grpo):
+    model, config = tiny_grpo
+    response = _post(researcher, method="grpo", model=model, config={**config, "train.control_p": 0.3},
+                     control="random-reward")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    run = Run.objects.get(pk=body["id"])
+    (twin,) = Run.objects.exclude(pk=run.pk)
+    assert body["controls"] == [twin.pk] and body["control_of"] is None
+    assert twin.control_of == run and list(run.controls.all()) == [twin]
+    _same_but_control(run, twin)
+    assert twin.config["train"]["control_p"] == 0.3  # the control's own knob travels with the config
+    assert (twin.status, twin.queue, twin.owner, twin.total_steps) == ("queued", "cpu", researcher, 4)
+    assert django_rq.get_queue("cpu").job_ids == [run.job_id, twin.job_id]  # both queued
+    assert twin.events.get().message == f"queued on cpu by rita as the random-reward control of run {run.pk}"
+    detail = APIClient()
+    detail.force_authenticate(researcher)
+    assert detail.get(f"/api/v1/runs/{twin.pk}/").json()["control_of"] == run.pk
+
+
+def test_without_a_control_one_run_is_launched(researcher, tiny_grpo):
+    model, config = tiny_grpo
+    response = _post(researcher, method="grpo", model=model, config=config, control="none")
+    assert response.status_code == 201
+    assert Run.objects.count() == 1 and response.json()["controls"] == []
+
+
+@pytest.mark.parametrize("extra,path,needle", [
+    ({"control": "shuffled-labels"}, "control", "unknown control 'shuffled-labels'; use random-reward"),
+    ({"control": "random-reward", "config": {"train.control": "random-reward"}}, "control",
+     "the config is a control run already"),
+    ({"control": "random-reward", "set": ["train.control=none"]}, "train.control", "set to none by the overrides"),
+])
+def test_a_bad_control_request_is_refused_with_its_field_and_launches_nothing(researcher, tiny_grpo, extra, path,
+                                                                              needle):
+    model, config = tiny_grpo
+    body = {"method": "grpo", "model": model, **extra, "config": {**config, **extra.get("config", {})}}
+    response = _post(researcher, **body)
+    assert response.status_code == 400, response.json()
+    assert needle in response.json()["fields"][path]
+    assert not Run.objects.exists()
+
+
+def test_a_config_key_alone_launches_one_control_run(researcher, tiny_grpo):
+    model, config = tiny_grpo
+    response = _post(researcher, method="grpo", model=model, config={**config, "train.control": "random-reward"})
+    assert response.status_code == 201
+    run = Run.objects.get()
+    assert run.config["train"]["control"] == "random-reward" and run.control_of is None
+
+
+def test_the_launch_form_checkbox_launches_the_twin_and_both_pages_link_each_other(researcher, client, run_env,
+                                                                                   tiny_grpo):
+    model, config = tiny_grpo
+    client.force_login(researcher)
+    form = client.get("/runs/new/?method=grpo").content.decode()
+    assert 'name="control"' in form and "also launch a random-reward control" in form
+    post = {"method": "grpo", "model": model, "queue": "cpu", "control": "on",
+            "cfg__data__path": config["data"]["path"], "cfg__reward": "exact", "cfg__train__steps": "4",
+            "cfg__train__device": "cpu"}
+    with _callbacks(execute=True):
+        response = client.post("/runs/new/", post, follow=True)
+    assert response.status_code == 200
+    run = Run.objects.get(control_of__isnull=True)
+    twin = Run.objects.get(control_of=run)
+    _same_but_control(run, twin)
+    page = response.content.decode()  # the run's page (redirected to it)
+    assert f"Run {run.pk} queued on cpu, with its random-reward control, run {twin.pk}." in page
+    assert 'id="run-control-runs"' in page and f'href="/runs/{twin.pk}/"' in page
+    twin_page = client.get(f"/runs/{twin.pk}/").content.decode()
+    assert 'id="run-control-of"' in twin_page and f'href="/runs/{run.pk}/"' in twin_page
+    assert "train.control: random-reward" in twin_page
+
+
+def test_manage_py_launch_control(tiny_grpo, tmp_path, capsys):
+    import yaml
+
+    model, config = tiny_grpo
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with _callbacks(execute=True):
+        call_command("launch", "grpo", "--model", model, "--config", str(path), "--control", "random-reward")
+    out, err = capsys.readouterr()
+    run = Run.objects.get(pk=int(out.strip()))
+    twin = run.controls.get()
+    assert f"run {twin.pk}: its random-reward control" in err
+    _same_but_control(run, twin)
