@@ -229,10 +229,13 @@ def test_scope_runs_three_steps_on_cpu_with_the_in_memory_retriever(tiny_config,
                          documents=JsonlDocumentSource.from_jsonl(corpus_path))
     assert result.steps == 3 and result.final_checkpoint
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    challenger = [m for m in metrics if m["role"] == "challenger"]
-    solver = [m for m in metrics if m["role"] == "solver"]
+    challenger = [m for m in metrics if m["role"] == "challenger" and "gate_pass_rate" in m]  # its own stage
+    solver = [m for m in metrics if m["role"] == "solver" and "pool_size" in m]
     assert len(challenger) == 2 and len(solver) == 1
-    assert all(0.0 <= m["format_reward"] <= 1.0 and "gate_pass_rate" in m for m in challenger)
+    assert all(0.0 <= m["format_reward"] <= 1.0 and 0.0 <= m["zero_variance_groups"] <= 1.0 for m in challenger)
+    # every role's truncation, trained or not: the Solver stage's pool fill ran Challenger rollouts
+    pool_fill = [m for m in metrics if m["role"] == "challenger" and m["step"] == 3]
+    assert len(pool_fill) == 1 and 0.0 <= pool_fill[0]["truncated_rate"] <= 1.0
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     tasks = [r for r in samples if r["kind"] == "task"]
     assert {t["data"]["stage"] for t in tasks} == {"challenger", "filter"}

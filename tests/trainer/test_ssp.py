@@ -305,6 +305,7 @@ def test_ssp_runs_three_steps_on_a_random_model_and_reports_every_question(tiny_
     metrics = _rows(tmp_path / "run", "metrics.jsonl")
     assert {m["role"] for m in metrics} == {"proposer", "solver", "system"}
     assert [m["step"] for m in metrics if m["role"] == "proposer"] == [1, 2, 3]
+    assert all(m["zero_variance_groups"] == 0.0 for m in metrics if m["role"] == "solver")  # nothing solved
 
 
 QUESTION = ("Which country house in Devon was designed by the garden architect of Hestercombe for the founder "
@@ -523,3 +524,10 @@ def test_make_cloze_writes_a_proposer_independent_held_out_set(tmp_path):
     bad = subprocess.run([sys.executable, str(script), "make-cloze", "--docs", str(tmp_path / "none.jsonl")],
                          capture_output=True, text=True, env={"OUT": str(tmp_path / "out"), "PATH": "/usr/bin:/bin"})
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+def test_zero_variance_groups_counts_groups_of_two_or_more_with_equal_rewards():
+    from trainer.methods.parts import zero_variance_groups
+
+    assert zero_variance_groups([[1, 1, 1], [0, 1, 0], [0.5, 0.5]]) == pytest.approx(2 / 3)
+    assert zero_variance_groups([[1], [0, 1]]) == 0.0 and zero_variance_groups([]) == 0.0

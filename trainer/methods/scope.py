@@ -69,7 +69,14 @@ import torch
 
 from trainer.algos import get_advantage
 from trainer.judge import make_judge
-from trainer.methods.parts import assistant_texts, schedule, schedule_metrics, stratified_draw
+from trainer.methods.parts import (
+    assistant_texts,
+    schedule,
+    schedule_metrics,
+    stratified_draw,
+    truncated_rate,
+    zero_variance_groups,
+)
 from trainer.methods.review import ReviewState
 from trainer.methods.scope_prompts import TASK_TYPES, challenger_prompt, parse_task, solver_prompt
 from trainer.prompts import chat
@@ -189,6 +196,7 @@ class Scope:
         ctx.state.setdefault("pool", [])  # filtered tasks (dicts) waiting for the Solver
         ctx.state.setdefault("rubric_edits", {})  # rubric key -> edited text | None (flagged)
         self.counts: dict[str, float] = {}
+        self.pool_trajectories: list = []  # Challenger rollouts of a Solver step's pool fill (not trained)
 
     def rng(self) -> random.Random:
         return random.Random(int(self.ctx.rng.integers(2**31)))
@@ -342,7 +350,12 @@ class Scope:
         for t in tasks:
             self.review.remember(t.key, t.question)
         self.ctx.log(step, CHALLENGER, {**metrics, **self.task_metrics(tasks, rewards, flagged),
+                                        "zero_variance_groups": zero_variance_groups(
+                                            [rewards[i * G:(i + 1) * G] for i in range(len(groups))]),
                                         "gen_seconds": gen_seconds, **self.take_counts()})
+        scored = [a.trajectory for rows in attempts.values() for a in rows]  # the previous Solver: not trained here
+        if scored:
+            self.ctx.log(step, SOLVER, {"truncated_rate": truncated_rate(scored)})
         self.ctx.samples(step, self.records(step, tasks, attempts, rewards, CHALLENGER))
 
     def fill_pool(self, step: int, need: int) -> list[dict]:
@@ -354,6 +367,7 @@ class Scope:
             if len(pool) >= need:
                 break
             tasks = [row[0] for row in self.challenge(step, batch, 1, f"p{round_}.")]
+            self.pool_trajectories += [t.trajectory for t in tasks]
             attempts = self.judge_tasks(tasks, self.sec.filter_rollouts)
             for t in tasks:
                 self.review.remember(t.key, t.question)
@@ -375,6 +389,9 @@ class Scope:
         if stage_start:
             self.ctx.state["pool"] = []  # the previous iteration's tasks came from an older Challenger
         records = self.fill_pool(step, sec.pool_size() if stage_start else sec.solver_prompts_per_step)
+        if self.pool_trajectories:
+            self.ctx.log(step, CHALLENGER, {"truncated_rate": truncated_rate(self.pool_trajectories)})
+        self.pool_trajectories = []
         pool = self.ctx.state["pool"]
         tasks = [Task.from_state(d) for d in pool[:sec.solver_prompts_per_step]]
         self.ctx.state["pool"] = pool[sec.solver_prompts_per_step:]
@@ -395,6 +412,7 @@ class Scope:
         metrics = self.ctx.update(samples).get(SOLVER, {})
         n = len(flat)
         self.ctx.log(step, SOLVER, {
+            "zero_variance_groups": zero_variance_groups([rewards[i * G:(i + 1) * G] for i in range(len(tasks))]),
             **metrics, "reward_mean": sum(rewards) / n, "rubric_score": sum(a.rubric_score for a in flat) / n,
             "searches": sum(a.trajectory.n_searches for a in flat) / n, "tasks": len(tasks),
             "response_length": sum(a.trajectory.n_model_tokens for a in flat) / n,

@@ -64,7 +64,7 @@ import torch
 
 from trainer.algos import get_advantage
 from trainer.judge import key_env, make_judge
-from trainer.methods.parts import mini_batches, truncated_rate, update_in_mini_batches
+from trainer.methods.parts import mini_batches, truncated_rate, update_in_mini_batches, zero_variance_groups
 from trainer.methods.replay import ReplayBuffer
 from trainer.methods.review import ReviewState
 from trainer.methods.ssp_tasks import (
@@ -349,9 +349,15 @@ def step_metrics(slots: list[Slot], buffer: ReplayBuffer) -> dict[str, dict[str,
         "buffer_size": float(len(buffer)),
         **{f"filtered_{r}_rate": c / n for r, c in reasons.items()},
     }
+    groups: dict[int, list[float]] = {}
+    for s in slots:
+        groups.setdefault(s.group, []).append(s.reward)
+    if any(len(g) > 1 for g in groups.values()):  # proposer_samples > 1: a group per answer (REINFORCE n=1 has none)
+        proposer["zero_variance_groups"] = zero_variance_groups(list(groups.values()))
     solver = {
         "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
         "questions": float(len(solved)),
+        "zero_variance_groups": zero_variance_groups([s.solver_rewards for s in solved]),
         "searches_mean": sum(t.n_searches for t in trajs) / len(trajs) if trajs else 0.0,
         "answered_rate": sum(t.final is not None for t in trajs) / len(trajs) if trajs else 0.0,
     }
