@@ -17,7 +17,8 @@ from rest_framework.response import Response
 from apps.accounts.roles import can, denied_message
 from apps.api.errors import ERRORS, error_response
 from apps.corpora.embedder import EmbedderError
-from apps.corpora.models import Corpus
+from apps.corpora.jobs import resume_ingest
+from apps.corpora.models import Corpus, Ingest
 from apps.corpora.parsing import IngestError
 from apps.corpora.search import SearchError, search
 from apps.corpora.serializers import corpus_json
@@ -86,6 +87,7 @@ def corpora(request):
     """GET: every corpus with counts and progress. POST (admin): `name`, `description` [, `embedder`,
     `chunk_tokens`, `chunk_overlap`] -> 201 with the corpus."""
     if request.method == "GET":
+        Ingest.reap_stale()  # an ingest whose worker died shows as failed (and resumable) at once
         return Response({"results": [corpus_json(c) for c in Corpus.objects.all()]})
     if not can(request.user, "upload_corpus"):
         return _forbidden("upload_corpus")
@@ -103,7 +105,27 @@ def corpora(request):
 @extend_schema(operation_id="corpora_detail", responses={200: CORPUS, **ERRORS})
 @api_view(["GET"])
 def corpus_detail(request, pk: int):
+    Ingest.reap_stale()
     return Response(corpus_json(get_object_or_404(Corpus, pk=pk)))
+
+
+@extend_schema(operation_id="corpora_resume", request=None, responses={202: UPLOAD_QUEUED, **ERRORS})
+@api_view(["POST"])
+def corpus_resume(request, pk: int):
+    """Resume the corpus's last ingest when it failed part-way (its worker died, or the job broke): it is
+    queued again and continues from what is stored (stored documents are recognised and skipped).
+    409 when there is nothing to resume, saying why and what to do."""
+    if not can(request.user, "upload_corpus"):
+        return _forbidden("upload_corpus")
+    corpus = get_object_or_404(Corpus, pk=pk)
+    Ingest.reap_stale()
+    try:
+        resume_ingest(corpus)
+    except IngestError as exc:
+        return error_response(str(exc), status.HTTP_409_CONFLICT)
+    corpus.refresh_from_db()
+    return Response({"job_id": corpus.job_id, "progress": corpus.progress(), "warnings": []},
+                    status=status.HTTP_202_ACCEPTED)
 
 
 @extend_schema(operation_id="corpora_documents_add", request={"multipart/form-data": DOCUMENT, "application/json": DOCUMENT},

@@ -16,3 +16,8 @@ class CorporaConfig(AppConfig):
         from django.db.models.indexes import IndexExpression
 
         IndexExpression.register_wrappers(OrderBy, OpClass, Collate)
+
+        from apps.corpora.models import Ingest
+        from apps.jobs.reaper import register
+
+        register("ingests", "ingest(s)", Ingest.reap_stale, Ingest.any_active)

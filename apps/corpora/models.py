@@ -11,11 +11,16 @@ Supporting another dimension means another Chunk table (or column) with its own 
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
+from django.utils import timezone
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
+from apps.jobs.models import JobRow
+from apps.jobs.reaper import reap
 from apps.jobs.waiting import wait_reason
 
 EMBEDDING_DIM = 384
@@ -108,6 +113,108 @@ class Corpus(models.Model):
         self.doc_count = self.documents.count()
         self.chunk_count = Chunk.objects.filter(corpus=self).count()
         self.save(update_fields=["doc_count", "chunk_count", "updated_at"])
+
+
+class Ingest(JobRow):
+    """One ingestion job of a corpus, claimed, beating and reaped like a run (apps/jobs): an uploaded file
+    (kept under ``MEDIA_ROOT/corpora/`` until the ingest ends) or the bundled Wikipedia summaries.
+
+    Ends: ``finished``; ``failed`` with ``resumable`` off (the file cannot be read, the embedder does not
+    fit: running it again would fail the same way; the upload is removed); or ``failed`` with ``resumable``
+    on (its worker died and the reaper failed it, or the job raised: the upload is kept). ``resume()``
+    queues a resumable one again: documents already stored are recognised by their content hash and
+    skipped, so it continues from what is stored."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        FINISHED = "finished"
+        FAILED = "failed"
+
+    class Source(models.TextChoices):
+        UPLOAD = "upload"
+        WIKIPEDIA = "wikipedia"
+
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="ingests")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    queue = models.CharField(max_length=32, default="short")
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.UPLOAD)
+    path = models.CharField(max_length=1000, blank=True, help_text="The stored upload (removed when the ingest ends).")
+    name = models.CharField(max_length=500, blank=True, help_text="The uploaded file's own name.")
+    offset = models.PositiveIntegerField(default=0, help_text="Wikipedia: articles skipped first.")
+    limit = models.PositiveIntegerField(null=True, blank=True, help_text="Wikipedia: at most this many articles.")
+    resumable = models.BooleanField(default=False)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"ingest {self.pk} of corpus {self.corpus_id} ({self.status})"
+
+    @property
+    def what(self) -> str:
+        return self.name if self.source == self.Source.UPLOAD else "the Wikipedia summaries"
+
+    def claim(self, worker: str) -> bool:
+        """queued -> running; False when another worker has it, or it ended meanwhile."""
+        now = timezone.now()
+        won = Ingest.objects.filter(pk=self.pk, status=self.Status.QUEUED).update(
+            status=self.Status.RUNNING, started_at=now, heartbeat_at=now, worker_name=worker[:200], error="")
+        if won:
+            self.refresh_from_db()
+        return won == 1
+
+    def finish(self, error: str = "") -> None:
+        """The end of the job it ran: finished, or failed for good (``error``). The upload is removed."""
+        status = self.Status.FAILED if error else self.Status.FINISHED
+        Ingest.objects.filter(pk=self.pk, status__in=[self.Status.QUEUED, self.Status.RUNNING]).update(
+            status=status, error=error[:5000], finished_at=timezone.now(), resumable=False)
+        self.refresh_from_db()
+        self.remove_upload()
+
+    def fail(self, error: str) -> None:
+        """The job raised (the database went away, a bug): failed and resumable; the upload is kept."""
+        if Ingest.objects.filter(pk=self.pk, status__in=[self.Status.QUEUED, self.Status.RUNNING]).update(
+                status=self.Status.FAILED, error=error[:5000], finished_at=timezone.now(), resumable=True):
+            self._tell_corpus(error)
+        self.refresh_from_db()
+
+    @classmethod
+    def reap_stale(cls, now=None) -> list[int]:
+        """Fail running ingests whose worker stopped beating (killed, machine gone): resumable."""
+        return reap(cls, cls._fail_silent, "resume the ingest: documents already stored are skipped", now)
+
+    @classmethod
+    def any_active(cls) -> bool:
+        return cls.objects.filter(status__in=(cls.Status.QUEUED, cls.Status.RUNNING)).exists()
+
+    def _fail_silent(self, error: str) -> bool:
+        """Failed by the reaper, unless it beat or ended since the reaper read it."""
+        failed = Ingest.objects.filter(pk=self.pk, status=self.Status.RUNNING, heartbeat_at=self.heartbeat_at).update(
+            status=self.Status.FAILED, finished_at=timezone.now(), error=error[:5000], resumable=True) == 1
+        if failed:
+            self._tell_corpus(error)
+        return failed
+
+    def _tell_corpus(self, error: str) -> None:
+        corpus = Corpus.objects.get(pk=self.corpus_id)
+        corpus.finish_ingest(f"ingest of {self.what} stopped at {corpus.progress_done} of {corpus.progress_total} "
+                             f"documents: {error}. Resume it (the Resume button, or POST "
+                             f"/api/v1/corpora/{corpus.pk}/resume/): it continues from what is stored.")
+
+    def can_resume(self) -> str:
+        """"" when ``resume()`` may run, else why not (a sentence that says what to do instead)."""
+        if self.status != self.Status.FAILED or not self.resumable:
+            return f"ingest {self.pk} is {self.status}{'' if self.status != self.Status.FAILED else ' for good'}; nothing to resume"
+        if self.source == self.Source.UPLOAD and not (self.path and Path(self.path).is_file()):
+            return (f"the stored upload of {self.name} is gone; upload the file again (documents already stored are "
+                    "skipped)")
+        return ""
+
+    def remove_upload(self) -> None:
+        if self.source == self.Source.UPLOAD and self.path:
+            Path(self.path).unlink(missing_ok=True)
 
 
 class Document(models.Model):

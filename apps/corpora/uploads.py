@@ -11,9 +11,10 @@ from django.db import IntegrityError
 
 from apps.corpora.embedder import EmbedderError, default_name, get_embedder
 from apps.corpora.ingest import ingest_documents
-from apps.corpora.jobs import ingest_upload
-from apps.corpora.models import EMBEDDING_DIM, Corpus
+from apps.corpora.jobs import queue_ingest
+from apps.corpora.models import EMBEDDING_DIM, Corpus, Ingest
 from apps.corpora.parsing import IngestError, ParsedDoc, check_file, check_type
+from apps.jobs.lifecycle import QueueUnavailable
 
 MAX_TITLE = 500
 INGEST_QUEUE = "short"  # short jobs: never behind a training run (settings.RQ_QUEUES)
@@ -77,19 +78,24 @@ def read_upload(uploaded) -> bytes:
 
 
 def accept_file(corpus: Corpus, name: str, data: bytes, enqueue: bool = True) -> dict:
-    """Check the file now (bad input -> IngestError), store it, enqueue the ingest job on `short`
-    (the queue of short jobs: an upload never waits behind a training run on `cpu`)."""
-    import django_rq
-
+    """Check the file now (bad input -> IngestError), store it, enqueue its ``Ingest`` job on `short`
+    (the queue of short jobs: an upload never waits behind a training run on `cpu`). The stored file
+    stays until the ingest ends (apps/corpora/jobs.py). ``enqueue=False``: stored and shown as queued
+    only (tests run ``ingest_upload`` on it themselves)."""
     check_size(len(data))
     warnings = check_file(data, name)
     stored = upload_dir() / f"{uuid.uuid4().hex}{Path(name).suffix.lower()}"
     stored.write_bytes(data)
-    job_id = uuid.uuid4().hex
-    corpus.queue_ingest(job_id)
     if enqueue:
-        django_rq.get_queue(INGEST_QUEUE).enqueue(ingest_upload, corpus.pk, str(stored), Path(name).name, job_id=job_id,
-                                           job_timeout=24 * 3600, result_ttl=7 * 24 * 3600)
+        ingest = Ingest.objects.create(corpus=corpus, queue=INGEST_QUEUE, source=Ingest.Source.UPLOAD,
+                                       path=str(stored), name=Path(name).name[:500])
+        try:
+            job_id = queue_ingest(corpus, ingest)
+        except QueueUnavailable as exc:
+            raise IngestError(str(exc)) from None
+    else:
+        job_id = uuid.uuid4().hex
+        corpus.queue_ingest(job_id)
     return {"job_id": job_id, "stored": str(stored), "progress": corpus.progress(), "warnings": warnings}
 
 

@@ -9,6 +9,7 @@ urlpatterns = [
     path("<int:pk>/", views.detail, name="detail"),
     path("<int:pk>/upload/", views.upload, name="upload"),
     path("<int:pk>/progress/", views.progress, name="progress"),
+    path("<int:pk>/resume/", views.resume, name="resume"),
     path("<int:pk>/search/", views.search_partial, name="search"),
     path("<int:pk>/documents/<int:doc_id>/", views.document, name="document"),
 ]

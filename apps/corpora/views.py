@@ -9,7 +9,8 @@ from django.views.decorators.http import require_GET, require_POST
 from apps.accounts.roles import can, role_required
 from apps.corpora.embedder import EmbedderError
 from apps.corpora.forms import CorpusForm, SearchForm, UploadForm
-from apps.corpora.models import Corpus
+from apps.corpora.jobs import resume_ingest
+from apps.corpora.models import Corpus, Ingest
 from apps.corpora.parsing import IngestError
 from apps.corpora.search import SearchError, search
 from apps.corpora.uploads import accept_file, create_corpus
@@ -35,10 +36,17 @@ def create(request):
     return render(request, "corpora/index.html", {"corpora": Corpus.objects.all(), "form": form}, status=400)
 
 
+def _resumable(request, corpus) -> bool:
+    """Whether the page offers Resume: the last ingest failed part-way and this user may upload."""
+    last = corpus.ingests.first()
+    return bool(last and not last.can_resume() and can(request.user, "upload_corpus"))
+
+
 def _detail_context(request, corpus, upload_form=None):
     docs = Paginator(corpus.documents.only("id", "title", "source", "created_at").order_by("id"), 25)
     return {
         "corpus": corpus,
+        "resumable": _resumable(request, corpus),
         "page": docs.get_page(request.GET.get("page")),
         "upload_form": upload_form or (UploadForm() if can(request.user, "upload_corpus") else None),
         "search_form": SearchForm(initial={"mode": "hybrid", "k": 5}),
@@ -46,6 +54,7 @@ def _detail_context(request, corpus, upload_form=None):
 
 
 def detail(request, pk: int):
+    Ingest.reap_stale()  # an ingest whose worker died shows as failed, with Resume, at once
     corpus = get_object_or_404(Corpus, pk=pk)
     return render(request, "corpora/detail.html", _detail_context(request, corpus))
 
@@ -71,8 +80,24 @@ def upload(request, pk: int):
 @require_GET
 def progress(request, pk: int):
     """The progress bar partial; htmx polls it while an ingestion is queued or running."""
+    Ingest.reap_stale()
     corpus = get_object_or_404(Corpus, pk=pk)
-    return render(request, "corpora/_progress.html", {"corpus": corpus})
+    return render(request, "corpora/_progress.html", {"corpus": corpus, "resumable": _resumable(request, corpus)})
+
+
+@require_POST
+@role_required("upload_corpus")
+def resume(request, pk: int):
+    """Queue the corpus's failed ingest again; it continues from what is stored."""
+    corpus = get_object_or_404(Corpus, pk=pk)
+    Ingest.reap_stale()
+    try:
+        resume_ingest(corpus)
+    except IngestError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, "Ingest resumed: documents already stored are skipped.")
+    return redirect("corpora:detail", pk=corpus.pk)
 
 
 @require_GET

@@ -21,7 +21,8 @@ log = logging.getLogger("selfplay.jobs")
 
 # The RQ function's last name -> what a person calls the job it runs (its first argument is the row's id).
 JOB_NOUNS = {"execute_run": "run", "execute_eval": "evaluation", "execute_crossplay": "cross-play matrix",
-             "ingest_upload": "ingestion of corpus", "load_wikipedia_job": "Wikipedia load of corpus",
+             "execute_ingest": "ingest", "ingest_upload": "ingestion of corpus",
+             "load_wikipedia_job": "Wikipedia load of corpus",
              "reap_job": "the reaper"}
 
 

@@ -1,5 +1,6 @@
 """The corpora REST API: permissions, create, upload (202 + job, then a real burst worker), bad input, search."""
 import json
+from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -98,7 +99,9 @@ def test_upload_returns_202_and_a_real_worker_ingests_it(client, rq_queues, samp
     assert detail["status"] == "ready" and detail["doc_count"] == 6
     assert detail["progress"]["documents_done"] == detail["progress"]["documents_total"] == 6
     job = django_rq.get_queue("short").fetch_job(body["job_id"])
-    assert job.is_finished and job.return_value()["documents"] == 6
+    assert job.is_finished and "finished: 6 documents" in job.return_value()
+    ingest = corpus.ingests.get()  # the Ingest row the job ran (claimed, beating, reaped like a run)
+    assert ingest.status == "finished" and not Path(ingest.path).exists()  # the upload is gone once it ended
     results = client.get(f"/api/v1/corpora/{corpus.pk}/search/?q=wild+yeast+starter&k=2").json()["results"]
     assert set(results[0]) == {"document_id", "chunk_id", "title", "text", "score", "matched", "ranks"}
     assert results[0]["title"] == "Sourdough baking"

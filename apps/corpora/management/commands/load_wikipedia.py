@@ -4,14 +4,13 @@ already in the corpus are recognised by their content hash and skipped before em
 from __future__ import annotations
 
 import time
-import uuid
 
 from django.core.management.base import CommandError
 
 from apps.accounts.schema import SchemaCommand
 from apps.corpora.embedder import EmbedderError
-from apps.corpora.jobs import load_wikipedia_job, run_ingest
-from apps.corpora.models import Corpus
+from apps.corpora.jobs import queue_ingest, run_ingest
+from apps.corpora.models import Corpus, Ingest
 from apps.corpora.uploads import create_corpus
 from apps.corpora.wikipedia import SOURCE, wikipedia_documents
 
@@ -38,12 +37,14 @@ class Command(SchemaCommand):
             except (ValueError, EmbedderError) as exc:
                 raise CommandError(str(exc)) from None
         if enqueue:
-            import django_rq
+            from apps.jobs.lifecycle import QueueUnavailable
 
-            job_id = uuid.uuid4().hex
-            row.queue_ingest(job_id)  # before enqueueing, so the worker's progress is never overwritten
-            django_rq.get_queue(queue).enqueue(load_wikipedia_job, row.pk, offset, limit, job_id=job_id,
-                                               job_timeout=24 * 3600)
+            ingest = Ingest.objects.create(corpus=row, queue=queue, source=Ingest.Source.WIKIPEDIA, offset=offset,
+                                           limit=limit)
+            try:
+                job_id = queue_ingest(row, ingest)  # reaped like a run if its worker dies; resumable
+            except QueueUnavailable as exc:
+                raise CommandError(str(exc)) from None
             self.stdout.write(f"enqueued job {job_id} on the {queue} queue: Wikipedia articles from #{offset} "
                               f"into corpus {row.name!r}")
             return
