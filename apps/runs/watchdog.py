@@ -56,7 +56,10 @@ def length_runaway(series, cfg) -> str | None:
 
 
 def reward_heldout_divergence(series, cfg) -> str | None:
-    reward = _tail(series.get("reward_mean", []), cfg.window)
+    """The role's reward rising while the held-out metric falls. The held-out series is a reported
+    metric, else the run's evaluations (``heldout_from_evals``), whose reward is then read at the
+    evaluated steps (``reward_at_heldout``), so both span the same steps."""
+    reward = _tail(series.get("reward_at_heldout") or series.get("reward_mean", []), cfg.window)
     heldout = _tail(series.get(cfg.heldout_metric, []), cfg.window)
     if reward and heldout and reward[-1] > reward[0] and heldout[0] - heldout[-1] > cfg.heldout_drop:
         return (f"reward rising ({reward[0]:.3f} -> {reward[-1]:.3f}) while {cfg.heldout_metric} falls "
@@ -95,6 +98,36 @@ RULES = {
 FAMILY_METRICS = ("answer_share_max", "template_cluster_max")  # logged per step by the task gate (trainer/methods/gate.py)
 
 
+def heldout_from_evals(run: Run) -> dict[int, float]:
+    """Step -> score of the run's complete checkpoint evaluations (EvalResult rows) of one benchmark: the
+    one evaluated at the most steps (ties: first by name), so the series does not mix benchmarks."""
+    from apps.evals.models import EvalResult
+
+    by_bench: dict[str, dict[int, float]] = defaultdict(dict)
+    for name, step, score in (EvalResult.objects.filter(job__run=run, complete=True, score__isnull=False,
+                                                        job__step__isnull=False)
+                              .order_by("job__step", "pk").values_list("benchmark__name", "job__step", "score")):
+        by_bench[name][step] = score
+    if not by_bench:
+        return {}
+    return by_bench[min(by_bench, key=lambda b: (-len(by_bench[b]), b))]
+
+
+def _heldout(run: Run, cfg: WatchdogConfig, by_role) -> None:
+    """Held-out evaluations reach the reward_heldout_divergence rule: without a reported held-out metric,
+    the evaluation scores become it for every role, with each role's reward at the evaluated steps."""
+    if any(cfg.heldout_metric in names for names in by_role.values()):
+        return
+    scores = heldout_from_evals(run)
+    if not scores:
+        return
+    by_role[""][cfg.heldout_metric] = scores
+    rewards = Metric.objects.filter(run=run, name="reward_mean", step__in=list(scores)).values_list(
+        "role", "step", "value")
+    for role, step, value in rewards:
+        by_role[role]["reward_at_heldout"][step] = value
+
+
 def run_config(run: Run) -> WatchdogConfig:
     try:
         return WatchdogConfig.model_validate((run.config or {}).get("watchdog") or {})
@@ -125,6 +158,7 @@ def _series_by_role(run: Run, cfg: WatchdogConfig) -> dict[str, dict[str, list[f
     by_role: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for role, name, step, value in rows + first:
         by_role[role][name][step] = value
+    _heldout(run, cfg, by_role)
     shared = by_role.pop("", {})  # role-less metrics (e.g. the held-out check) count for every role
     out = {}
     for role, names_ in (by_role or {"": {}}).items():

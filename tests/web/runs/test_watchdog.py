@@ -117,3 +117,24 @@ def test_the_collapse_rule_counts_the_stored_valid_tasks_and_can_record_without_
         Task.objects.create(run=run, key=f"late{step}", step=step, role="challenger", answer="1")
     ((rule, message, paused),) = check_run(run)
     assert rule == "collapse" and not paused and "of 8 valid tasks" in message
+
+
+def test_held_out_evaluations_reach_the_reward_heldout_rule(db):
+    """Evaluations are EvalResult rows, never metrics: the rule reads them, the benchmark evaluated at the
+    most checkpoints, against each role's reward at the evaluated steps."""
+    from apps.evals.models import Benchmark, EvalJob, EvalResult
+
+    run = Run.objects.create(method="ssp", model_name="tiny", config={}, status=Status.RUNNING)
+    _metrics(run, "reward_mean", [0.1, 0.2, 0.1, 0.3, 0.2, 0.5, 0.6], role="solver")  # steps 0..6
+    _metrics(run, "reward_mean", [0.5, 0.5, 0.5, 0.4, 0.4, 0.3, 0.3], role="proposer")
+    main = Benchmark.objects.create(name="nq-heldout", kind="upload", scoring="exact", size=10)
+    once = Benchmark.objects.create(name="aaa-once", kind="upload", scoring="exact", size=10)
+    for step, score in ((2, 0.50), (4, 0.42), (6, 0.30)):
+        job = EvalJob.objects.create(model_spec=f"run:{step}", run=run, step=step, status="finished")
+        EvalResult.objects.create(job=job, benchmark=main, scoring="exact", n=10, score=score, complete=True)
+        if step == 6:
+            EvalResult.objects.create(job=job, benchmark=once, scoring="exact", n=10, score=0.9, complete=True)
+    fired = check_run(run)
+    assert [(rule, text.split("]")[0]) for rule, text, _ in fired] == [("reward_heldout_divergence", "[solver")]
+    assert "0.500 -> 0.300" in fired[0][1]  # held-out at steps 2, 4, 6; the solver's reward there 0.1 -> 0.6
+    assert not Run.objects.get(pk=run.pk).requested  # not in the default pause_on: recorded only
