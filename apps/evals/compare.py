@@ -148,3 +148,65 @@ def comparison(runs, benchmarks, pairs: bool = True) -> dict:
         for (cell, _, _), p in zip(todo, _pair_all([(b, r) for _, b, r in todo])):
             cell["paired"] = p
     return {"benchmarks": names, "runs": [r.pk for r in runs], "rows": rows, "series": series}
+
+
+def control_pairs(run) -> list[tuple]:
+    """(run, control) of every control linked with ``run`` (``Run.control_of``): its own controls, or, for a control,
+    the run it controls. The run page of either side shows the same pairs."""
+    if run.control_of_id:
+        return [(run.control_of, run)]
+    return [(run, c) for c in run.controls.order_by("pk")]
+
+
+def _checkpoint_results(run, names) -> dict[str, dict[int, EvalResult]]:
+    """Benchmark name -> step -> the newest complete result of that checkpoint of ``run``."""
+    out: dict[str, dict[int, EvalResult]] = {}
+    for r in _complete(names).filter(job__run=run, job__step__isnull=False).order_by("job__finished_at", "job_id"):
+        out.setdefault(r.benchmark.name, {})[r.job.step] = r
+    return out
+
+
+def control_gains(pairs) -> list[dict]:
+    """For each (run, control) and each benchmark the run has an evaluated checkpoint on: the run's gain over the
+    base model and over its control, each paired on the same items with its 95% interval (``paired``).
+
+    The run's checkpoint is the latest step evaluated for both runs (``same_step``), else each one's latest (the
+    control's evaluation may still be to come: ``control`` None). A row: benchmark, run, control, step,
+    control_step, same_step, score / base / control (each {score, ci_low, ci_high, n} or None), and the paired
+    ``vs_base`` (run - base), ``control_vs_base`` (control - base) and ``vs_control`` (run - control)."""
+    rows, todo = [], []
+    for run, control in pairs:
+        names = sorted(set(_complete_names([run, control])))
+        if not names:
+            continue
+        mine, theirs = _checkpoint_results(run, names), _checkpoint_results(control, names)
+        base = base_results(run, names)
+        for name in names:
+            ours, other = mine.get(name) or {}, theirs.get(name) or {}
+            if not ours:
+                continue
+            common = sorted(set(ours) & set(other))
+            step = common[-1] if common else max(ours)
+            control_step = step if common else (max(other) if other else None)
+            r, c, b = ours[step], other.get(control_step), base.get(name)
+            rows.append({"benchmark": name, "run": run.pk, "run_label": run.label, "control": control.pk,
+                         "control_label": control.label, "control_kind": ((control.config or {}).get("train") or {})
+                         .get("control", "control"), "step": step, "control_step": control_step,
+                         "same_step": bool(common), "score": _score(r), "base": _score(b), "control_score": _score(c),
+                         "vs_base": None, "control_vs_base": None, "vs_control": None, "pairs": []})
+            todo.append((rows[-1], b, r, c))
+    if todo:  # every pair's samples in one query; a missing side (no base, no control yet) pairs to None
+        found = iter(_pair_all([pair for _, b, r, c in todo for pair in ((b, r), (b, c), (c, r))]))
+        for row, *_ in todo:
+            row["vs_base"], row["control_vs_base"], row["vs_control"] = next(found), next(found), next(found)
+            row["pairs"] = [(key, row[key]) for key in ("vs_base", "control_vs_base", "vs_control")]  # the table's order
+    return rows
+
+
+def _complete_names(runs) -> list[str]:
+    return list(EvalResult.objects.filter(job__run__in=runs, complete=True, job__step__isnull=False)
+                .values_list("benchmark__name", flat=True).distinct())
+
+
+def _score(r: EvalResult | None) -> dict | None:
+    return None if r is None else {"score": r.score, "ci_low": r.ci_low, "ci_high": r.ci_high, "n": r.n}

@@ -19,7 +19,7 @@ from apps.accounts.roles import can, role_required
 from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
 from apps.evals.api import compare_inputs
-from apps.evals.compare import annotate_paired, comparison
+from apps.evals.compare import annotate_paired, comparison, control_gains, control_pairs
 from apps.evals.launch import (CPU_EVAL_QUEUE, EvalCancelError, EvalLaunchError, can_cancel, cancel_eval,
                                launch_crossplay, launch_eval)
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
@@ -70,6 +70,7 @@ def panel_context(request, run: Run, error: str = "", notice: str = "") -> dict:
     annotate_paired(run, [r for j in jobs for r in j.results.all()])  # each checkpoint result vs the base model
     crossplays = list(run.crossplays.all()[:5])
     return {
+        "gains": control_gains(control_pairs(run)),  # over the base model and over the control, paired
         "run": run, "checkpoints": checkpoints, "benchmarks": Benchmark.objects.exclude(kind=Benchmark.Kind.IMPORTED),
         "jobs": jobs,
         "crossplays": crossplays, "active": any(j.is_active for j in jobs + crossplays),

@@ -1,11 +1,13 @@
 """``{% evals_panel run %}``: the evals panel of the run page (apps/evals/views.panel_context);
 ``{% evals_chart run %}``: its checkpoints' scores against step next to the cross-play heatmap
 (apps/evals/views.evals_chart_context); ``{% wallclock_chart runs %}``: the runs compare view's
-scores against training wall-clock (apps/evals/views.wallclock_chart_context). Filters: ``pct`` (a
-score in percent) and ``points`` (a paired difference in signed percentage points,
+scores against training wall-clock (apps/evals/views.wallclock_chart_context); ``{% control_gains runs %}``: the
+gain of each run with a control over its base model and over its control, paired (apps/evals/compare.py).
+Filters: ``pct`` (a score in percent) and ``points`` (a paired difference in signed percentage points,
 templates/evals/_paired.html)."""
 from django import template
 
+from apps.evals import compare
 from apps.evals.views import evals_chart_context, panel_context, wallclock_chart_context
 
 register = template.Library()
@@ -24,6 +26,16 @@ def evals_chart(run):
 @register.inclusion_tag("evals/_wallclock_chart.html")
 def wallclock_chart(runs):
     return wallclock_chart_context(list(runs))
+
+
+@register.inclusion_tag("evals/_control_gains.html")
+def control_gains(runs):
+    """The runs compare view's gains over the base model and over the control, for every compared run that has a
+    control (or is one), each pair once."""
+    pairs = []
+    for run in runs:
+        pairs += [p for p in compare.control_pairs(run) if (p[0].pk, p[1].pk) not in {(a.pk, b.pk) for a, b in pairs}]
+    return {"gains": compare.control_gains(pairs), "gains_id": "compare-control-gains", "card": True}
 
 
 @register.filter
