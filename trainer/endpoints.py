@@ -21,11 +21,24 @@ means no endpoint may receive a worker key.
 
 ``EndpointClient`` (trainer.judge) refuses to attach a key that may not go to its URL
 (``KeyNotAllowed``) and never follows redirects (urllib would resend the key to the new host).
+
+Where a run may call at all (``destination_problem``), keys or none: only http and https, and an
+endpoint that is not listed must be a public address. A host that is (or resolves to) a loopback,
+private, link-local, shared, reserved or multicast address is refused unless the operator lists it in
+``$SELFPLAY_JUDGE_ENDPOINTS``: the web's runs would otherwise reach the servers' own network (the
+database, Redis, a cloud metadata service). The web checks at launch; its workers (the variable set)
+check again before each request, and connect only to the address they checked (``open_url``: a name
+that resolves to another address by then, DNS rebinding, is refused at the socket). Refusals never
+depend on whether anything listens there, and a worker reports any failure to connect to an unlisted
+endpoint with one message (``UNREACHABLE``), so a run's errors cannot map the ports of a host.
 """
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import os
 import re
+import socket
 import urllib.request
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -128,6 +141,122 @@ def refusal(env_name: str, url: str) -> str:
             "web server (comma-separated URL prefixes or hosts, e.g. https://api.example.org/v1)")
 
 
+class DestinationNotAllowed(PermissionError):
+    """A run's endpoint is not http(s), or is an internal address the operator did not list."""
+
+
+UNREACHABLE = "no answer (the connection failed or timed out)"
+
+
+def public_address(address: str) -> bool:
+    """Whether an IP address is on the public internet (not loopback, private, link-local, CGNAT, reserved ...)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def _resolve(host: str, port: int) -> list[str]:
+    try:
+        return sorted({info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)})
+    except (OSError, UnicodeError):
+        return []
+
+
+def destination_problem(url: str, entries: list[Entry], resolve=None) -> str | None:
+    """Why a run may not call ``url`` (None when it may): not http(s); or not listed in ``entries`` and its host is
+    not a public address (a name is resolved: every address it has must be public)."""
+    parts = urlsplit(url)
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return f"{url!r} is not an http(s) URL; give one such as https://api.example.org/v1"
+    if endpoint_allowed(url, entries):
+        return None
+    try:
+        port = parts.port or DEFAULT_PORTS[parts.scheme]
+    except ValueError:
+        return f"{url!r} has a bad port"
+    host = parts.hostname
+    addresses = [host] if _is_ip(host) else (resolve or _resolve)(host, port)
+    listed = (f"the runs of this server call only public endpoints and those the operator lists in {ENV} "
+              f"(ask the operator to add it, e.g. {parts.netloc})")
+    if not addresses:
+        return f"the host {host} cannot be resolved from this server; {listed}"
+    if not all(public_address(a) for a in addresses):
+        return f"{host} is an internal address (loopback, private, link-local or reserved), or resolves to one; {listed}"
+    return None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+        return True
+    except ValueError:
+        return False
+
+
+def check_destination(url: str, environ=None) -> None:
+    """A web worker's check before each request (``$SELFPLAY_JUDGE_ENDPOINTS`` set); the standalone
+    trainer (unset) may call anything."""
+    environ = os.environ if environ is None else environ
+    if environ.get(ENV) is None:
+        return
+    why = destination_problem(url, parse_allow_list(environ.get(ENV)))
+    if why:
+        raise DestinationNotAllowed(why)
+
+
+def guarded(environ=None) -> bool:
+    """Whether this process is a web worker (its requests go through the destination rule)."""
+    return (os.environ if environ is None else environ).get(ENV) is not None
+
+
+def _public_connection(address, timeout=socket._GLOBAL_DEFAULT_TIMEOUT, source_address=None):
+    """``socket.create_connection`` that connects only to public addresses of the host (checked per address)."""
+    host, port = address
+    last: OSError | None = None
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        if not public_address(sockaddr[0]):
+            raise DestinationNotAllowed(f"{host} resolves to an internal address; the runs of this server call only "
+                                        f"public endpoints and those the operator lists in {ENV}")
+        sock = socket.socket(family, kind, proto)
+        try:
+            if timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:
+                sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+    raise last or OSError(f"cannot connect to {host}")
+
+
+class _PublicHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._create_connection = _public_connection
+
+
+class _PublicHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._create_connection = _public_connection
+
+
+class _PublicHTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req):
+        return self.do_open(_PublicHTTPConnection, req)
+
+
+class _PublicHTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req):
+        return self.do_open(_PublicHTTPSConnection, req, context=self._context)
+
+
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """A redirect becomes an HTTPError: urllib would resend the Authorization header to the new URL."""
 
@@ -136,8 +265,21 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 _OPENER = urllib.request.build_opener(_NoRedirects)
+# an unlisted endpoint of a web worker: straight to the address checked at the socket (no proxy in between)
+_PUBLIC_OPENER = urllib.request.build_opener(_NoRedirects, urllib.request.ProxyHandler({}), _PublicHTTPHandler,
+                                             _PublicHTTPSHandler)
 
 
-def open_url(request: urllib.request.Request, timeout: float):
-    """``urlopen`` without following redirects."""
-    return _OPENER.open(request, timeout=timeout)
+def open_url(request: urllib.request.Request, timeout: float, environ=None):
+    """``urlopen`` without following redirects. On a web worker (``$SELFPLAY_JUDGE_ENDPOINTS`` set) the URL
+    must pass ``destination_problem`` (DestinationNotAllowed), and an unlisted endpoint is connected to only
+    at a public address, the one checked."""
+    environ = os.environ if environ is None else environ
+    if not guarded(environ):
+        return _OPENER.open(request, timeout=timeout)
+    entries = parse_allow_list(environ.get(ENV))
+    why = destination_problem(request.full_url, entries)
+    if why:
+        raise DestinationNotAllowed(why)
+    opener = _OPENER if endpoint_allowed(request.full_url, entries) else _PUBLIC_OPENER
+    return opener.open(request, timeout=timeout)

@@ -21,6 +21,7 @@ Prompt wording is ours; the structure follows ssp.txt (Appendix D) and scope.txt
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -32,7 +33,19 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
-from trainer.endpoints import KeyNotAllowed, completions_url, key_may_go, open_url, refusal
+from trainer.endpoints import (
+    ENV as ENDPOINTS_ENV,
+    UNREACHABLE,
+    KeyNotAllowed,
+    check_destination,
+    completions_url,
+    endpoint_allowed,
+    guarded,
+    key_may_go,
+    open_url,
+    parse_allow_list,
+    refusal,
+)
 from trainer.prompts import chat
 from trainer.rollout.types import SamplingParams
 from trainer.tools.corpus import truncate_to_tokens
@@ -255,6 +268,9 @@ class EndpointClient:
         self.api_key_env = api_key_env
         if api_key_env and os.environ.get(api_key_env) and not key_may_go(api_key_env, self.url):
             raise KeyNotAllowed(refusal(api_key_env, self.url))  # trainer/endpoints.py: the operator's allow-list
+        check_destination(self.url)  # a web worker: http(s), and internal addresses only when listed
+        # a web worker reports every failure to connect to an unlisted endpoint alike: its errors map no ports
+        self.opaque = guarded() and not endpoint_allowed(self.url, parse_allow_list(os.environ.get(ENDPOINTS_ENV)))
         self.timeout, self.retries, self.backoff = timeout, max(0, retries), backoff
         self.concurrency = max(1, concurrency)
         self.stats = {"requests": 0, "retries": 0, "failures": 0, "timeouts": 0, "truncated": 0}
@@ -301,12 +317,19 @@ class EndpointClient:
                 if exc.code != 429 and exc.code < 500:
                     break
             except (TimeoutError, socket.timeout) as exc:
+                if self.opaque:
+                    last = f"cannot reach {self.url}: {UNREACHABLE}"
+                    continue
                 self._count("timeouts")
                 last = f"timed out after {self.timeout}s ({exc})"
-            except urllib.error.URLError as exc:
-                if isinstance(exc.reason, (TimeoutError, socket.timeout)):
+            except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as exc:
+                reason = getattr(exc, "reason", exc)
+                if self.opaque:
+                    last = f"cannot reach {self.url}: {UNREACHABLE}"
+                    continue
+                if isinstance(reason, (TimeoutError, socket.timeout)):
                     self._count("timeouts")
-                last = f"cannot reach {self.url}: {exc.reason}"
+                last = f"cannot reach {self.url}: {reason}"
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 last = f"malformed reply from {self.url}: {exc}"
         self._count("failures")

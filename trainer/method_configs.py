@@ -57,6 +57,12 @@ def check_endpoint(value: str | None) -> str | None:
         return value
     parts = urlsplit(value)
     names = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    try:
+        host = parts.hostname
+    except ValueError:
+        host = None
+    if parts.scheme not in ("http", "https") or not host:
+        raise ValueError("must be an http(s) base URL such as https://api.example.org/v1 or http://host:8000/v1")
     if parts.username or parts.password or any(CREDENTIAL_PARAM.search(n) for n in names):
         raise ValueError("put no credentials in the endpoint URL (it is stored and shown with the run's config); "
                          "give the key in the matching *_api_key field")

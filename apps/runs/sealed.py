@@ -167,16 +167,24 @@ def _get(config: dict, dotted: str):
 
 
 def endpoint_problems(config: dict) -> list[tuple[str, str]]:
-    """[(endpoint path, why)] for each endpoint the run calls with a key from the workers'
-    environment (``env:NAME`` or none given) that is not in ``settings.SELFPLAY_JUDGE_ENDPOINTS``."""
+    """[(endpoint path, why)] for each endpoint the run calls that is internal (loopback, private, link-local ...)
+    and not in ``settings.SELFPLAY_JUDGE_ENDPOINTS``, whatever key it gets (trainer/endpoints.py:
+    destination_problem), and each one called with a key from the workers' environment (``env:NAME`` or none
+    given) that is not in that list."""
     from trainer.endpoints import ENV as LIST, completions_url, endpoint_allowed, parse_allow_list
     from trainer.judge import key_env
+
+    from trainer.endpoints import destination_problem
 
     allowed = parse_allow_list(",".join(settings.SELFPLAY_JUDGE_ENDPOINTS))
     problems = []
     for key_path, (url_path, switch, value) in KEY_ENDPOINTS.items():
         url, ref = _get(config, url_path), _get(config, key_path)
         if _get(config, switch) != value or not isinstance(url, str) or not url:
+            continue
+        why = destination_problem(completions_url(url), allowed)  # keys or none: where a run may call at all
+        if why:
+            problems.append((url_path, why))
             continue
         if ref and not str(ref).startswith(ENV):
             continue  # the run's own key (sealed): the researcher's, for their endpoint

@@ -135,10 +135,12 @@ def test_the_client_sends_a_worker_key_only_to_a_listed_endpoint(recorder, monke
         EndpointClient(recorder.url, "m", api_key_env="OPERATOR_API_KEY", retries=0)
     assert "$OPERATOR_API_KEY" in str(exc.value) and ENV in str(exc.value) and "127.0.0.1" in str(exc.value)
     assert KEY not in str(exc.value)
-    # the key appearing after the client was built is refused at the request, which is never sent
+    # the key (and the list) appearing after the client was built are checked at the request, which is never sent
     monkeypatch.delenv("OPERATOR_API_KEY")
+    monkeypatch.delenv(ENV)
     client = EndpointClient(recorder.url, "m", api_key_env="OPERATOR_API_KEY", retries=0)
     monkeypatch.setenv("OPERATOR_API_KEY", KEY)
+    monkeypatch.setenv(ENV, "https://api.example.org/v1")
     with pytest.raises(KeyNotAllowed):
         client.chat([{"role": "user", "content": "hi"}])
     with pytest.raises(KeyNotAllowed):
@@ -147,7 +149,7 @@ def test_the_client_sends_a_worker_key_only_to_a_listed_endpoint(recorder, monke
     # listed (host:port entry): the key goes; no key at all: any endpoint, no header
     monkeypatch.setenv(ENV, f"127.0.0.1:{recorder.server.server_port}")
     assert EndpointClient(recorder.url, "m", api_key_env="OPERATOR_API_KEY", retries=0).chat([]) == "ok"
-    monkeypatch.setenv(ENV, "")
+    monkeypatch.delenv(ENV)  # the standalone trainer: any endpoint, no header without a key
     assert EndpointClient(recorder.url, "m", api_key_env="NO_SUCH_API_KEY", retries=0).chat([]) == "ok"
     assert recorder.seen == [f"Bearer {KEY}", ""]
 

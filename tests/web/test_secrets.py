@@ -36,6 +36,7 @@ pytestmark = pytest.mark.django_db
 KEY = "sk-test-5f3a9c1e-do-not-leak"
 HARNESS_KEY = "sk-harness-77e0b2-do-not-leak"
 OPERATOR_KEY = "sk-operator-9c41d0-do-not-leak"
+PUBLIC = "https://93.184.216.34/v1"  # a public address literal: nothing is sent at launch
 
 
 @pytest.fixture(autouse=True)
@@ -69,11 +70,23 @@ def endpoint():
     server.shutdown()
 
 
+def _host(url: str) -> str:
+    """The host:port entry of SELFPLAY_JUDGE_ENDPOINTS that lets the runs call the local test endpoint (an internal
+    address: refused unless listed, trainer/endpoints.py destination_problem)."""
+    return url.split("//")[1].split("/")[0]
+
+
 @pytest.fixture
-def ssp_run(researcher, endpoint, rq_queues, django_capture_on_commit_callbacks):
+def listed(settings, endpoint):
+    settings.SELFPLAY_JUDGE_ENDPOINTS = [_host(endpoint[0])]
+    return endpoint
+
+
+@pytest.fixture
+def ssp_run(researcher, listed, rq_queues, django_capture_on_commit_callbacks):
     """An SSP run launched through the API with the judge's key typed in (and a SCORE-style key as --set)."""
     Corpus.objects.create(name="secret-corpus")
-    url, _ = endpoint
+    url, _ = listed
     client = APIClient()
     client.force_authenticate(researcher)
     config = {"train": {"steps": 2, "device": "cpu"},
@@ -139,8 +152,8 @@ def test_the_worker_hands_the_real_key_to_the_endpoint_and_writes_only_a_referen
 
 
 def test_a_set_override_and_the_launch_command_seal_the_key_too(researcher, rq_queues, django_capture_on_commit_callbacks,
-                                                                 endpoint, capsys):
-    url, _ = endpoint
+                                                                 listed, capsys):
+    url, _ = listed
     with django_capture_on_commit_callbacks(execute=True):
         call_command("launch", "score", "--corpus", Corpus.objects.create(name="c2").name, "--model",
                      "smollm2-135m-instruct", "--set", "train.steps=2", "--set", "train.device=cpu",
@@ -291,9 +304,9 @@ def _judge_for(run):
 @pytest.mark.parametrize("allowed", [[], ["https://api.example.org/v1"]])
 @pytest.mark.parametrize("key_ref", [None, "env:SELFPLAY_JUDGE_API_KEY", "env:OTHER_API_KEY"])
 def test_a_launch_sending_the_workers_key_off_the_list_is_refused_clearly(researcher, endpoint, allowed, key_ref):
-    url, seen = endpoint
+    _, seen = endpoint
     with override_settings(SELFPLAY_JUDGE_ENDPOINTS=allowed):
-        response = _launch_ssp(researcher, url, key_ref)
+        response = _launch_ssp(researcher, PUBLIC, key_ref)  # a public address: may be called, but not with that key
     assert response.status_code == 400, response.content
     why = response.json()["fields"]["ssp.judge_endpoint"]
     assert "SELFPLAY_JUDGE_ENDPOINTS" in why and "ssp.judge_api_key" in why and "https://" in why
@@ -357,7 +370,8 @@ def test_a_researchers_own_key_still_goes_to_their_own_endpoint(researcher, endp
                                                                 django_capture_on_commit_callbacks):
     url, seen = endpoint
     monkeypatch.setenv("SELFPLAY_JUDGE_API_KEY", OPERATOR_KEY)
-    with override_settings(SELFPLAY_JUDGE_ENDPOINTS=["https://api.example.org/v1"]):
+    # the local endpoint is listed only because it is an internal address; the key sent is the run's own
+    with override_settings(SELFPLAY_JUDGE_ENDPOINTS=["https://api.example.org/v1", _host(url)]):
         with django_capture_on_commit_callbacks(execute=True):
             response = _launch_ssp(researcher, url, KEY)  # typed in: sealed, the run's own
         assert response.status_code == 201, response.content
