@@ -52,7 +52,8 @@ CREDENTIAL_PARAM = re.compile(r"(?i)key|token|secret|passw|auth|^sig$|signature"
 
 
 def check_endpoint(value: str | None) -> str | None:
-    """An endpoint URL is stored and shown with the config: no credentials in it."""
+    """An endpoint URL is an http(s) URL (file:, ftp: ... are refused), stored and shown with the config: no
+    credentials in it. Which hosts a web run may call is the web's rule (trainer/endpoints.py: destination_problem)."""
     if value is None:
         return value
     parts = urlsplit(value)
