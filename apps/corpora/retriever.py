@@ -136,47 +136,93 @@ class PgvectorRetriever:
 class PgDocumentSource:
     """Uniform random documents of a corpus (SPICE's challenger reads one per task).
 
-    The corpus's document ids are read once and kept: a step draws from them with one cheap look-up
-    (the corpus row's ``doc_count``) and one query for the drawn documents, instead of reading every
-    id of the corpus each call (1M ids at paper scale; benchmarks/search_share.py). An ingest adds
-    documents and bumps ``doc_count`` in the same transaction (apps/corpora/ingest.py), and documents
-    are never removed one by one (only with their corpus), so a changed count means new documents:
-    the ids are read again. ``invalidate()`` forces that too.
+    A draw picks positions in the corpus's ascending document ids, exactly as ``rng.sample`` over
+    the list of ids would (so a seed draws the same documents as before), and turns them into ids
+    without holding or reading that list: the ids are kept as runs of consecutive ids (an ingest
+    inserts its documents in one go, so a corpus is a few runs), computed in Postgres and read as
+    one row per run. A step's draw then costs a look-up of the corpus row's ``doc_count`` and one
+    primary-key query for the drawn documents, O(n) rows whatever the corpus size
+    (benchmarks/doc_sample.py). An ingest adds documents and bumps ``doc_count`` in the same
+    transaction (apps/corpora/ingest.py) and documents are never removed one by one (only with
+    their corpus): a grown count reads only the runs above the newest id known (``new_id_reads``);
+    a count that still disagrees (documents committed out of id order) or shrank reads every run
+    again (``id_reads``). ``invalidate()`` forces that too.
     """
+
+    RUNS_SQL = ("SELECT min(id), count(*) FROM (SELECT id, id - row_number() OVER (ORDER BY id) AS run "
+                "FROM {table} WHERE corpus_id = %s AND id > %s) AS ids GROUP BY run ORDER BY 1")
 
     def __init__(self, corpus):
         self.corpus = _corpus(corpus)
-        self._ids: np.ndarray | None = None  # ascending document ids
-        self._count: int | None = None  # the corpus's doc_count when they were read
-        self.id_reads = 0  # how many times the ids were read (a metric for tests and benchmarks)
+        self._starts = np.zeros(0, dtype=np.int64)  # first id of each run, ascending
+        self._ends = np.zeros(0, dtype=np.int64)  # cumulative document count at the end of each run
+        self._count: int | None = None  # the corpus's doc_count when the runs were read
+        self.id_reads = 0  # full reads of the runs (a metric for tests and benchmarks)
+        self.new_id_reads = 0  # reads of the runs above the newest known id, after an ingest
 
     def invalidate(self) -> None:
         """Read the ids again at the next call (after documents were added outside an ingest)."""
-        self._ids = self._count = None
+        self._count = None
 
-    def _document_ids(self) -> np.ndarray:
+    @property
+    def _total(self) -> int:
+        return int(self._ends[-1]) if len(self._ends) else 0
+
+    def _read_runs(self, after: int) -> tuple[np.ndarray, np.ndarray]:
+        with connection.cursor() as cur:
+            cur.execute(self.RUNS_SQL.format(table=connection.ops.quote_name(DocumentRow._meta.db_table)),
+                        [self.corpus.pk, after])
+            rows = cur.fetchall()
+        return (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], dtype=np.int64))
+
+    def _set_runs(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        self._starts, self._ends = starts, np.cumsum(lengths)
+
+    def _refresh(self) -> int:
+        """The corpus's document count, with the runs brought up to date with it."""
         # the count first: ids read after it are at least as new, so a stale cache is never kept
         count = Corpus.objects.filter(pk=self.corpus.pk).values_list("doc_count", flat=True).first()
-        if self._ids is None or count != self._count:
-            ids = DocumentRow.objects.filter(corpus=self.corpus).order_by("id").values_list("id", flat=True)
-            self._ids, self._count = np.fromiter(ids.iterator(chunk_size=20_000), dtype=np.int64), count
-            self.id_reads += 1
-        return self._ids
+        if self._count is not None and count == self._count:
+            return self._total
+        if self._count is not None and count is not None and count > self._total and len(self._starts):
+            lengths = np.diff(self._ends, prepend=0)
+            last = int(self._starts[-1] + lengths[-1] - 1)
+            starts, more = self._read_runs(last)
+            self.new_id_reads += 1
+            if self._total + int(more.sum()) == count:
+                if len(starts) and starts[0] == last + 1:  # the new documents continue the last run
+                    lengths[-1] += more[0]
+                    starts, more = starts[1:], more[1:]
+                self._set_runs(np.concatenate([self._starts, starts]), np.concatenate([lengths, more]))
+                self._count = count
+                return self._total
+        starts, lengths = self._read_runs(-1)
+        self._set_runs(starts, lengths)
+        self._count = count
+        self.id_reads += 1
+        return self._total
+
+    def ids_at(self, positions) -> list[int]:
+        """The document ids at these positions of the corpus's ascending ids (as known at the last refresh)."""
+        pos = np.asarray(positions, dtype=np.int64)
+        run = np.searchsorted(self._ends, pos, side="right")
+        first = self._ends[run] - np.diff(self._ends, prepend=0)[run]
+        return [int(i) for i in self._starts[run] + (pos - first)]
 
     def __len__(self) -> int:
         _drop_dead_connection()
-        return len(self._document_ids())
+        return self._refresh()
 
     def sample(self, n: int, rng=None) -> list[Document]:
         _drop_dead_connection()
-        ids = self._document_ids()
-        if not len(ids) or n <= 0:
+        total = self._refresh()
+        if not total or n <= 0:
             return []
         rng = rng if rng is not None else random.Random()
         if hasattr(rng, "sample"):  # random.Random: the same draws as rng.sample(ids, n) on a list of the ids
-            picks = rng.sample(range(len(ids)), n) if n <= len(ids) else [rng.randrange(len(ids)) for _ in range(n)]
+            picks = rng.sample(range(total), n) if n <= total else [rng.randrange(total) for _ in range(n)]
         else:  # numpy Generator
-            picks = rng.choice(len(ids), size=n, replace=n > len(ids))
-        chosen = [int(ids[int(i)]) for i in picks]
+            picks = rng.choice(total, size=n, replace=n > total)
+        chosen = self.ids_at(picks)
         rows = {d.id: d for d in DocumentRow.objects.filter(id__in=set(chosen)).only("id", "title", "text")}
         return [Document(id=str(i), title=rows[i].title, text=rows[i].text) for i in chosen]

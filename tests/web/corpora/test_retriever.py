@@ -59,7 +59,92 @@ def test_the_document_source_reads_the_ids_once_and_again_after_an_ingest(corpus
 
     ingest_documents(corpus, docs[2:])  # a third document: the next draw can pick it
     assert {d.title for d in source.sample(3, random.Random(0))} == {d.title for d in docs}
-    assert len(source) == 3 and source.id_reads == 2
+    assert len(source) == 3 and source.id_reads == 1 and source.new_id_reads == 1  # only ids above the newest known
+
+
+def _bare_documents(corpus, n: int, start: int = 0, **fields):
+    """n documents without chunks (a draw reads documents only), inserted in one statement."""
+    from apps.corpora.models import Document as Row
+
+    rows = Row.objects.bulk_create([Row(corpus=corpus, title=f"doc {i}", text=f"text of document {i}",
+                                        content_hash=f"h{i}", **fields) for i in range(start, start + n)])
+    type(corpus).objects.filter(pk=corpus.pk).update(doc_count=Row.objects.filter(corpus=corpus).count())
+    return [r.id for r in rows]
+
+
+def test_a_draw_picks_what_sampling_the_list_of_ids_picks_without_reading_it(corpus):
+    """The ids of a corpus interleaved with another's (runs with gaps): a seeded draw gives the documents that
+    rng.sample / Generator.choice over the ascending list of ids gives, and the ids are read as runs (one row
+    per run, computed in Postgres), never as one row per document."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.corpora.models import Corpus
+
+    other = Corpus.objects.create(name="interleaved", description="")
+    ids = []
+    for part in range(4):
+        ids += _bare_documents(corpus, 50 + 7 * part, start=1000 * part)
+        _bare_documents(other, 3, start=1000 * part)
+    ids.sort()
+    source = PgDocumentSource(corpus)
+    with CaptureQueriesContext(connection) as queries:
+        assert len(source) == len(ids)
+    assert len(source._starts) == 4  # four runs, read as four rows
+    assert any("row_number() OVER" in q["sql"] for q in queries.captured_queries)
+    for seed in range(5):
+        assert [int(d.id) for d in source.sample(20, random.Random(seed))] == random.Random(seed).sample(ids, 20)
+        want = [ids[i] for i in np.random.default_rng(seed).choice(len(ids), size=20, replace=False)]
+        assert [int(d.id) for d in source.sample(20, np.random.default_rng(seed))] == want
+    assert source.ids_at(range(len(ids))) == ids
+    assert source.id_reads == 1
+
+
+def test_a_draw_reads_only_the_drawn_documents_by_primary_key(corpus):
+    """5,000 documents: each query of a warm draw, run again under EXPLAIN ANALYZE, reads at most the drawn
+    rows through an index (no Seq Scan over the corpus)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _bare_documents(corpus, 5000)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE corpora_document")
+    source = PgDocumentSource(corpus)
+    source.sample(1, random.Random(0))
+    with CaptureQueriesContext(connection) as queries:
+        drawn = source.sample(16, random.Random(1))
+    assert len(drawn) == 16
+    on_documents = [q["sql"] for q in queries.captured_queries if "corpora_document" in q["sql"]]
+    assert len(on_documents) == 1, queries.captured_queries
+
+    def nodes(plan):
+        yield plan
+        for child in plan.get("Plans", []):
+            yield from nodes(child)
+
+    for sql in on_documents:
+        with connection.cursor() as cur:
+            cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+            plan = cur.fetchone()[0][0]["Plan"]
+        scans = [n for n in nodes(plan) if n.get("Relation Name") == "corpora_document"]
+        assert scans and all(n["Node Type"] != "Seq Scan" for n in scans), plan
+        assert all(n["Actual Rows"] * n.get("Actual Loops", 1) <= 16 and not n.get("Rows Removed by Filter")
+                   for n in scans), plan
+
+
+def test_documents_committed_out_of_id_order_are_found(corpus):
+    """An ingest that commits after a later one (its ids below the newest known): reading only the ids above
+    the newest one finds too few documents for doc_count, so every run is read again."""
+    from apps.corpora.models import Corpus, Document as Row
+
+    first = _bare_documents(corpus, 10)
+    source = PgDocumentSource(corpus)
+    assert len(source) == 10
+    late = Row.objects.create(id=first[0] - 5, corpus=corpus, title="late", text="late text", content_hash="late")
+    Corpus.objects.filter(pk=corpus.pk).update(doc_count=11)
+    assert len(source) == 11 and source.new_id_reads == 1 and source.id_reads == 2
+    assert source.ids_at([0]) == [late.id]
+    assert sorted(int(d.id) for d in source.sample(11, random.Random(0))) == sorted([late.id, *first])
 
 
 @pytest.mark.django_db(transaction=True)
