@@ -11,11 +11,20 @@ heartbeat keeps beating meanwhile):
 3. waits, copying the ranks' output into ``run.log``; rank 0 reports through a ``DjangoSink``
    (so pause / cancel reach every rank at the next step boundary) and writes ``result.json``;
 4. returns that result, or raises with the ranks' last error line.
+
+No rank outlives its job. Cancel and pause are honoured by every rank at the next step boundary
+(rank 0 hears them through its sink and tells the others). A job that ends otherwise takes its
+ranks with it: torchrun gets SIGTERM when the job's process ends (``die_with_parent``; the RQ work
+horse in turn dies with its worker, apps/runs/workers.py), and stops its ranks; RQ's kill of the job's
+process group (a stopped job, a timeout) kills torchrun too, and each rank then gets SIGKILL because
+its own parent, torchrun, ended (run_rank.py). So a killed worker or job leaves no rank holding GPU
+memory (tests/fault/test_rank_cleanup.py).
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +33,8 @@ from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
+
+from apps.jobs.processes import die_with_parent
 
 ERROR_MARK = "RANK-ERROR: "
 
@@ -68,8 +79,9 @@ def train_ranks(run, run_dir: Path, cfg, stream, resume: bool):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={cfg.train.gpus}",
            str(Path(settings.BASE_DIR) / "manage.py"), "run_rank", str(launch)]
     errors: list[str] = []
+    job = os.getpid()
     proc = subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1)
+                            text=True, bufsize=1, preexec_fn=lambda: die_with_parent(job, signal.SIGTERM))
     for line in proc.stdout:
         stream.write(line)
         if ERROR_MARK in line:

@@ -8,12 +8,14 @@ alone reports through the ``DjangoSink`` (metrics, samples, checkpoints, control
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
+from apps.jobs.processes import die_with_parent
 from apps.runs.jobs import corpus_tools
 from apps.runs.models import Run
 from apps.runs.ranks import ERROR_MARK
@@ -27,6 +29,8 @@ class Command(BaseCommand):
         parser.add_argument("launch", help="the launch file the run job wrote (run folder/launch.json)")
 
     def handle(self, *args, **opts):
+        # torchrun (our parent) killed outright cannot stop us: end with it, freeing the GPU memory we hold
+        die_with_parent(os.getppid())
         spec = json.loads(Path(opts["launch"]).read_text())
         try:
             run_this_rank(spec)
