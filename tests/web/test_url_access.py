@@ -67,6 +67,7 @@ RULES = {
     "corpora:detail": "open",
     "corpora:upload": "post_corpus_admin",
     "corpora:progress": "open",
+    "corpora:resume": "post_corpus_admin",
     "corpora:search": "open",
     "corpora:document": "open",
     "runs:index": "open",
@@ -103,6 +104,7 @@ RULES = {
     "api-corpus": "open",
     "api-corpus-documents": "post_corpus_admin",
     "api-corpus-search": "open",
+    "api-corpus-resume": "post_corpus_admin",
     "api-models": "open",  # GET only: the model catalog
     "api-runs": "read_launch_post",
     "api-run": "open",
