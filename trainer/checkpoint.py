@@ -240,8 +240,14 @@ class HostCopier:
             return memo[alias]
         buf = self._buffers.get(key)
         if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
-            pin = t.device.type == "cuda"
-            buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=pin)
+            buf = None
+            if t.device.type == "cuda":
+                try:
+                    buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
+                except RuntimeError:  # page-locked memory refused (a low memlock limit): pageable, slower copies
+                    buf = None
+            if buf is None:
+                buf = torch.empty(t.shape, dtype=t.dtype, device="cpu")
             self._buffers[key] = buf
         buf.copy_(t, non_blocking=t.device.type == "cuda")
         cuda[0] = cuda[0] or t.device.type == "cuda"
