@@ -170,6 +170,11 @@ class GrpoSection(MethodSection):
     log_samples: int = Field(8, ge=0, description="Attempts per step sent to the sink as samples (0 = none).")
 
 
+# The task gate's rules (trainer/methods/gate.py RULES, kept equal by a test): each logs gate_<rule>_rate per step.
+GATE_RULES = ("answer_in_question", "no_words", "refers_to_document", "not_grounded", "copy_ratio", "repeated",
+              "repeated_answer", "consensus", "guessable")
+
+
 class SpiceSection(MethodSection):
     """SPICE: a Challenger writes tasks from corpus documents, a Reasoner answers without them."""
 
@@ -177,6 +182,16 @@ class SpiceSection(MethodSection):
     step_tokens_exact: ClassVar[bool] = True
     multi_rank: ClassVar[bool] = True
     multi_update: ClassVar[bool] = True  # mini_batch_size: several optimizer steps on one iteration's rollout
+    # the run page's collapse view (runs/_method_spice.html): the gate's refusals by rule (stacked), the largest
+    # answer share and template cluster of the valid tasks, the guess probe's pass rate
+    panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("challenger", "valid_rate", "valid tasks"),
+        *(("challenger", f"gate_{rule}_rate", rule.replace("_", " ")) for rule in GATE_RULES),
+        ("challenger", "answer_share_max", "largest answer share"),
+        ("challenger", "template_cluster_max", "largest template cluster"),
+        ("challenger", "guess_pass_rate", "guess-probe pass rate"), ("challenger", "consensus_rate", "reader agrees"),
+        ("challenger", "pass_rate_mean", "Reasoner pass rate"), ("reasoner", "accuracy", "Reasoner accuracy"),
+        ("challenger", "optimizer_steps", "optimizer steps"))
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 0.0, "train.prompts_per_step": 128,  # G=8 Reasoner answers

@@ -1,4 +1,4 @@
-"""The run page's method panel: what SCOPE, SCORE and pi-Play report beyond rewards, per step.
+"""The run page's method panel: what SPICE, SCOPE, SCORE and pi-Play report beyond rewards, per step.
 
 Read from what the recipes send to the sink (trainer/methods/scope.py, score.py, piplay.py):
 
@@ -10,6 +10,8 @@ Read from what the recipes send to the sink (trainer/methods/scope.py, score.py,
 - SCORE: the harness versions (events whose data holds ``harness``: driver, reason, the
   harness itself), per step consistency / depth-zeroed / evaluator searches; the latest tasks'
   rubric (dimensions and weights, whether the evaluator followed the harness).
+- SPICE: the task gate's collapse view, per step: each rule's share of the tasks refused (stacked), the
+  largest answer share and template cluster of the valid tasks, the guess probe's pass rate (``collapse_view``).
 - pi-Play: per step the iteration and stage, the Examiner's valid rate, Student pass rate (the
   difficulty signal), hop mix, the Student's exact match, distillation divergence to the teacher
   and lambda; the latest questions with hops, difficulty reward and the QCP the teacher reads.
@@ -102,8 +104,43 @@ def piplay_tasks(run) -> list[dict]:
              "stage": (t.data or {}).get("stage", "")} for t in tasks]
 
 
+COLLAPSE_STEPS = 500  # newest steps drawn by the collapse charts
+FAMILY_METRICS = ("answer_share_max", "template_cluster_max", "guess_pass_rate")
+
+
+def collapse_view(run) -> dict:
+    """The collapse charts' data, from the method's ``panel_metrics``: ``gates`` (each ``gate_<rule>_rate``, a stacked
+    bar per step), ``family`` (the largest answer share and template cluster of the valid tasks, the guess probe's
+    pass rate), each {role, name, label, steps, values} over the newest COLLAPSE_STEPS steps, and ``threshold``: the
+    watchdog's collapse_share (the dashed line). The page extends them live from the run's metric messages."""
+    section = SECTIONS.get(run.method)
+    columns = section.panel_metrics if section else ()
+    gates = [c for c in columns if c[1].startswith("gate_")]
+    family = [c for name in FAMILY_METRICS for c in columns if c[1] == name]
+    wanted = gates + family
+    points: dict[tuple[str, str], list] = {(role, name): [] for role, name, _ in wanted}
+    newest = Metric.objects.filter(run=run, name__in={n for _, n, _ in wanted}).order_by("-step").values_list(
+        "step", flat=True).first()
+    if newest is not None:
+        rows = (Metric.objects.filter(run=run, name__in={n for _, n, _ in wanted}, step__gt=newest - COLLAPSE_STEPS)
+                .order_by("step").values_list("role", "name", "step", "value"))
+        for role, name, step, value in rows:
+            if (role, name) in points:
+                points[(role, name)].append((step, value))
+    watchdog = (run.config or {}).get("watchdog") if isinstance(run.config, dict) else None
+    threshold = (watchdog or {}).get("collapse_share", 0.5)
+
+    def series(cols):
+        return [{"role": role, "name": name, "label": label, "steps": [s for s, _ in points[(role, name)]],
+                 "values": [v for _, v in points[(role, name)]]} for role, name, label in cols]
+
+    return {"gates": series(gates), "family": series(family), "threshold": threshold,
+            "reported": any(points.values())}
+
+
 # What a method's panel shows beyond its per-step table: context key -> builder(run).
 EXTRAS = {
+    "spice": {"collapse": collapse_view},
     "scope": {"tasks": scope_tasks},
     "score": {"harness": score_harness, "tasks": score_tasks},
     "piplay": {"tasks": piplay_tasks},

@@ -123,6 +123,6 @@ def test_scope_pool_decisions_follow_the_gates_and_the_window(roles, researcher,
 
 
 def test_other_methods_have_no_panel(roles, researcher, client):
-    run = Run.objects.create(method="spice", model_name="tiny", total_steps=1, config={"method": "spice"})
+    run = Run.objects.create(method="grpo", model_name="tiny", total_steps=1, config={"method": "grpo"})
     assert method_panel.panel(run) is None
     assert 'id="method-panel"' not in page(client, researcher, run)
