@@ -10,8 +10,8 @@
 """
 from __future__ import annotations
 
-from django.db.models import BooleanField, F, Q, TextField, Value
-from django.db.models.fields.json import KT
+from django.db.models import BooleanField, Case, F, FloatField, Q, TextField, Value, When
+from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce, NullIf
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -24,6 +24,7 @@ from rest_framework.response import Response
 from apps.accounts.roles import HasRole, can, can_control_run
 from apps.api.errors import ERRORS, error_response
 from apps.review import agreement
+from apps.review.collapse import COLLAPSE_REASON
 from apps.review import harness as run_harness
 from apps.review.models import Kind, ReviewError, ReviewItem, ReviewStatus
 from apps.runs.models import Run
@@ -55,19 +56,34 @@ FILTER_NAMES = ("run", "kind", "status", "valid", "role", "method")
 VALID_VALUES = ("valid", "invalid")
 
 
+def _number(text):
+    """A JSON value's text as a float when it is a number, else NULL (a Cast of other text would fail)."""
+    return Case(When(**{f"{text}__regex": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$"},
+                     then=Cast(F(text), FloatField())), default=Value(None), output_field=FloatField())
+
+
 def annotated(qs=None):
     """Review items with ``x_valid`` and ``x_role``: their task's validity and role (from the live task
-    row, else from the item's snapshot; an item whose task is unknown counts as valid)."""
+    row, else from the item's snapshot; an item whose task is unknown counts as valid); and ``x_front``: the
+    item is in a collapsed task family (apps/review/collapse.py: flagged by the watchdog's collapse rule, or its
+    task's template cluster above its run's ``watchdog.collapse_share``, default 0.5)."""
     qs = ReviewItem.objects.all() if qs is None else qs
-    return qs.annotate(
+    qs = qs.annotate(
         x_valid=Coalesce(F("task__valid"), Cast(KT("snapshot__valid"), BooleanField()), Value(True),
                          output_field=BooleanField()),
-        x_role=Coalesce(NullIf(F("task__role"), Value("")), KT("snapshot__role"), Value(""), output_field=TextField()))
+        x_role=Coalesce(NullIf(F("task__role"), Value("")), KT("snapshot__role"), Value(""), output_field=TextField()),
+        x_share_text=Coalesce(KeyTextTransform("cluster_share", "task__data"),
+                              KeyTextTransform("cluster_share", KeyTransform("data", "snapshot"))),
+        x_limit_text=KeyTextTransform("collapse_share", KeyTransform("watchdog", "run__config")))
+    qs = qs.annotate(x_share=_number("x_share_text"), x_limit=Coalesce(_number("x_limit_text"), Value(0.5)))
+    return qs.annotate(x_front=Case(
+        When(Q(suspicious__contains=[COLLAPSE_REASON]) | Q(x_share__gt=F("x_limit")), then=Value(True)),
+        default=Value(False), output_field=BooleanField()))
 
 
 def filtered(params) -> tuple[dict, object]:
-    """(the filters as given, the queryset, valid tasks first then oldest first) for run / kind / status /
-    valid / role / method; ValidationError names a bad value."""
+    """(the filters as given, the queryset: a collapsed family's tasks first (``x_front``), then valid tasks, then
+    oldest first) for run / kind / status / valid / role / method; ValidationError names a bad value."""
     run = params.get("run") or ""
     kind = params.get("kind") or ""
     state = params.get("status") or ReviewStatus.PENDING
@@ -97,15 +113,20 @@ def filtered(params) -> tuple[dict, object]:
             raise ValidationError({"method": f"unknown method {method!r}; use one of {', '.join(METHOD_NAMES)}"})
         qs = qs.filter(run__method=method)
     filters = {"run": run, "kind": kind, "status": state, "valid": valid, "role": role, "method": method}
-    return filters, qs.order_by("-x_valid", "id")
+    return filters, qs.order_by("-x_front", "-x_valid", "id")
 
 
 def after(qs, item: ReviewItem):
-    """The items of ``qs`` (ordered valid first, then by id) that come after ``item``."""
-    valid = annotated(ReviewItem.objects.filter(pk=item.pk)).values_list("x_valid", flat=True).first()
-    if valid is None or valid:
-        return qs.filter(Q(x_valid=True, pk__gt=item.pk) | Q(x_valid=False))
-    return qs.filter(x_valid=False, pk__gt=item.pk)
+    """The items of ``qs`` (ordered a collapsed family first, then valid first, then by id) that come after
+    ``item``."""
+    front, valid = annotated(ReviewItem.objects.filter(pk=item.pk)).values_list("x_front", "x_valid").first() or (
+        False, True)
+    later = Q(x_front=front, x_valid=valid, pk__gt=item.pk)
+    if valid:
+        later |= Q(x_front=front, x_valid=False)
+    if front:
+        later |= Q(x_front=False)
+    return qs.filter(later)
 
 
 # Response schemas (OpenAPI): ReviewItem.as_dict, agreement.run_agreement, the harness view.

@@ -15,3 +15,6 @@ class ReviewConfig(AppConfig):
         hooks.on_flush(enqueue_for_review)
         hooks.on_control("verdicts", pending_verdicts)
         hooks.on_control("harness", pending_harness)
+        from apps.review.collapse import on_collapse
+
+        hooks.on_watchdog(on_collapse)  # a collapsed task family goes to the front of the queue
