@@ -469,7 +469,9 @@ class ScopeSection(MethodSection):
         ("challenger", "rubrics_per_task", "rubrics / task"),
         ("challenger", "mean_rubric_score", "mean rubric score"), ("challenger", "in_window", "in window"),
         ("solver", "pool_size", "pool"), ("solver", "tasks", "solver tasks"),
-        ("solver", "rubric_score", "solver rubric score"))
+        ("solver", "rubric_score", "solver rubric score"), ("challenger", "zero_variance_groups", "C dead groups"),
+        ("solver", "zero_variance_groups", "S dead groups"), ("challenger", "truncated_rate", "C cut"),
+        ("solver", "truncated_rate", "S cut"), ("judge", "truncated_rate", "judge cut"))
 
 
 class ScoreSection(MethodSection):
@@ -571,7 +573,9 @@ class ScoreSection(MethodSection):
         ("solver", "harness_version", "harness v"), ("solver", "solver_reward", "solver reward"),
         ("solver", "consistency", "consistency"), ("evaluator", "rubric_followed", "rubric followed"),
         ("solver", "evaluator_searches", "evaluator searches"), ("solver", "depth_zeroed_rate", "depth zeroed"),
-        ("solver", "eval_format_failures", "eval format fails"), ("solver", "valid_report_rate", "valid reports"))
+        ("solver", "eval_format_failures", "eval format fails"), ("solver", "valid_report_rate", "valid reports"),
+        ("solver", "evaluator_truncated_rate", "evaluations cut"), ("evaluator", "rubric_repaired", "rubric repaired"),
+        ("solver", "zero_variance_groups", "dead groups"), ("solver", "truncated_rate", "reports cut"))
 
 
 class PiplaySection(MethodSection):
@@ -620,8 +624,13 @@ class PiplaySection(MethodSection):
         ("examiner", "valid_rate", "valid questions"), ("examiner", "student_pass_rate", "student pass rate"),
         ("examiner", "reward_mean", "examiner reward"), ("examiner", "format_reward", "format reward"),
         ("examiner", "hops_1", "1-hop"), ("examiner", "hops_2", "2-hop"), ("examiner", "hops_3", "3-hop"),
-        ("examiner", "hops_4", "4-hop"), ("student", "exact_match", "student exact match"),
-        ("student", "distill", "divergence to teacher"), ("student", "lambda", "lambda"))
+        ("examiner", "hops_4", "4-hop"), ("examiner", "valid_hops_1", "valid 1-hop"),
+        ("examiner", "valid_hops_2", "valid 2-hop"), ("examiner", "valid_hops_3", "valid 3-hop"),
+        ("examiner", "valid_hops_4", "valid 4-hop"), ("student", "exact_match", "student exact match"),
+        ("student", "distill", "divergence to teacher"), ("student", "lambda", "lambda"),
+        ("student", "questions", "student questions"), ("student", "passages_drawn", "passages drawn"),
+        ("student", "zero_variance_groups", "dead groups"), ("student", "truncated_rate", "student cut"),
+        ("examiner", "truncated_rate", "examiner cut"))
 
 
 SECTIONS: dict[str, type[MethodSection]] = {

@@ -351,6 +351,9 @@ def test_score_runs_three_steps_on_cpu_and_reports_harness_versions(tiny_config,
     # the watchdog's rules read these for every role: groups without signal, generations cut
     assert all(0.0 <= m["zero_variance_groups"] <= 1.0 and 0.0 <= m["evaluator_truncated_rate"] <= 1.0 for m in solver)
     assert all(m["rubric_repaired"] == 1.0 and 0.0 <= m["truncated_rate"] <= 1.0 for m in evaluator)  # random model
+    # dimension usage: every pool dimension's weight each step (0 when not chosen), the mandatory one always
+    assert all(m["weight_factuality"] > 0 and sum(m[f"weight_{d}"] > 0 for d in POOL) == 3 for m in evaluator)
+    assert all(sum(k.startswith("score_") for k in m) == 3 for m in solver)
 
 
 def test_a_harness_edited_by_a_person_replaces_the_harness_at_the_next_refresh(tiny_config, corpus_path, tmp_path):
@@ -433,6 +436,7 @@ def _bare_score(tok, tool, generator=None, policy=None, **section):
     score = Score.__new__(Score)
     score.cfg, score.sec, score.tok, score.tool = cfg, cfg.score, tok, tool
     score.pool = list(cfg.score.dimension_pool)
+    score.step_harness, score.scheduled = None, {}
     harness = normalize_harness(default_harness(cfg.score), score.pool, cfg.score.evaluator_searches())
     harness["process_constraints"]["min_number_of_tool_call"] = 3  # the rule driver's ratchet at its top
     score.ctx = SimpleNamespace(state={"harness": harness}, generator=generator, policy=policy, config=cfg,
@@ -515,3 +519,46 @@ def test_the_evaluator_update_reinforces_the_rubric_that_was_executed(tiny_confi
     followed = constrain_rubric([("factuality", None), ("insight", 0.3), ("coherence", 0.2), ("citation", 0.4)],
                                 score.harness, score.pool, random.Random(0))
     assert followed.followed and score.executed(traj, followed) is traj
+
+
+def test_the_dimension_scheduler_rotates_a_fixed_rubric_and_requires_what_was_never_tried():
+    from trainer.methods.dimension_scheduler import DimensionScheduler
+
+    harness = _harness(k=3)
+    sched = DimensionScheduler(POOL, streak=3, explore_after=4)
+    h, pool, said = sched.constrain(harness, POOL, ["factuality"])
+    assert said["required"] == said["avoided"] == [] and pool == POOL and "Not tried yet" in said["hints"]
+    for c in (0.8, 0.6, 0.7):  # the same rubric three steps running
+        sched.update_stats(["factuality", "insight", "coherence"], [c])
+    h, pool, said = sched.constrain(harness, POOL, ["factuality"])
+    assert said["avoided"] == ["insight", "coherence"] and "insight" not in pool and "factuality" in pool
+    assert "Do not choose this step" in h["notes"] and "insight 0.70" in h["notes"]
+    rubric = constrain_rubric([("insight", 0.3), ("coherence", 0.3)], h, pool, random.Random(0))
+    assert not rubric.followed and {d for d, _ in rubric.dims}.isdisjoint({"insight", "coherence"})
+    sched.update_stats(["factuality", "citation", "complexity"], [0.5])
+    h, pool, said = sched.constrain(harness, POOL, ["factuality"])
+    assert said["required"] == ["comprehensiveness"]  # never chosen in 4 steps, first in pool order
+    assert h["dimension_constraints"]["must_include"] == ["factuality", "comprehensiveness"]
+    assert harness["dimension_constraints"]["must_include"] == ["factuality"]  # the harness itself is untouched
+    again = DimensionScheduler(POOL, streak=3, explore_after=4)
+    again.load_state_dict(sched.state_dict())
+    assert again.constrain(harness, POOL, ["factuality"])[2] == said
+
+
+def test_each_methods_run_page_panel_tells_its_story():
+    """SCOPE: gates, rubrics per task, judge scores, dead groups and cuts per role; SCORE: harness version,
+    evaluations cut, rubric repairs; pi-Play: the hop mix of valid questions, divergence to the teacher,
+    the Student batch and how many passages it took."""
+    from trainer.method_configs import SECTIONS
+
+    def panel(method):
+        return {(role, name) for role, name, _ in SECTIONS[method].panel_metrics}
+
+    assert {("challenger", "gate_pass_rate"), ("challenger", "rubrics_per_task"), ("solver", "rubric_score"),
+            ("challenger", "zero_variance_groups"), ("solver", "zero_variance_groups"), ("judge", "truncated_rate"),
+            ("challenger", "truncated_rate"), ("solver", "truncated_rate")} <= panel("scope")
+    assert {("solver", "harness_version"), ("solver", "evaluator_truncated_rate"), ("evaluator", "rubric_repaired"),
+            ("solver", "zero_variance_groups")} <= panel("score")
+    assert {("examiner", f"valid_hops_{h}") for h in range(1, 5)} | {
+        ("student", "distill"), ("student", "questions"), ("student", "passages_drawn"),
+        ("student", "zero_variance_groups")} <= panel("piplay")

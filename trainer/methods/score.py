@@ -7,7 +7,10 @@ Per step (score.txt, Algorithm 1):
    written by the policy from corpus documents (ours; a document whose query does not parse
    gets a templated query from its title, ``score.query_fallback``).
 2. The evaluator samples ONE rubric for the batch: the mandatory dimension(s) plus k-1 from the
-   pool with weights in [w_min, w_max], under the current harness. Its output is forced into
+   pool with weights in [w_min, w_max], under the current harness narrowed for the step by the
+   DimensionScheduler (Algorithm 1, lines 8 and 34; trainer/methods/dimension_scheduler.py: a
+   dimension left out for 10 steps is required, one chosen 3 steps running sits out a step, and the
+   prompt carries each dimension's mean consistency so far). Its output is forced into
    the harness constraints (``constrain_rubric``); ``rubric_followed`` counts how often the
    model's own choice already complied.
 3. The solver writes K (``rollout.group_size``, paper 8) reports per query with multi-turn
@@ -51,6 +54,7 @@ Departures from the paper (ours, visible fields):
 - the paper's evaluator judges all K reports in one trajectory; we judge one report per
   trajectory (per-report depth rule, shorter contexts), with ``evaluator_max_turns`` 4 (ours);
 - the meta-harness is rule-based by default (the paper: GPT-5.2; an endpoint or a person are options);
+- the DimensionScheduler's rules are ours (the paper gives its interface, not its rules);
 - scores are 0-10 per dimension (ours); the mandatory dimension's weight is
   ``must_include_weight`` (default weight_max); a(r) = a closed, non-empty ``<answer>``;
 - the report's conclusion is its "Conclusion" paragraph, else its last paragraph;
@@ -69,6 +73,7 @@ import torch
 
 from trainer.algos import EMABaseline, get_advantage
 from trainer.methods import harness as mh
+from trainer.methods.dimension_scheduler import DimensionScheduler
 from trainer.methods.parts import (
     mini_batches,
     tag_content,
@@ -178,6 +183,9 @@ class Score:
         self.baseline.load_state_dict(ctx.state.get("baseline", self.baseline.state_dict()))
         self.grpo = get_advantage("grpo")
         self.driver = self.make_driver()
+        self.scheduler = DimensionScheduler(self.pool)
+        self.scheduler.load_state_dict(ctx.state.get("scheduler", {}))
+        self.step_harness, self.scheduled = None, {}
         st = ctx.state
         st.setdefault("window", [])
         if "harness" not in st:
@@ -231,12 +239,15 @@ class Score:
 
     # -- 2. rubric --------------------------------------------------------------------------------
     def sample_rubric(self, queries: list[str]):
-        msgs = rubric_messages(self.harness, self.pool, queries[:8])
+        """The evaluator's rubric under the harness narrowed by the DimensionScheduler for this step."""
+        must = self.harness["dimension_constraints"]["must_include"]
+        self.step_harness, pool, self.scheduled = self.scheduler.constrain(self.harness, self.pool, must)
+        msgs = rubric_messages(self.step_harness, pool, queries[:8])
         prompt = self.ids(msgs[0]["content"], msgs[1]["content"])
         params = self.ctx.sampling_params(temperature=self.sec.evaluator_temperature,
                                           max_new_tokens=self.sec.evaluator_max_new_tokens)
         traj = single_turn(self.ctx.generator, [prompt], params)[0]
-        rubric = constrain_rubric(parse_rubric(traj.text), self.harness, self.pool, self.rng(),
+        rubric = constrain_rubric(parse_rubric(traj.text), self.step_harness, pool, self.rng(),
                                   self.sec.must_include_weight)
         return self.executed(traj, rubric), rubric
 
@@ -246,7 +257,7 @@ class Score:
         the current policy at the sampling temperature (the PPO reference of this one-sample update)."""
         if rubric.followed:
             return traj
-        text = render_rubric(rubric.dims, self.harness["dimension_constraints"]["must_include"])
+        text = render_rubric(rubric.dims, (self.step_harness or self.harness)["dimension_constraints"]["must_include"])
         ids = self.tok.encode(text, add_special_tokens=False)
         if self.tok.eos_token_id is not None:
             ids.append(self.tok.eos_token_id)
@@ -304,6 +315,8 @@ class Score:
         solver = update_in_mini_batches(self.ctx, {SOLVER: chunks}).get(SOLVER, {})
         cons = [consistency([r.final or "" for r in reports[i * G:(i + 1) * G]]) for i in range(len(queries))]
         r_eval = sum(cons) / len(cons)
+        self.scheduler.update_stats(dims, cons)  # Algorithm 1, line 34
+        self.ctx.state["scheduler"] = self.scheduler.state_dict()
         a_eval = self.baseline.advantage(r_eval)
         evaluator = self.ctx.update([Sample.from_trajectory(rubric_traj, a_eval, role=EVALUATOR,
                                                             temperature=rubric_traj.temperature)]).get(EVALUATOR, {})
@@ -322,10 +335,15 @@ class Score:
                                         [rewards[i * G:(i + 1) * G] for i in range(len(queries))]),
                                     "response_length": sum(r.n_model_tokens for r in reports) / n,
                                     "searches": sum(r.n_searches for r in reports) / n, "gen_seconds": gen_seconds,
-                                    "harness_version": self.ctx.state["harness_version"]})
+                                    "harness_version": self.ctx.state["harness_version"],
+                                    **{f"score_{d}": v for d, v in record["dimension_means"].items()}})
         self.ctx.log(step, EVALUATOR, {**evaluator, "consistency": r_eval, "advantage": a_eval,
                                        "baseline": self.baseline.value, "rubric_followed": float(rubric.followed),
                                        "rubric_repaired": float(not rubric.followed),
+                                       "scheduler_required": float(len(self.scheduled.get("required", []))),
+                                       "scheduler_avoided": float(len(self.scheduled.get("avoided", []))),
+                                       # dimension usage over steps: each pool dimension's weight (0 = not chosen)
+                                       **{f"weight_{d}": dict(rubric.dims).get(d, 0.0) for d in self.pool},
                                        # every evaluator generation, the untrained scoring ones included
                                        "truncated_rate": truncated_rate([rubric_traj, *evals]),
                                        "scoring_truncated_rate": truncated_rate(evals)})
@@ -378,7 +396,7 @@ class Score:
             task_key = f"{step}:q{i}"
             out.append({"kind": "task", "key": task_key, "role": SOLVER, "step": step, "question": query,
                         "answer": "", "valid": True, "pass_rate": None, "document_id": doc_id, "format": "report",
-                        "data": {"rubric": rubric.to_dict(), "consistency": cons[i],
+                        "data": {"rubric": rubric.to_dict(), "consistency": cons[i], "scheduler": self.scheduled,
                                  "harness_version": self.ctx.state["harness_version"]}})
             must = set(self.harness["dimension_constraints"]["must_include"])
             for j, (d, w) in enumerate(rubric.dims):
