@@ -64,15 +64,40 @@ class ImportSummary:
                 "crossplay": self.crossplay}
 
 
-def import_folder(path: str | Path, user=None) -> ImportSummary:
-    """Create (or update, for a folder imported before) the Run of the run folder ``path``."""
+def import_folder(path: str | Path, user=None, control_of: str | int | None = None) -> ImportSummary:
+    """Create (or update, for a folder imported before) the Run of the run folder ``path``. ``control_of``: the run
+    this folder is a control of (its id, or the folder it was imported from): the folder's config must be a control
+    (``train.control`` set) of the same method and model; the link is kept when the folder is imported again."""
     try:
         folder = check_run_folder(path).resolve()
         cfg = _config(folder)
         with transaction.atomic():
-            return _import(folder, cfg, user)
+            summary = _import(folder, cfg, user)
+            if control_of not in (None, ""):
+                _link_control(summary.run, cfg, control_of)
+            return summary
     except RunFolderError as exc:
         raise RunImportError(str(exc)) from None
+
+
+def _link_control(run: Run, cfg, target: str | int) -> None:
+    text = str(target).strip()
+    main = Run.objects.filter(pk=int(text)).first() if text.isdigit() else None
+    if main is None and not text.isdigit():
+        main = Run.objects.filter(imported_from=str(Path(text).expanduser().resolve())).first()
+    if main is None:
+        raise RunImportError(f"--control-of {text}: no such run (give a run id, or a run folder imported before)")
+    if cfg.train.control == "none":
+        raise RunImportError(f"{run.imported_from} is not a control run (its config.yaml has train.control: none); "
+                             "import it without --control-of")
+    if main.pk == run.pk or main.control_of_id:
+        raise RunImportError(f"--control-of {text}: run {main.pk} is {'this run' if main.pk == run.pk else 'a control'}"
+                             "; give the run this folder is the control of")
+    if (main.method, main.model_name) != (cfg.method, cfg.model.name_or_path):
+        raise RunImportError(f"--control-of {text}: run {main.pk} is {main.method} on {main.model_name}, this folder "
+                             f"{cfg.method} on {cfg.model.name_or_path}; a control is the same config")
+    Run.objects.filter(pk=run.pk).update(control_of=main)
+    run.control_of = main
 
 
 def _config(folder: Path):

@@ -118,3 +118,40 @@ def test_manage_py_launch_control(tiny_grpo, tmp_path, capsys):
     twin = run.controls.get()
     assert f"run {twin.pk}: its random-reward control" in err
     _same_but_control(run, twin)
+
+
+def _folder(root, name, control="none", model="Qwen/Qwen2.5-Coder-1.5B-Instruct"):
+    import json
+
+    import yaml
+
+    folder = root / name
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump({"method": "spice", "model": {"name_or_path": model},
+                                                        "train": {"steps": 10, "control": control}}))
+    (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, "role": "reasoner", "loss": 0.5}) + "\n")
+    return folder
+
+
+def test_import_run_links_a_control_folder_to_its_run(tmp_path, capsys):
+    import io
+
+    from django.core.management.base import CommandError
+
+    main = _folder(tmp_path, "spice-wiki")
+    control = _folder(tmp_path, "spice-wiki-control", "random-reward")
+    call_command("import_run", str(main), stdout=io.StringIO())
+    run = Run.objects.get(imported_from=str(main))
+    call_command("import_run", str(control), "--control-of", str(main), stdout=io.StringIO())
+    twin = Run.objects.get(imported_from=str(control))
+    assert twin.control_of == run and list(run.controls.all()) == [twin]
+    call_command("import_run", str(control), stdout=io.StringIO())  # imported again: the link stays
+    assert Run.objects.get(pk=twin.pk).control_of_id == run.pk
+    with pytest.raises(CommandError, match="is not a control run"):  # the other way round
+        call_command("import_run", str(main), "--control-of", str(twin.pk), stdout=io.StringIO())
+    other = _folder(tmp_path, "other-model-control", "random-reward", model="Qwen/Qwen2.5-0.5B-Instruct")
+    with pytest.raises(CommandError, match="a control is the same config"):
+        call_command("import_run", str(other), "--control-of", str(run.pk), stdout=io.StringIO())
+    with pytest.raises(CommandError, match="no such run"):
+        call_command("import_run", str(other), "--control-of", "999999", stdout=io.StringIO())
+    assert not Run.objects.filter(imported_from=str(other)).exists()  # a refused link imports nothing

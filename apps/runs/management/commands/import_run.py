@@ -24,8 +24,11 @@ class Command(BaseCommand):
         parser.add_argument("folders", nargs="+", metavar="DIR", help="A run folder (config.yaml, metrics.jsonl, ...).")
         parser.add_argument("--user", default=None, help="Owner of a newly imported run (a username).")
         parser.add_argument("--json", dest="as_json", action="store_true", help="Print one JSON object per folder.")
+        parser.add_argument("--control-of", dest="control_of", default=None, metavar="RUN",
+                            help="The folders are controls (train.control set) of this run: its id, or the folder it "
+                                 "was imported from. Both run pages then show the gain over the base and the control.")
 
-    def handle(self, *args, folders, user, as_json: bool = False, **options):
+    def handle(self, *args, folders, user, as_json: bool = False, control_of=None, **options):
         owner = None
         if user:
             owner = get_user_model().objects.filter(username=user).first()
@@ -34,7 +37,7 @@ class Command(BaseCommand):
         failed = []
         for folder in folders:
             try:
-                summary = import_folder(folder, user=owner)
+                summary = import_folder(folder, user=owner, control_of=control_of)
             except RunImportError as exc:
                 if len(folders) == 1:
                     raise CommandError(str(exc)) from None
