@@ -122,10 +122,12 @@ class SelfplayWorker(Worker):
         super().__init__(*args, **kwargs)
         self.gpus: dict = {"gpus": [], "note": ""}
         self._gpus_checked = 0.0
+        self._watch_gpus = False  # set at birth when it has cards: read them again at every heartbeat
 
     def register_birth(self, *args, **kwargs):
         super().register_birth(*args, **kwargs)
         state = self.refresh_gpus()
+        self._watch_gpus = bool(state["gpus"])  # a later failed reading is shown, and read again
         if state["gpus"]:
             names = ", ".join(f"{c['index']}: {c['name']}" for c in state["gpus"])
             self.log.info("Worker %s: GPUs %s", self.name, names)
@@ -156,7 +158,7 @@ class SelfplayWorker(Worker):
 
     def heartbeat(self, *args, **kwargs):
         super().heartbeat(*args, **kwargs)
-        if (self.gpus["gpus"] and not getattr(self, "_is_horse", False)
+        if (self._watch_gpus and not getattr(self, "_is_horse", False)
                 and time.monotonic() - self._gpus_checked >= self.gpu_refresh_seconds):
             try:
                 self.refresh_gpus()
@@ -167,7 +169,7 @@ class SelfplayWorker(Worker):
     def dequeue_timeout(self) -> int:
         """An idle worker with GPUs wakes every ``gpu_refresh_seconds`` to beat (and read its cards)."""
         base = super().dequeue_timeout
-        return min(base, self.gpu_refresh_seconds) if getattr(self, "gpus", None) and self.gpus["gpus"] else base
+        return min(base, self.gpu_refresh_seconds) if getattr(self, "_watch_gpus", False) else base
 
     def main_work_horse(self, *args, **kwargs):
         die_with_parent(expected_parent=self.pid)  # a worker killed outright takes its job with it
