@@ -52,8 +52,12 @@ def test_clipping_returns_the_pre_clip_norm_and_bounds_the_update():
     engine = TorchEngine(model.parameters(), lr=1.0, grad_clip=1e-3)
     engine.backward(1000 * _loss(model, torch.ones(2, 4)))
     grads_norm = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in model.parameters()))
+    stepped = []  # the gradient norm the optimizer steps with (after clipping)
+    engine.optimizer.register_step_pre_hook(lambda *_: stepped.append(
+        math.sqrt(sum(float(p.grad.pow(2).sum()) for p in model.parameters()))))
     norm = engine.step()
     assert norm == pytest.approx(grads_norm, rel=1e-5) and norm > 1e-3
+    assert stepped == [pytest.approx(1e-3, rel=1e-4)]  # the bound: clipped to grad_clip, 1e-3, before the update
 
 
 def test_a_non_finite_gradient_skips_the_step():
@@ -89,3 +93,39 @@ def test_no_trainable_parameters_is_a_clear_error():
     frozen = torch.nn.Linear(2, 2).requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
         TorchEngine(frozen.parameters(), lr=0.1)
+
+
+# ---- the LoRA learning-rate rule ------------------------------------------------------------------
+
+@pytest.mark.parametrize("policies", ["shared", "separate"])
+def test_lora_adapters_train_at_the_auto_rate_unless_told_otherwise(tiny_config, policies):
+    """model.lora.lr auto: train.lr x sqrt(3) x hidden_size / alpha (the tiny model: hidden 64, alpha 16 ->
+    x 6.93), so a full fine-tune rate moves an adapter as far per step; train keeps train.lr; a number is used."""
+    from trainer.config import load_config
+    from trainer.engine import make_engine
+    from trainer.models import load_policy
+
+    def engine_lr(lora, method="scope" if policies == "separate" else "grpo"):
+        extra = {"corpus": {"path": "unused.jsonl"}} if method == "scope" else {}
+        cfg = load_config(tiny_config(method, model={"lora": {"r": 8, "alpha": 16.0, **lora}, "policies": policies},
+                                      train={"lr": 1e-6}, **extra))
+        engine = make_engine(cfg, load_policy(cfg))
+        engines = list(engine.engines.values()) if policies == "separate" else [engine]
+        rates = [e.optimizer.param_groups[0]["initial_lr"] for e in engines]  # the peak rate (before warmup)
+        assert len(set(rates)) == 1
+        return rates[0]
+
+    assert engine_lr({}) == pytest.approx(1e-6 * math.sqrt(3) * 64 / 16)
+    assert engine_lr({"lr": "train"}) == pytest.approx(1e-6)
+    assert engine_lr({"lr": 3e-5}) == pytest.approx(3e-5)
+
+
+def test_a_full_fine_tune_ignores_the_adapter_rate_and_a_bad_rate_is_refused(tiny_config):
+    from trainer.config import ConfigError, load_config
+    from trainer.engine import make_engine
+    from trainer.models import load_policy
+
+    cfg = load_config(tiny_config("grpo", model={"lora": {"r": 0, "lr": 5e-4}}, train={"lr": 1e-6}))
+    assert make_engine(cfg, load_policy(cfg)).lr == pytest.approx(1e-6)
+    with pytest.raises(ConfigError, match="model.lora.lr"):
+        load_config(tiny_config("grpo", model={"lora": {"r": 8, "lr": -1.0}}))

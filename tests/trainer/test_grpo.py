@@ -200,9 +200,12 @@ def test_timed_checkpoints_follow_the_slowest_rank_so_every_rank_saves_at_the_sa
 
     clock = {"now": 0.0}
     monkeypatch.setattr(context.time, "perf_counter", lambda: clock["now"])
+    def all_reduce(values, op="sum"):  # reduces with the other rank's [0.7] by ``op``, as torch.distributed would:
+        reduce = {"max": max, "min": min, "sum": lambda a, b: a + b}[op]  # a "sum" would give 1.1 s a step
+        return [reduce(v, 0.7) for v in values]
+
     fake = types.SimpleNamespace(active=lambda: True, is_main=lambda: True, gather_objects=lambda x: [x],
-                                 broadcast_object=lambda x: x,
-                                 all_reduce=lambda values, op="sum": [max(v, 0.7) for v in values])
+                                 broadcast_object=lambda x: x, all_reduce=all_reduce)
     monkeypatch.setattr(context, "dist", fake)
     monkeypatch.setattr(context, "combine_rank_metrics", lambda per_rank: per_rank[0])
     cfg = load_config(tiny_config(train={"steps": 6}, checkpoint={"every": 0, "every_minutes": 1 / 60, "final": False}))
