@@ -367,9 +367,11 @@ def check_taught_ssp_run(run_dir) -> None:
     assert short_ones and all(t["data"]["filter_reason"] == "too_short" for t in short_ones)
     attempts = [r for r in samples if r["kind"] == "attempt"]
     rewards = {a["task_key"]: a["reward"] for a in attempts if a["role"] == "proposer"}
-    for t in valid:  # the Proposer's reward is 1 - the mean of its own question's Solver rewards
+    for t in valid:  # the Proposer's reward is 1 - the mean of its own question's Solver rewards, less its template
+        # cluster's share (the task gate, R-Zero's max(0, r - |C|/B)): one question asked in every slot
         own = [a["reward"] for a in attempts if a["role"] == "solver" and a["data"]["slot"] == t["key"]]
-        assert own and rewards[t["key"]] == pytest.approx(1 - sum(own) / len(own))
+        share = t["data"]["cluster_share"]
+        assert own and share > 0 and rewards[t["key"]] == pytest.approx(max(0.0, 1 - sum(own) / len(own) - share))
     assert all(rewards[t["key"]] == 0.0 for t in short_ones)
     replayed = [t for t in short_ones if t["data"]["solved_question"]]
     assert replayed and all(tasks[t["data"]["solved_question"]]["valid"] for t in replayed)

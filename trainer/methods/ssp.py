@@ -83,12 +83,13 @@ from trainer.methods.ssp_tasks import (
     rule_filter,
 )
 from trainer.prompts import chat
-from trainer.rewards import ssp_proposer, ssp_solver
+from trainer.methods.gate import cluster_shares, copy_ratio, template_clusters, template_penalty
+from trainer.rewards import coin_flips, ssp_proposer, ssp_solver
 from trainer.rollout.multi_turn import multi_turn_rollout
 from trainer.tools.search import SearchTool
 from trainer.tools.corpus import truncate_to_tokens
 from trainer.update import Sample
-from trainer.verify import exact_match
+from trainer.verify import exact_match, normalize_answer
 
 PROPOSER, SOLVER, RAG, JUDGE = "proposer", "solver", "rag", "judge"
 
@@ -112,7 +113,9 @@ class Slot:
     rag_ok: bool | None = None
     solve: dict | None = None  # {"key", "question", "answer", "replayed"}
     solver: list = field(default_factory=list)  # Trajectories
-    solver_rewards: list[float] = field(default_factory=list)
+    solver_rewards: list[float] = field(default_factory=list)  # what the Solver is rewarded by (a control: coins)
+    graded: list[float] | None = None  # the Solver's rewards by the judge's verdicts, kept when a control flips coins
+    cluster_share: float = 0.0  # the question's template cluster's share of the step's valid questions (task gate)
     reward: float = 0.0
 
     @property
@@ -168,6 +171,29 @@ def propose(ctx, tool, slots: list[Slot]) -> None:
         s.filter = rule_filter(s.question, s.answer, t.queries, len(t.passages), min_chars=sec.question_min_chars,
                                max_chars=sec.question_max_chars, min_words=sec.question_min_words,
                                min_searches=sec.min_searches)
+        limit = getattr(getattr(ctx.config, "gate", None), "copy_ratio", 1.0)  # a loaded model's ctx has no gate
+        if s.filter.ok and limit < 1 and copy_ratio(s.question, " ".join(_passage_text(p) for p in t.passages)) > limit:
+            s.filter = FilterResult(False, "copy_ratio")  # the task gate: a sentence of its search results, a lookup
+
+
+def _passage_text(p) -> str:
+    return getattr(p, "text", None) or (p.get("text", "") if isinstance(p, dict) else str(p))
+
+
+def control_and_clusters(ctx, slots: list[Slot], rng: random.Random) -> list[int]:
+    """A random-reward control's coin flips for the Solver (``train.control``; the judge's verdicts kept in
+    ``graded``), then the task gate's template clusters over the valid questions: each valid question's Proposer
+    reward loses its cluster's share (``gate.template_penalty``). Returns the cluster ids (for the metrics)."""
+    train, gate = ctx.config.train, ctx.config.gate
+    for s in slots:
+        s.graded = list(s.solver_rewards)
+        if train.control == "random-reward" and s.solver_rewards:
+            s.solver_rewards = coin_flips(len(s.solver_rewards), train.control_p, rng)
+    valid = [s for s in slots if s.valid and s.question]
+    ids = template_clusters([s.question for s in valid], gate.template_similarity)
+    for s, share in zip(valid, cluster_shares(ids)):
+        s.cluster_share = share
+    return ids
 
 
 def rag_prompt(tokenizer, materials, question: str, max_tokens: int) -> list[int]:
@@ -307,14 +333,17 @@ def run_ssp(ctx) -> None:
         slots = propose_questions(ctx, tool, judge, seeds, rng, step, review)
         assign_questions(slots, buffer, sec, rng)
         solve(ctx, tool, judge, slots)
+        clusters = control_and_clusters(ctx, slots, rng)
         for s in slots:
             s.reward = ssp_proposer(s.solver_rewards if s.valid else None, invalid=sec.invalid_reward)
+            if s.valid and cfg.gate.template_penalty:
+                s.reward = template_penalty(s.reward, s.cluster_share)
         gen_seconds = time.perf_counter() - t0
 
         t1 = time.perf_counter()
         proposer_chunks, solver_chunks = build_samples(slots, sec, cfg.rollout.group_size)
         updated = update_in_mini_batches(ctx, {SOLVER: solver_chunks, PROPOSER: proposer_chunks})
-        for role, values in step_metrics(slots, buffer).items():
+        for role, values in step_metrics(slots, buffer, clusters).items():
             ctx.log(step, role, {**updated.get(role, {}), **values})
         ctx.log(step, PROPOSER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
                                  "judge_failure_rate": judge.failure_rate() if judge else 0.0})
@@ -331,7 +360,13 @@ def run_ssp(ctx) -> None:
 
 # ---- reporting ----------------------------------------------------------------------------------
 
-def step_metrics(slots: list[Slot], buffer: ReplayBuffer) -> dict[str, dict[str, float]]:
+def _answer_share(answers: list[str]) -> float:
+    keys = [normalize_answer(a) for a in answers if a]
+    return max(Counter(keys).values()) / len(keys) if keys else 0.0
+
+
+def step_metrics(slots: list[Slot], buffer: ReplayBuffer, clusters: list[int] | None = None
+                 ) -> dict[str, dict[str, float]]:
     n = len(slots)
     reasons = Counter(s.filter.reason for s in slots if not s.filter.ok)
     checked = [s for s in slots if s.rag_ok is not None]
@@ -348,14 +383,20 @@ def step_metrics(slots: list[Slot], buffer: ReplayBuffer) -> dict[str, dict[str,
         "empty_slots": float(sum(s.solve is None for s in slots)),
         "buffer_size": float(len(buffer)),
         **{f"filtered_{r}_rate": c / n for r, c in reasons.items()},
+        "gate_copy_ratio_rate": reasons.get("copy_ratio", 0) / n,
+        "gate_answer_in_question_rate": reasons.get("contains_answer", 0) / n,
+        "template_cluster_max": (max(Counter(clusters).values()) / len(clusters)) if clusters else 0.0,
+        "answer_share_max": _answer_share([s.answer for s in slots if s.valid]),
     }
     groups: dict[int, list[float]] = {}
     for s in slots:
         groups.setdefault(s.group, []).append(s.reward)
     if any(len(g) > 1 for g in groups.values()):  # proposer_samples > 1: a group per answer (REINFORCE n=1 has none)
         proposer["zero_variance_groups"] = zero_variance_groups(list(groups.values()))
+    graded = [r for s in solved for r in (s.graded if s.graded is not None else s.solver_rewards)]
     solver = {
         "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "accuracy": sum(graded) / len(graded) if graded else 0.0,  # the judge's verdicts (also in a control run)
         "questions": float(len(solved)),
         "zero_variance_groups": zero_variance_groups([s.solver_rewards for s in solved]),
         "searches_mean": sum(t.n_searches for t in trajs) / len(trajs) if trajs else 0.0,
@@ -379,7 +420,7 @@ def records(step: int, slots: list[Slot]) -> list[dict]:
             if own and s.solver_rewards else None, "document_id": s.doc_id, "format": None,
             "data": {"required_searches": s.n_searches, "filter_reason": s.filter.reason, "rag_verdict": s.rag_ok,
                      "rag_answer": s.rag_answer, "rag_materials": [_ref(p) for p in s.rag_materials],
-                     "rag_noise": [_ref(p) for p in s.rag_noise], "proposer_reward": s.reward,
+                     "rag_noise": [_ref(p) for p in s.rag_noise], "proposer_reward": s.reward, "cluster_share": s.cluster_share,
                      "queries": list(s.proposer.queries),
                      "solved_question": s.solve["key"] if s.solve and s.solve["replayed"] else None}})
         out.append({"kind": "attempt", "key": f"{s.key}:p", "task_key": s.key, "role": PROPOSER, "step": step,

@@ -97,7 +97,7 @@ class FilterResult:
 
 
 FILTER_REASONS = ("no_question", "too_short", "too_long", "too_few_words", "contains_answer", "no_materials",
-                  "too_few_searches", "duplicate_queries", "flagged")
+                  "too_few_searches", "duplicate_queries", "flagged", "copy_ratio")
 
 
 def rule_filter(question: str | None, answer: str, queries: Sequence[str], n_passages: int, *,
