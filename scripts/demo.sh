@@ -39,11 +39,13 @@ trap cleanup EXIT INT TERM
 
 mkdir -p "$LOG"
 $PY manage.py serve --port "$PORT" > "$LOG/web.log" 2>&1 & pids+=($!)
-# One worker for training runs (cpu); one for short jobs (short: uploads, evaluations) and
-# housekeeping (default, with the scheduler for the run reaper), so an upload or an evaluation never
-# waits behind the demo run.
+# Three workers on 2 cores, each for one kind of job, so none waits behind another: training runs (cpu);
+# short jobs (short: uploads) and housekeeping (default, with the scheduler for the run reaper);
+# evaluations and cross-play (evals). Only the demo run computes most of the time: the other two sleep
+# on Redis until a job comes.
 $PY manage.py rqworker cpu > "$LOG/worker.log" 2>&1 & pids+=($!)
 $PY manage.py rqworker short default --with-scheduler > "$LOG/short.log" 2>&1 & pids+=($!)
+$PY manage.py rqworker evals > "$LOG/evals.log" 2>&1 & pids+=($!)
 
 for _ in $(seq 1 120); do
   curl -fs -o /dev/null "$URL/accounts/login/" && break
@@ -52,7 +54,7 @@ done
 echo
 echo "  Selfplay is running at $URL/  (log in at $URL/accounts/login/)"
 echo "  $LOGIN"
-echo "  logs: $LOG/web.log, $LOG/worker.log (runs), $LOG/short.log (uploads, evaluations), $LOG/loader.log — Ctrl-C to stop"
+echo "  logs: $LOG/web.log, $LOG/worker.log (runs), $LOG/short.log (uploads), $LOG/evals.log (evaluations), $LOG/loader.log — Ctrl-C to stop"
 echo
 
 # The corpus: the first 1,000 Wikipedia summaries now (the run needs documents), the rest later.

@@ -75,6 +75,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "apps.api.params.ParamGuardMiddleware",  # a NUL byte or an out-of-range number in any parameter: 400
     "apps.accounts.middleware.LoginRequiredMiddleware",
 ]
 
@@ -113,9 +114,10 @@ CHANNEL_LAYERS = {
 }
 RQ_QUEUES = {
     name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 7 * 24 * 3600}
-    # gpu / cpu: training runs (and GPU evaluations); short: ingestion and CPU evaluations, which must
-    # never wait behind a training run; default: housekeeping (the run reaper, on a worker --with-scheduler)
-    for name in ("gpu", "cpu", "short", "default")
+    # gpu / cpu: training runs (and GPU evaluations); short: ingestion, which must never wait behind a
+    # training run or an evaluation; evals: evaluations and cross-play on the CPU (a worker of their own: they
+    # take minutes to hours); default: housekeeping (the run reaper, on the short worker --with-scheduler)
+    for name in ("gpu", "cpu", "short", "evals", "default")
 }
 RQ = {"WORKER_CLASS": "apps.runs.workers.SelfplayWorker"}
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -157,6 +159,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "apps.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    # a NUL byte in a body's string is a 400 naming its key (apps/api/params.py)
+    "DEFAULT_PARSER_CLASSES": ["apps.api.params.NulSafeJSONParser", "apps.api.params.NulSafeFormParser",
+                               "rest_framework.parsers.MultiPartParser"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Selfplay API",

@@ -459,10 +459,11 @@ def time_to_reach(points, score: float) -> tuple[float | None, float | None]:
 
 def evaluate(generator, tokenizer, items: list[Item], scoring: str, *, sampling=None, search_tool=None,
              max_turns: int = 4, batch_size: int = 16, judge=None, on_batch=None, name: str = "",
-             n_resamples: int = 1000) -> EvalResult:
+             n_resamples: int = 1000, should_stop=None) -> EvalResult:
     """Answer every item and score it. ``on_batch(samples, done, total)`` after each batch (the web
-    job stores samples as they come). A sample: index, id, question, gold, prediction, output,
-    correct (score == 1), score, and with search: turns, passages."""
+    job stores samples as they come). ``should_stop()`` is asked before each batch: True ends the
+    evaluation there, scored over the items answered so far (``n`` says how many). A sample: index, id,
+    question, gold, prediction, output, correct (score == 1), score, and with search: turns, passages."""
     from trainer.prompts import chat
     from trainer.rollout import SamplingParams, multi_turn_rollout
 
@@ -471,6 +472,8 @@ def evaluate(generator, tokenizer, items: list[Item], scoring: str, *, sampling=
     sampling = sampling or SamplingParams(temperature=0.0, max_new_tokens=512, logprobs=False)
     t0, samples = time.perf_counter(), []
     for start in range(0, len(items), batch_size):
+        if should_stop is not None and should_stop():
+            break
         batch = items[start:start + batch_size]
         prompts = [chat(tokenizer, *prompt_messages(it, it.scoring or scoring, search_tool is not None))
                    for it in batch]

@@ -10,12 +10,13 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view, parser_classes, permission_classes
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from apps.accounts.roles import can, denied_message
 from apps.api.errors import ERRORS, error_response
+from apps.api.params import NulSafeFormParser, NulSafeJSONParser
 from apps.corpora.embedder import EmbedderError
 from apps.corpora.jobs import resume_ingest
 from apps.corpora.models import Corpus, Ingest
@@ -131,7 +132,7 @@ def corpus_resume(request, pk: int):
 @extend_schema(operation_id="corpora_documents_add", request={"multipart/form-data": DOCUMENT, "application/json": DOCUMENT},
                responses={201: DOCUMENT_ADDED, 202: UPLOAD_QUEUED, **ERRORS})
 @api_view(["POST"])
-@parser_classes([MultiPartParser, FormParser, JSONParser])
+@parser_classes([MultiPartParser, NulSafeFormParser, NulSafeJSONParser])
 def documents(request, pk: int):
     """Multipart `file` -> 202 with the ingestion job and progress; JSON `title`,`text` -> 201, ingested now."""
     if not can(request.user, "upload_corpus"):

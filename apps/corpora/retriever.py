@@ -24,7 +24,7 @@ from trainer.tools import Document, Passage
 def _corpus(corpus) -> Corpus:
     if isinstance(corpus, Corpus):
         return corpus
-    if isinstance(corpus, int) or (isinstance(corpus, str) and corpus.isdigit()):
+    if isinstance(corpus, int) or (isinstance(corpus, str) and corpus.isdecimal()):
         return Corpus.objects.get(pk=int(corpus))
     return Corpus.objects.get(name=corpus)
 

@@ -5,7 +5,9 @@
 - ``GET evals/`` (``?run=&status=&limit=``), ``POST evals/`` (``benchmarks``, ``checkpoint`` id or
   ``model`` ``base:<name>``, ``run``, ``limit``, ``search``, ``corpus``, ``queue``, ``max_new_tokens``)
 - ``GET evals/<id>/``; ``GET evals/<id>/samples/?benchmark=&correct=&offset=&limit=``
-- ``POST evals/<id>/cancel/``: a queued evaluation is cancelled (409 when it is no longer queued)
+- ``POST evals/<id>/cancel/``: a queued or running evaluation is cancelled (a running one stops before its next
+  item and keeps what it scored; 409 once it has ended); ``POST evals/crossplay/<id>/cancel/`` the same for a
+  cross-play (it stops before its next cell)
 - ``GET evals/compare/?run=1&run=2&benchmark=gsm8k`` (table rows and chart series)
 - ``GET|POST runs/<id>/crossplay/`` (POST: ``checkpoints`` ids, ``n_tasks``, ``answers_per_task``,
   ``temperature``, ``queue``); ``GET evals/crossplay/<id>/``
@@ -188,7 +190,7 @@ def _as_int(value, default, name):
 def _corpus(value) -> Corpus:
     text = str(value).strip()
     found = Corpus.objects.filter(name=text).first() or (Corpus.objects.filter(pk=int(text)).first()
-                                                         if text.isdigit() else None)
+                                                         if text.isdecimal() else None)
     if found is None:
         raise BenchmarkError(f"no corpus named {text!r}; see /corpora/")
     return found
@@ -214,7 +216,7 @@ def evals(request):
     qs = EvalJob.objects.select_related("owner", "corpus").prefetch_related("benchmarks")
     params = request.query_params
     if params.get("run"):
-        if not str(params["run"]).isdigit():
+        if not str(params["run"]).isdecimal():
             return error_response(f"run must be a run id, got {params['run']!r}")
         qs = qs.filter(run_id=int(params["run"]))
     if params.get("status"):
@@ -232,7 +234,7 @@ def _launch(request):
     body = request.data if isinstance(request.data, dict) else {}
     run = None
     if body.get("run") not in (None, ""):
-        run = Run.objects.filter(pk=body["run"]).first() if str(body["run"]).isdigit() else None
+        run = Run.objects.filter(pk=body["run"]).first() if str(body["run"]).isdecimal() else None
         if run is None:
             return error_response(f"no run {body['run']!r}", fields={"run": "unknown run"})
     return _queued(lambda: launch_eval(
@@ -264,10 +266,12 @@ def eval_detail(request, job_id: int):
     return Response(job.as_dict())
 
 
-@extend_schema(operation_id="evals_cancel", summary="Cancel a queued evaluation", request=None,
+@extend_schema(operation_id="evals_cancel", summary="Cancel a queued or running evaluation (a running one stops "
+               "before its next item and keeps what it scored)", request=None,
                responses={200: JOB, **ERRORS},
-               examples=[OpenApiExample("not queued", response_only=True, status_codes=["409"], value={
-                   "error": "Cannot cancel evaluation 12: it is finished; only a queued evaluation can be cancelled."})])
+               examples=[OpenApiExample("ended", response_only=True, status_codes=["409"], value={
+                   "error": "Cannot cancel evaluation 12: it is finished; only a queued or running evaluation can be "
+                            "cancelled."})])
 @api_view(["POST"])
 @permission_classes([IsAuthenticated])
 def eval_cancel(request, job_id: int):
@@ -337,7 +341,7 @@ def compare(request):
 def compare_inputs(params):
     """(runs, benchmarks) from ``run`` / ``benchmark`` parameters (repeated or comma-separated)."""
     raw_runs = [r for v in params.getlist("run") for r in v.split(",") if r.strip()]
-    if not all(r.strip().isdigit() for r in raw_runs):
+    if not all(r.strip().isdecimal() for r in raw_runs):
         raise BenchmarkError(f"run must be run ids, got {', '.join(raw_runs)}")
     runs = list(Run.objects.filter(pk__in=[int(r) for r in raw_runs]).order_by("pk"))
     missing = {int(r) for r in raw_runs} - {r.pk for r in runs}
@@ -395,3 +399,17 @@ def run_crossplay(request, run_id: int):
 def crossplay_detail(request, crossplay_id: int):
     CrossPlay.reap_stale()
     return Response(get_object_or_404(CrossPlay, pk=crossplay_id).as_dict())
+
+
+@extend_schema(operation_id="evals_crossplay_cancel", summary="Cancel a queued or running cross-play (a running one "
+               "stops before its next cell and keeps the cells it filled)", request=None,
+               responses={200: CROSSPLAY_OUT, **ERRORS})
+@api_view(["POST"])
+@permission_classes([IsAuthenticated])
+def crossplay_cancel(request, crossplay_id: int):
+    job = get_object_or_404(CrossPlay.objects.select_related("run", "owner"), pk=crossplay_id)
+    try:
+        cancel_eval(job, request.user)
+    except EvalCancelError as exc:
+        return error_response(str(exc), exc.status)
+    return Response(job.as_dict())

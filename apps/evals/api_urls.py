@@ -11,5 +11,6 @@ urlpatterns = [
     path("evals/<int:job_id>/samples/", api.eval_samples, name="api-eval-samples"),
     path("evals/<int:job_id>/cancel/", api.eval_cancel, name="api-eval-cancel"),
     path("evals/crossplay/<int:crossplay_id>/", api.crossplay_detail, name="api-crossplay"),
+    path("evals/crossplay/<int:crossplay_id>/cancel/", api.crossplay_cancel, name="api-crossplay-cancel"),
     path("runs/<int:run_id>/crossplay/", api.run_crossplay, name="api-run-crossplay"),
 ]

@@ -3,7 +3,10 @@ and ``execute_crossplay``.
 
 ``execute_eval(job_id)`` claims the job (queued -> running), loads the model once, and for each
 benchmark in turn answers its items (``trainer.evaluate.evaluate``), writing the samples of every
-batch as they come, then the result with its 95% bootstrap interval. ``execute_crossplay(id)``
+batch as they come, then the result with its 95% bootstrap interval. A job cancelled while running
+(``JobMixin.cancel``) stops before its next item (its next batch on a GPU) and keeps the samples and
+the score of what it answered (that result marked incomplete); a cross-play stops before its next
+cell and keeps the cells it filled. ``execute_crossplay(id)``
 writes each chosen checkpoint's SPICE tasks from the run's corpus documents, then fills the
 matrix cell by cell (solver j on challenger i's tasks), saving after every cell.
 
@@ -22,6 +25,7 @@ from django.conf import settings
 from django.db import transaction
 
 from apps.corpora.retriever import PgDocumentSource, PgvectorRetriever
+from apps.evals.launch import CPU_EVAL_QUEUE
 from apps.evals.models import CrossPlay, EvalJob, EvalResult, EvalSample
 from apps.jobs.lifecycle import JobKind, run_job
 
@@ -30,8 +34,8 @@ log = logging.getLogger("selfplay.evals")
 
 def _kind(noun: str, model: type) -> JobKind:
     def succeed(job, _result) -> str:
-        job.finish()
-        return f"{noun} {job.pk} finished"
+        job.finish()  # no change to a cancelled row
+        return f"{noun} {job.pk} {job.status}"
 
     return JobKind(noun, model, claim=model.claim, fail=model.fail, succeed=succeed)
 
@@ -53,6 +57,11 @@ def _load(spec: str):
 
 def _finite(x):
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+# Items answered at once. On the CPU one at a time: a cancelled evaluation stops at the next item, and
+# the progress counts every answer as it comes; on a GPU a batch of 16 keeps it busy.
+CPU_BATCH, GPU_BATCH = 1, 16
 
 
 def execute_eval(job_id: int) -> str:
@@ -85,11 +94,18 @@ def _evaluate(job: EvalJob) -> None:
             EvalResult.objects.filter(pk=result.pk).update(n=n_done)
 
         out = evaluate(loaded.generator, loaded.tokenizer, items, bench.scoring, sampling=sampling, search_tool=tool,
-                       judge=judge, on_batch=store, name=bench.name)
+                       judge=judge, on_batch=store, name=bench.name, should_stop=job.cancelled,
+                       batch_size=CPU_BATCH if job.queue == CPU_EVAL_QUEUE else GPU_BATCH)
         done += len(items)
-        EvalResult.objects.filter(pk=result.pk).update(
-            n=out.n, correct=out.correct, score=_finite(out.score), ci_low=_finite(out.ci_low),
-            ci_high=_finite(out.ci_high), seconds=out.seconds, complete=True)
+        stopped = out.n < len(items)  # cancelled: the items answered so far are scored, marked incomplete
+        if out.n:
+            EvalResult.objects.filter(pk=result.pk).update(
+                n=out.n, correct=out.correct, score=_finite(out.score), ci_low=_finite(out.ci_low),
+                ci_high=_finite(out.ci_high), seconds=out.seconds, complete=not stopped)
+        if stopped or job.cancelled():
+            if not out.n:
+                result.delete()  # nothing answered for this benchmark
+            return
 
 
 def _items(bench, limit):
@@ -130,6 +146,8 @@ def _crossplay(job: CrossPlay) -> None:
     n = len(job.checkpoints)
     tasks = list(job.tasks) if len(job.tasks) == n else [None] * n
     for i, ckpt in enumerate(job.checkpoints):
+        if job.cancelled():
+            return
         if tasks[i] is None:
             loaded = _load(ckpt["path"])
             written, tried = challenger_tasks(loaded, documents, job.n_tasks, sampling, section)
@@ -139,8 +157,12 @@ def _crossplay(job: CrossPlay) -> None:
     matrix = [list(row) for row in job.matrix] if len(job.matrix) == n else [[None] * n for _ in range(n)]
     done = 0
     for j, ckpt in enumerate(job.checkpoints):  # one solver loaded at a time answers every challenger's tasks
+        if job.cancelled():
+            return  # the cells computed so far stay
         loaded = _load(ckpt["path"])
         for i in range(n):
+            if job.cancelled():
+                return
             rate, _ = solve_rate(loaded, tasks[i]["tasks"], sampling, job.answers_per_task)
             matrix[i][j] = rate
             done += 1

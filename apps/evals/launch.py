@@ -4,8 +4,8 @@
   prunes old ones) or ``base:<model name>`` on one or more benchmarks, optionally with the search
   tool over a corpus;
 - ``launch_crossplay(run, checkpoints, ...)``: the cross-play matrix of chosen checkpoints;
-- ``cancel_eval(job, user)``: a queued evaluation is cancelled (its owner, the owner of its run
-  for an automatic one, or an admin);
+- ``cancel_eval(job, user)``: a queued or running evaluation or cross-play is cancelled (its owner, the
+  owner of its run for an automatic one, or an admin); a running one stops before its next item or cell;
 - ``on_checkpoint(run_id, step, path)``: a run hook (apps/runs/hooks.py, registered in apps.py);
   when the run's config has ``eval.every_checkpoints: N`` (and ``eval.benchmarks``), every N-th
   checkpoint of the run gets an automatic evaluation. It never raises: a problem becomes a run event.
@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from apps.accounts.roles import can, denied_message
 from apps.corpora.models import Corpus
 from apps.evals.benchmarks import find
+from apps.evals.estimate import CPU_DEFAULT_LIMIT
 from apps.evals.models import Benchmark, CrossPlay, EvalJob
 from apps.jobs.lifecycle import enqueue as enqueue_job
 from apps.runs.models import Checkpoint, Run
@@ -74,7 +75,8 @@ def _int(value, name: str, low: int, high: int, default=None):
     return number
 
 
-CPU_EVAL_QUEUE = "short"  # an evaluation on the CPU never waits behind a training run on `cpu`
+CPU_EVAL_QUEUE = "evals"  # an evaluation on the CPU waits behind no training run (`cpu`) and holds up no
+# upload or reaper (`short`, `default`): it has a queue and a worker of its own
 
 
 def _queue(queue, run: Run | None) -> str:
@@ -128,6 +130,8 @@ def launch_eval(*, benchmarks, model=None, checkpoint=None, run: Run | None = No
                               "the items are not here, so it cannot be evaluated (upload them under another name)",
                               "benchmarks")
     limit = _int(limit, "limit", 1, MAX_LIMIT)
+    if limit is None and _queue(queue, run) == CPU_EVAL_QUEUE:
+        limit = CPU_DEFAULT_LIMIT  # the whole of GSM8K on the CPU would take days: a few items unless asked
     max_new_tokens = _int(max_new_tokens, "max_new_tokens", 1, 32768, 512)
     search = search in (True, "true", "1", "on", 1)
     corpus_obj = _search_corpus(corpus, run) if search else None
@@ -153,7 +157,7 @@ def _search_corpus(corpus, run: Run | None):
         return corpus
     text = str(corpus).strip()
     found = Corpus.objects.filter(name=text).first() or (
-        Corpus.objects.filter(pk=int(text)).first() if text.isdigit() else None)
+        Corpus.objects.filter(pk=int(text)).first() if text.isdecimal() else None)
     if found is None:
         raise EvalLaunchError(f"no corpus named {text!r}; see /corpora/", "corpus")
     return found
@@ -208,14 +212,15 @@ def can_cancel(user, job: EvalJob) -> bool:
 
 
 def cancel_eval(job: EvalJob, user) -> EvalJob:
-    """queued -> cancelled, or EvalCancelError saying why not."""
+    """queued -> cancelled; running -> cancelled, the job stopping at its next item with what it scored
+    kept (an evaluation or a cross-play); EvalCancelError saying why not."""
+    noun = "cross-play" if isinstance(job, CrossPlay) else "evaluation"
     if not can_cancel(user, job):
         raise EvalCancelError(f"{denied_message('launch_run')} Only its launcher or an admin can cancel "
-                              f"evaluation {job.pk}.", 403)
+                              f"{noun} {job.pk}.", 403)
     if not job.cancel(user):
-        what = "it is running and finishes on its own" if job.status == "running" else f"it is {job.status}"
-        raise EvalCancelError(f"Cannot cancel evaluation {job.pk}: {what}; only a queued evaluation can be "
-                              "cancelled.", 409)
+        raise EvalCancelError(f"Cannot cancel {noun} {job.pk}: it is {job.status}; only a queued or running "
+                              f"{noun} can be cancelled.", 409)
     return job
 
 

@@ -64,16 +64,25 @@ class JobMixin(JobRow):
         return won == 1
 
     def cancel(self, user=None) -> bool:
-        """queued -> cancelled (its RQ job, if a worker still picks it, finds nothing to claim); False
-        when it is no longer queued. A running job is not stopped midway."""
+        """queued or running -> cancelled; False when it has already ended. A queued job never starts (its
+        RQ job, if a worker still picks it, finds nothing to claim); a running one stops at its next item
+        (``cancelled()``, which the job checks between items) and keeps what it scored."""
         who = getattr(user, "username", "") or "the system"
         now = timezone.now()
         won = type(self).objects.filter(pk=self.pk, status=Status.QUEUED).update(
             status=Status.CANCELLED, finished_at=now, error=f"cancelled by {who} before it started")
-        self.refresh_from_db()
         if won and self.job_id:
             cancel_job(self.job_id)
+        if not won:
+            won = type(self).objects.filter(pk=self.pk, status=Status.RUNNING).update(
+                status=Status.CANCELLED, finished_at=now,
+                error=f"cancelled by {who} while running; what it scored before is kept")
+        self.refresh_from_db()
         return won == 1
+
+    def cancelled(self) -> bool:
+        """True once the row was cancelled (the running job asks between items)."""
+        return type(self).objects.filter(pk=self.pk, status=Status.CANCELLED).exists()
 
     def beat(self, **fields) -> None:
         type(self).objects.filter(pk=self.pk).update(heartbeat_at=timezone.now(), **fields)

@@ -20,6 +20,8 @@ from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
 from apps.evals.api import compare_inputs
 from apps.evals.compare import annotate_paired, comparison, control_gains, control_pairs
+from apps.evals.estimate import default_limit
+from apps.evals.estimate import estimate as eval_estimate
 from apps.evals.launch import (CPU_EVAL_QUEUE, EvalCancelError, EvalLaunchError, can_cancel, cancel_eval,
                                launch_crossplay, launch_eval)
 from apps.evals.models import Benchmark, CrossPlay, EvalJob, EvalResult, EvalSample
@@ -179,7 +181,7 @@ def launch(request):
     except (EvalLaunchError, QueueUnavailable) as exc:
         return _answer(request, run, error=str(exc))
     warning = no_worker_warning(job.queue)
-    where = ("the CPU (queue short, where CPU evaluations never wait behind a training run)"
+    where = ("the CPU (queue evals, where evaluations wait behind no training run and hold up no upload)"
              if job.queue == CPU_EVAL_QUEUE else job.queue)
     notice = f"Evaluation {job.pk} queued on {where}." + (f" Warning: {warning}." if warning else "")
     return _answer(request, run, notice=notice, go=job)
@@ -228,6 +230,22 @@ def _number(value, default: int, name: str) -> int:
     return int(value)
 
 
+def estimate_view(request):
+    """The launch forms' estimate line (htmx): items x tokens, and a time measured on the queue."""
+    queue = request.GET.get("queue") or "gpu"
+    queue = CPU_EVAL_QUEUE if queue == "cpu" else queue
+    names = request.GET.getlist("benchmarks")
+    raw = (request.GET.get("limit") or "").strip()
+    limit = int(raw) if raw.isdigit() and int(raw) > 0 else default_limit(queue)
+    sizes = [b.size or limit for b in Benchmark.objects.filter(name__in=names)] or [limit]
+    items = sum(min(limit, size) for size in sizes)
+    tokens = (request.GET.get("max_new_tokens") or "512").strip()
+    target = request.GET.get("target") or ""
+    result = eval_estimate(queue, items, int(tokens) if tokens.isdigit() else 512,
+                           target.removeprefix("base:") if target.startswith("base:") else "")
+    return render(request, "evals/_estimate.html", {"estimate": result})
+
+
 def job_detail(request, job_id: int):
     reap()
     job = get_object_or_404(EvalJob.objects.select_related("run", "checkpoint", "corpus", "owner"), pk=job_id)
@@ -241,7 +259,7 @@ def job_detail(request, job_id: int):
     template = "evals/_job_status.html" if request.headers.get("HX-Request") else "evals/job.html"
     return render(request, template, {"job": job, "results": results, "chosen": chosen, "page": page,
                                       "correct": request.GET.get("correct", ""),
-                                      "can_cancel": job.status == "queued" and can_cancel(request.user, job)})
+                                      "can_cancel": job.is_active and can_cancel(request.user, job)})
 
 
 @require_POST
@@ -253,8 +271,23 @@ def cancel(request, job_id: int):
     except EvalCancelError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Evaluation {job.pk} cancelled.")
+        messages.success(request, f"Evaluation {job.pk} cancelled." + (
+            " It stops before its next item; what it scored is kept." if job.started_at else ""))
     return redirect("evals:job", job_id=job.pk)
+
+
+@require_POST
+@role_required("launch_run")
+def crossplay_cancel(request, crossplay_id: int):
+    job = get_object_or_404(CrossPlay.objects.select_related("run"), pk=crossplay_id)
+    try:
+        cancel_eval(job, request.user)
+    except EvalCancelError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Cross-play {job.pk} cancelled." + (
+            " It stops before its next cell; the cells it filled are kept." if job.started_at else ""))
+    return redirect("evals:crossplay", crossplay_id=job.pk)
 
 
 def compare(request):
@@ -293,5 +326,6 @@ def crossplay_launch(request, run_id: int):
 def crossplay_detail(request, crossplay_id: int):
     job = get_object_or_404(CrossPlay.objects.select_related("run"), pk=crossplay_id)
     template = "evals/_crossplay_body.html" if request.headers.get("HX-Request") else "evals/crossplay.html"
-    return render(request, template, {"job": job, "job_data": job.as_dict()})
+    return render(request, template, {"job": job, "job_data": job.as_dict(),
+                                      "can_cancel": job.is_active and can_cancel(request.user, job)})
 

@@ -109,7 +109,7 @@ def _attempt_view(attempt: Attempt | None, item: ReviewItem, snap: dict) -> dict
 
 def _document(item: ReviewItem, task: Task | None, snap: dict) -> dict | None:
     doc_id = task.document_id if task is not None else (snap.get("document_id") or "")
-    if not str(doc_id).isdigit() or item.run is None or not item.run.corpus_id:
+    if not str(doc_id).isdecimal() or item.run is None or not item.run.corpus_id:
         return None
     doc = Document.objects.filter(pk=int(doc_id), corpus_id=item.run.corpus_id).only("id", "title", "text").first()
     if doc is None:

@@ -67,13 +67,13 @@ def index(request):
 
 def _current(request, qs) -> ReviewItem | None:
     wanted = request.GET.get("item")
-    if wanted and wanted.isdigit():
+    if wanted and wanted.isdecimal():
         found = ReviewItem.objects.select_related("run", "task", "rubric", "grade").filter(pk=int(wanted)).first()
         if found is not None:
             return found
     qs = qs.select_related("run", "task", "rubric", "grade")
     previous = request.GET.get("after")
-    if previous and previous.isdigit():
+    if previous and previous.isdecimal():
         seen = ReviewItem.objects.filter(pk=int(previous)).first()
         if seen is not None:
             return after(qs, seen).first() or qs.first()  # past the end: wrap around

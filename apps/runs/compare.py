@@ -25,7 +25,7 @@ def parse_ids(raw: list[str]) -> list[int]:
     for part in (p.strip() for value in raw for p in value.split(",")):
         if not part:
             continue
-        if not part.isdigit():
+        if not part.isdecimal():
             raise CompareError(f"ids must be run numbers separated by commas (e.g. ?ids=1,2), got {part!r}.")
         if int(part) not in ids:
             ids.append(int(part))

@@ -197,7 +197,7 @@ def typed(row: dict, value):
             return row["default"]
         if text in map(str, row["choices"] or []):
             return text
-        return int(text) if text.lstrip("-").isdigit() else text
+        return int(text) if text.lstrip("-").isdecimal() else text
     if kind == "list":
         text = (value or "").strip()
         if row["choices"] and text in map(str, row["choices"]):

@@ -82,8 +82,8 @@ def import_folder(path: str | Path, user=None, control_of: str | int | None = No
 
 def _link_control(run: Run, cfg, target: str | int) -> None:
     text = str(target).strip()
-    main = Run.objects.filter(pk=int(text)).first() if text.isdigit() else None
-    if main is None and not text.isdigit():
+    main = Run.objects.filter(pk=int(text)).first() if text.isdecimal() else None
+    if main is None and not text.isdecimal():
         main = Run.objects.filter(imported_from=str(Path(text).expanduser().resolve())).first()
     if main is None:
         raise RunImportError(f"--control-of {text}: no such run (give a run id, or a run folder imported before)")

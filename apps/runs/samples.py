@@ -38,7 +38,7 @@ def source_document(run, task) -> dict | None:
         return None
     data = task.data if isinstance(task.data, dict) else {}
     found = None
-    if run.corpus_id and doc_id.isdigit():
+    if run.corpus_id and doc_id.isdecimal():
         found = Document.objects.filter(corpus_id=run.corpus_id, pk=int(doc_id)).only("id", "title", "text").first()
     if found is None:
         return {"id": doc_id, "title": data.get("document_title") or "", "excerpt": "", "url": "",

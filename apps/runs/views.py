@@ -91,7 +91,7 @@ def new(request):
     status = 400 if request.method == "POST" else 200
     return render(request, "runs/new.html", {"form": form, "method": method, "methods": METHOD_NAMES,
                                              "presets": PRESETS, "preset": request.GET.get("preset", ""),
-                                             "clone": request.GET.get("clone", ""),
+                                             "clone": _clone_id(request) or "",
                                              "estimate": _estimate(form, method)},
                   status=status)
 
@@ -100,13 +100,20 @@ def _prefill(request) -> dict:
     """?preset=cpu-smoke or ?clone=<run id> (a run of the same method) fill the form."""
     if request.method != "GET":
         return {}
-    if request.GET.get("clone", "").isdigit():
-        source = Run.objects.filter(pk=int(request.GET["clone"])).first()
+    clone = _clone_id(request)
+    if clone is not None:
+        source = Run.objects.filter(pk=clone).first()
         if source is None:
-            messages.error(request, f"No run {request.GET['clone']} to clone.")
+            messages.error(request, f"No run {clone} to clone.")
             return {}
         return clone_prefill(source)
     return preset_prefill(request.GET.get("preset", ""))
+
+
+def _clone_id(request) -> int | None:
+    """?clone=<run id> as a number (ASCII digits only: "²" is a digit to str.isdigit, not to int)."""
+    raw = request.GET.get("clone", "")
+    return int(raw) if raw.isascii() and raw.isdigit() else None
 
 
 def _estimate(form: LaunchForm, method: str) -> dict:

@@ -31,6 +31,7 @@ from rq import Worker
 from rq.job import Job
 
 from apps.jobs.processes import descendants, die_with_parent
+from apps.jobs.waiting import describe_job
 
 log = logging.getLogger("selfplay.workers")
 
@@ -188,7 +189,7 @@ def _job_summary(connection, job_id: str | None) -> dict | None:
     except Exception:
         return {"id": job_id, "description": "(job gone)", "run_id": None, "eval_id": None, "crossplay_id": None}
     func, arg = job.func_name, (job.args[0] if job.args else None)
-    return {"id": job_id, "description": job.description,
+    return {"id": job_id, "description": describe_job(job),  # "evaluation 98", not the function's path
             "run_id": arg if func.endswith("execute_run") else None,
             "eval_id": arg if func.endswith("execute_eval") else None,
             "crossplay_id": arg if func.endswith("execute_crossplay") else None}
@@ -236,5 +237,6 @@ def workers_overview() -> dict:
             "last_heartbeat": worker.last_heartbeat,
             "job": job,
         })
-    queues = [{"name": name, "queued": django_rq.get_queue(name).count} for name in ("gpu", "cpu", "short", "default")]
+    queues = [{"name": name, "queued": django_rq.get_queue(name).count}
+              for name in ("gpu", "cpu", "short", "evals", "default")]
     return {"workers": sorted(workers, key=lambda w: w["name"]), "queues": queues}

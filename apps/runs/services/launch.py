@@ -138,7 +138,7 @@ def _corpus(method: str, corpus, problems: list):
         return corpus
     text = str(corpus).strip()
     found = Corpus.objects.filter(name=text).first()
-    if found is None and text.isdigit():
+    if found is None and text.isdecimal():
         found = Corpus.objects.filter(pk=int(text)).first()
     if found is None:
         names = ", ".join(Corpus.objects.values_list("name", flat=True)[:10]) or "none yet: create one at /corpora/"

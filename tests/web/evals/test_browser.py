@@ -83,12 +83,14 @@ def test_compare_chart_heatmap_and_run_panel(roles, researcher, server, tmp_path
         _shot(page, "crossplay")
 
         page.goto(f"{server}/runs/{run.pk}/")
+        page.wait_for_selector("#eval-estimate .eval-estimate")  # the estimate line loads into its own place
+        assert "10 items" in page.inner_text("#eval-estimate") and page.input_value("#eval-limit") == "10"
         page.select_option("#eval-target", f"ckpt:{ckpt.pk}")
         page.select_option("#eval-benchmarks", ["gsm8k"])
         page.fill("#eval-limit", "5")
         page.click("#eval-launch button[type=submit]")
         page.wait_for_selector("#eval-notice", timeout=90_000)
-        assert "queued on the CPU (queue short" in page.locator("#eval-notice").inner_text()
+        assert "queued on the CPU (queue evals" in page.locator("#eval-notice").inner_text()
         assert page.locator("#run-evals tbody tr").count() == 3  # the two finished ones and the new one
         page.locator("#evals-panel").screenshot(path=os.path.join(os.environ["SELFPLAY_SCREENSHOTS"],
                                                                   "evals-run-panel.png")) \
@@ -99,3 +101,64 @@ def test_compare_chart_heatmap_and_run_panel(roles, researcher, server, tmp_path
         browser.close()
     job = EvalJob.objects.get(checkpoint=ckpt)
     assert (job.limit, job.status, job.owner_id) == (5, "queued", researcher.pk)
+
+
+def test_a_running_evaluation_is_cancelled_from_its_page(roles, researcher, server, data_dir, tiny_model_dir,  # noqa: F811
+                                                         run_env, monkeypatch):
+    """A real evaluation computes in a worker thread of this process; the researcher presses Cancel on its
+    page (the real server records it); the job stops before its next item, and the page then shows the
+    score of the items it answered."""
+    import io
+    import json
+    import threading
+    import time
+
+    from django.db import connection
+
+    from apps.evals import benchmarks as bench_service
+    from apps.evals.jobs import execute_eval
+    from apps.evals.launch import launch_eval
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    items = "".join(json.dumps({"question": f"What is {a} + 1?", "answer": a + 1}) + "\n" for a in range(1000))
+    bench_service.upload("arith1000", io.BytesIO(items.encode()), "math")
+    job = launch_eval(benchmarks=["arith1000"], model="base:tiny", max_new_tokens=8, user=researcher, queue="cpu",
+                      limit=1000, enqueue_job=False)
+    outcome = {}
+
+    def work():
+        try:
+            outcome["line"] = execute_eval(job.pk)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    deadline = time.monotonic() + 120
+    while EvalJob.objects.get(pk=job.pk).done < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cookie = _session_cookie(researcher, server)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        context = browser.new_context()
+        context.add_cookies([cookie])
+        page = context.new_page()
+        page.goto(f"{server}/evals/jobs/{job.pk}/")
+        assert page.inner_text("#eval-status .badge") == "running"
+        with page.expect_navigation():
+            page.click("#eval-cancel")
+        assert f"Evaluation {job.pk} cancelled. It stops before its next item" in page.inner_text(".messages")
+        assert page.inner_text("#eval-status .badge") == "cancelled"
+        worker.join(timeout=120)
+        api = page.request.get(f"{server}/api/v1/evals/{job.pk}/").json()
+        assert api["status"] == "cancelled" and 1 <= api["done"] < 1000
+        [result] = api["results"]
+        assert result["n"] == api["done"] and result["score"] is not None
+        page.reload()
+        assert f"of the {api['done']} answered before the cancel" in page.inner_text("#eval-results")
+        _shot(page, "cancelled")
+        browser.close()
+    assert outcome["line"] == f"eval {job.pk} cancelled"

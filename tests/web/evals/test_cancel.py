@@ -1,5 +1,6 @@
-"""A queued evaluation can be cancelled, from its page and through the API (issue 20): its RQ job
-then finds nothing to claim on a real worker; a running or ended one is refused with the reason."""
+"""An evaluation can be cancelled, from its page and through the API: a queued one's RQ job then finds
+nothing to claim on a real worker; a running one stops at its next item and keeps what it scored; an
+ended one is refused with the reason."""
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,7 @@ from tests.web.runs.conftest import burst
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def queued_eval(owner, queue: str = "short") -> EvalJob:
+def queued_eval(owner, queue: str = "evals") -> EvalJob:
     """A queued evaluation of the base model with its real job on ``queue``."""
     job = EvalJob.objects.create(model_spec="base:smollm2-135m-instruct", label="base", owner=owner, queue=queue,
                                  limit=1)
@@ -31,13 +32,13 @@ def test_the_api_cancels_a_queued_evaluation_and_its_job_does_nothing(roles, res
     response = _api(researcher).post(f"/api/v1/evals/{job.pk}/cancel/")
     assert response.status_code == 200, response.json()
     assert response.json()["status"] == "cancelled"
-    burst("short")  # a worker that still finds the job claims nothing
+    burst("evals")  # a worker that still finds the job claims nothing
     job.refresh_from_db()
     assert job.status == "cancelled" and job.started_at is None
     assert job.error == "cancelled by rita before it started"
     again = _api(researcher).post(f"/api/v1/evals/{job.pk}/cancel/")
     assert again.status_code == 409
-    assert "it is cancelled; only a queued evaluation can be cancelled" in again.json()["error"]
+    assert "it is cancelled; only a queued or running evaluation can be cancelled" in again.json()["error"]
 
 
 def test_only_its_launcher_or_an_admin_may_cancel(roles, researcher, reader, admin_user):
@@ -49,12 +50,52 @@ def test_only_its_launcher_or_an_admin_may_cancel(roles, researcher, reader, adm
     assert _api(admin_user).post(f"/api/v1/evals/{job.pk}/cancel/").status_code == 200
 
 
-def test_a_running_evaluation_is_not_cancelled(roles, researcher):
-    job = queued_eval(researcher)
-    assert job.claim("worker-1")
+def test_a_running_evaluation_stops_at_the_next_item_and_keeps_what_it_scored(roles, researcher, data_dir,
+                                                                              tiny_model_dir, run_env):  # noqa: ARG001
+    """A real evaluation (the tiny model, 30 items one at a time on the CPU queue) runs in a worker thread;
+    cancelled once it has answered an item, it stops before the next one: the answered items keep
+    their samples and a score, marked incomplete, and the job ends cancelled (not finished)."""
+    import io
+    import json
+    import threading
+    import time
+
+    from django.db import connection
+
+    from apps.evals import benchmarks as bench_service
+    from apps.evals.jobs import execute_eval
+    from apps.evals.launch import launch_eval
+    from apps.evals.models import EvalResult
+
+    items = "".join(json.dumps({"question": f"What is {a} + 1?", "answer": a + 1}) + "\n" for a in range(30))
+    bench_service.upload("arith30", io.BytesIO(items.encode()), "math")
+    job = launch_eval(benchmarks=["arith30"], model="base:tiny", max_new_tokens=4, user=researcher,
+                      queue="cpu", limit=30, enqueue_job=False)
+    outcome = {}
+
+    def work():
+        try:
+            outcome["line"] = execute_eval(job.pk)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    deadline = time.monotonic() + 120
+    while EvalJob.objects.get(pk=job.pk).done < 1 and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
     response = _api(researcher).post(f"/api/v1/evals/{job.pk}/cancel/")
-    assert response.status_code == 409
-    assert "it is running and finishes on its own" in response.json()["error"]
+    assert response.status_code == 200, response.json()
+    worker.join(timeout=120)
+    job.refresh_from_db()
+    assert outcome["line"] == f"eval {job.pk} cancelled"
+    assert job.status == "cancelled" and "while running" in job.error
+    assert 1 <= job.done < 30  # stopped at an item, far from the end
+    result = EvalResult.objects.get(job=job)
+    assert result.n == job.done == result.samples.count() and not result.complete
+    assert result.score is not None  # the answered items are scored
+    again = _api(researcher).post(f"/api/v1/evals/{job.pk}/cancel/")
+    assert again.status_code == 409 and "only a queued or running evaluation" in again.json()["error"]
 
 
 def test_the_page_shows_cancel_for_a_queued_evaluation_only(roles, researcher, reader, client):

@@ -59,8 +59,8 @@ def test_an_eval_job_on_a_checkpoint_writes_results_with_intervals(queued, run_w
     ckpt = run_with_checkpoints.checkpoints.get(step=2)
     job = launch_eval(benchmarks=["arith", "aime2025"], checkpoint=ckpt.pk, limit=3, max_new_tokens=6,
                       user=researcher, queue="cpu")
-    assert (job.status, job.step, job.run_id, job.queue) == ("queued", 2, run_with_checkpoints.pk, "short")
-    burst("short")  # a real RQ worker of the short jobs runs it (an evaluation on the CPU never waits behind a run)
+    assert (job.status, job.step, job.run_id, job.queue) == ("queued", 2, run_with_checkpoints.pk, "evals")
+    burst("evals")  # a real RQ worker of the evaluations runs it (an evaluation on the CPU never waits behind a run)
     job.refresh_from_db()
     assert job.status == "finished", job.error
     assert (job.done, job.total) == (6, 6)
@@ -117,9 +117,9 @@ def test_runs_evaluate_every_nth_checkpoint_automatically(queued, run_env, resea
     config = {**config, "eval": {"every_checkpoints": 2, "benchmarks": ["arith"], "limit": 2, "max_new_tokens": 4},
               "checkpoint": {"every": 1, "keep_last": 4}}
     run = launch("grpo", model, None, config=config, user=researcher, queue="cpu")
-    burst("cpu")  # the run; the evaluations its checkpoints queued go to short, not behind it
-    assert EvalJob.objects.filter(run=run, status="queued", queue="short").count() == 2
-    burst("short")
+    burst("cpu")  # the run; the evaluations its checkpoints queued go to evals, not behind it
+    assert EvalJob.objects.filter(run=run, status="queued", queue="evals").count() == 2
+    burst("evals")
     run.refresh_from_db()
     assert run.status == "finished", run.error
     jobs = list(EvalJob.objects.filter(run=run).order_by("step"))
@@ -193,7 +193,7 @@ def test_the_crossplay_job_fills_the_matrix(queued, researcher, tiny_model_dir, 
     job = launch_crossplay(run, [c.pk for c in reversed(ckpts)], n_tasks=2, answers_per_task=2, temperature=0.0,
                            queue="cpu")
     assert job.matrix == [[None, None], [None, None]] and job.steps == [10, 20]
-    burst("short")
+    burst("evals")
     job.refresh_from_db()
     assert job.status == "finished", job.error
     assert [len(t["tasks"]) for t in job.tasks] == [2, 2]

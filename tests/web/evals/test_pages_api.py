@@ -151,10 +151,10 @@ def test_the_run_page_shows_the_panel_and_launches_with_htmx(transactional_db, r
     ckpt = run.checkpoints.get()
     response = client.post("/evals/launch/", {"run": run.pk, "target": f"ckpt:{ckpt.pk}", "benchmarks": ["gsm8k"],
                                               "limit": "3", "queue": "cpu"}, HTTP_HX_REQUEST="true")
-    assert response.status_code == 200 and "queued on the CPU (queue short" in response.content.decode()
+    assert response.status_code == 200 and "queued on the CPU (queue evals" in response.content.decode()
     job = EvalJob.objects.get()
-    assert (job.checkpoint, job.step, job.limit, job.queue) == (ckpt, 5, 3, "short")
-    assert django_rq.get_queue("short").job_ids == [job.job_id]  # queued in Redis for a worker
+    assert (job.checkpoint, job.step, job.limit, job.queue) == (ckpt, 5, 3, "evals")
+    assert django_rq.get_queue("evals").job_ids == [job.job_id]  # queued in Redis for a worker
     response = client.post("/evals/launch/", {"run": run.pk, "target": "ckpt:424242", "benchmarks": ["gsm8k"]},
                            HTTP_HX_REQUEST="true")
     assert 'id="eval-error"' in response.content.decode() and "no checkpoint" in response.content.decode()
@@ -216,3 +216,33 @@ def test_the_crossplay_page_draws_a_heatmap(reader, run, client):
     assert 'id="crossplay-heatmap"' in html and "0.750" in html and 'type: "heatmap"' in html
     assert api(reader).get(f"/api/v1/evals/crossplay/{job.pk}/").json()["matrix"] == [[0.5, 0.75], [0.25, None]]
     assert api(reader).get(f"/api/v1/runs/{run.pk}/crossplay/").json()["results"][0]["cells_done"] == 3
+
+
+def test_a_cpu_evaluation_defaults_to_a_few_items_with_an_estimate_before_launch(db, researcher, client, data_dir):
+    """No limit on the CPU means 10 items (a GPU keeps the whole benchmark); the form's estimate line says
+    items x tokens, and a time once an evaluation on that queue has finished (scaled by max_new_tokens)."""
+    from django.utils import timezone
+
+    from apps.evals import benchmarks as bench_service
+    from apps.evals.launch import launch_eval
+    from apps.evals.models import Benchmark, EvalJob, EvalResult
+
+    bench_service.ensure_builtins()
+    job = launch_eval(benchmarks=["gsm8k"], model="base:smollm2-135m-instruct", queue="cpu", enqueue_job=False)
+    assert (job.queue, job.limit) == ("evals", 10)
+    assert launch_eval(benchmarks=["gsm8k"], model="base:smollm2-135m-instruct", queue="gpu",
+                       enqueue_job=False).limit is None
+
+    client.force_login(researcher)
+    text = client.get("/evals/estimate/?queue=cpu&benchmarks=gsm8k&max_new_tokens=512").content.decode()
+    assert "10 items, at most 5,120 generated tokens" in text and "no finished evaluation on evals yet" in text
+    done = EvalJob.objects.create(model_spec="base:smollm2-135m-instruct", queue="evals", status="finished",
+                                  done=4, total=4, max_new_tokens=256, finished_at=timezone.now())
+    EvalResult.objects.create(job=done, benchmark=Benchmark.objects.get(name="gsm8k"), scoring="math", n=4,
+                              correct=1, score=0.25, seconds=40.0, complete=True)
+    text = client.get("/evals/estimate/?queue=cpu&benchmarks=gsm8k&limit=3&max_new_tokens=512").content.decode()
+    # 10 s an item at 256 tokens -> 20 s at 512, for 3 items 60 s
+    assert "3 items, at most 1,536 generated tokens; 60 s on evals (20 s an item" in text
+    assert f"scaled from evaluation {done.pk}" in text
+    page = client.get("/evals/").content.decode()
+    assert 'id="base-limit"' in page and 'id="eval-estimate"' in page

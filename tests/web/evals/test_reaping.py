@@ -71,7 +71,7 @@ def test_an_eval_whose_worker_is_killed_is_failed_by_the_periodic_reaper(
     env.pop("DJANGO_SETTINGS_MODULE", None)
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
-        worker = subprocess.Popen([sys.executable, "manage.py", "rqworker", "short"], env=env, cwd=settings.BASE_DIR,
+        worker = subprocess.Popen([sys.executable, "manage.py", "rqworker", "evals"], env=env, cwd=settings.BASE_DIR,
                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         def answering() -> bool:

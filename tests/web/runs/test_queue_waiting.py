@@ -100,8 +100,8 @@ def test_a_queued_evaluation_and_a_queued_ingestion_say_what_they_wait_for(roles
     from apps.corpora.models import Corpus
     from tests.web.evals.test_cancel import queued_eval
 
-    job = queued_eval(researcher, queue="short")
-    expected = "no live worker serves short: start one with `python manage.py rqworker short`"
+    job = queued_eval(researcher, queue="evals")
+    expected = "no live worker serves evals: start one with `python manage.py rqworker evals`"
     client.force_login(researcher)
     assert expected in client.get(f"/evals/jobs/{job.pk}/").content.decode()
     assert _api(researcher).get(f"/api/v1/evals/{job.pk}/").json()["waiting_for"] == expected
@@ -111,7 +111,10 @@ def test_a_queued_evaluation_and_a_queued_ingestion_say_what_they_wait_for(roles
                                    {"file": SimpleUploadedFile("owls.txt", b"Owls hunt at night.\n")},
                                    format="multipart")
     assert upload.status_code == 202, upload.content
-    assert django_rq.get_queue("short").count == 2 and django_rq.get_queue("cpu").count == 0
+    # the upload waits for no evaluation: it has the short queue to itself
+    assert django_rq.get_queue("short").count == 1 and django_rq.get_queue("evals").count == 1
+    assert django_rq.get_queue("cpu").count == 0
+    expected = "no live worker serves short: start one with `python manage.py rqworker short`"
     assert _api(admin_user).get(f"/api/v1/corpora/{corpus.pk}/").json()["progress"]["waiting_for"] == expected
     client.force_login(admin_user)
     page = client.get(f"/corpora/{corpus.pk}/").content.decode()

@@ -28,7 +28,7 @@ def test_a_live_worker_shows_its_queues_gpus_and_state(private_redis):
         (row,) = [w for w in overview["workers"] if w["name"] == worker.name]
         assert row["queues"] == ["cpu"]
         assert row["gpus"] == []  # this machine has no accelerator; a GPU host lists its cards
-        assert {q["name"] for q in overview["queues"]} == {"gpu", "cpu", "short", "default"}
+        assert {q["name"] for q in overview["queues"]} == {"gpu", "cpu", "short", "evals", "default"}
     finally:
         worker.register_death()
     assert all(w["name"] != worker.name for w in workers_overview()["workers"])
@@ -112,3 +112,17 @@ def test_the_page_shows_each_card_its_memory_utilisation_and_the_run_holding_it(
         assert 'hx-trigger="every 5s"' in partial and "<html" not in partial and "87% busy" in partial
     finally:
         worker.register_death()
+
+
+def test_a_busy_worker_names_its_job_by_what_it_is(private_redis):
+    """The workers page says "evaluation 98" or "ingestion of corpus 3", not apps.corpora.jobs.ingest_upload(3)."""
+    from apps.runs.workers import _job_summary
+
+    queue = django_rq.get_queue("short")
+    upload = queue.enqueue("apps.corpora.jobs.ingest_upload", 3, "/tmp/upload.txt", "upload.txt")
+    evaluation = django_rq.get_queue("evals").enqueue("apps.evals.jobs.execute_eval", 98)
+    reaper = django_rq.get_queue("default").enqueue("apps.jobs.reaper.reap_job")
+    assert _job_summary(queue.connection, upload.id)["description"] == "ingestion of corpus 3"
+    summary = _job_summary(queue.connection, evaluation.id)
+    assert summary["description"] == "evaluation 98" and summary["eval_id"] == 98
+    assert _job_summary(queue.connection, reaper.id)["description"] == "the reaper"
