@@ -174,6 +174,22 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       done
       cp $RUNS/$r/config.yaml $RUNS/$r/metrics.jsonl $keep/
       python3 benchmarks/gpu/learn_run.py eval --run $keep --bench $A/gsm8k_heldout.jsonl --scoring math ;;
+    gs|gsc|gm|gmc)  # issue 30: SPICE through the task gate (shipped defaults: consensus reader, guess probe, template
+                    # penalty, chance correction, -1/-0.5 penalties, thinking Challenger, 128-trajectory mini-batches),
+                    # Qwen2.5-Coder-1.5B, one run per GPU; gsc / gmc: the same config with --control random-reward
+      local corpus=$A/wiki.jsonl ctl=""
+      case $name in gm|gmc) corpus=$A/gsm8k_docs.jsonl ;; esac
+      case $name in gsc|gmc) ctl="--set train.control=random-reward" ;; esac
+      python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml --run $RUNS/$name --minutes $min \
+        --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} --set train.prompts_per_step=16 $SMALL \
+        --set spice.task_max_new_tokens=768 --set gate.consensus_max_new_tokens=384 --set checkpoint.every=0 \
+        --set model.name_or_path=$Q15 --set corpus.path=$corpus $ctl
+      echo "== $name trained; evaluating"
+      case $name in
+        gs|gsc) TASKS=64 spice_eval $RUNS/$name $Q15 ;;
+        gm|gmc) spice_eval $RUNS/$name $Q15 $A/gsm8k_docs_heldout.jsonl $A/gsm8k_heldout.jsonl gsm8k_heldout 0 64 ;;
+      esac
+      touch $RUNS/$name.done ;;
     speval15) spice_eval $RUNS/spice15 $Q15 ;;
     speval05) spice_eval $RUNS/spice05 $Q05 ;;
     sspeval15) ssp_cloze ssp15; python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 --bench $A/ssp_heldout.jsonl --judged ;;
@@ -184,12 +200,12 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15|tta0|ttav) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2) gpu=1 ;;
-    trl05|vllmb|ttatrl) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval) gpu=3 ;;
+    spice15|speval15|tta0|ttav|gs) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc) gpu=1 ;;
+    trl05|vllmb|ttatrl|gm) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   mkdir -p $LOGS/$name
-  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl)
+  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc)
     rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
@@ -225,7 +241,9 @@ for r in rows:
         last.update({f"{r['role'][:4]}/{k}": round(v, 3) for k, v in r.items()
                      if k in ("valid_rate", "accuracy", "pass_rate_mean", "reward_mean", "step_seconds", "rollout_seconds",
                               "update_seconds", "other_seconds", "overhead_ratio", "graph_captures",
-                              "graph_capture_seconds", "rollout_calls", "truncated_rate", "documents_dropped")})
+                              "graph_capture_seconds", "rollout_calls", "truncated_rate", "documents_dropped",
+                              "answer_share_max", "template_cluster_max", "guess_pass_rate", "consensus_rate",
+                              "optimizer_steps", "gate_guessable_rate", "gate_consensus_rate", "gate_copy_ratio_rate")})
 evals = [json.loads(l) for l in (run / "evals.jsonl").read_text().splitlines()] if (run / "evals.jsonl").exists() else []
 print(run.name, "steps", len(steps), json.dumps(last))
 for e in evals:
