@@ -165,6 +165,19 @@ def _slow_after_first_page(monkeypatch) -> list:
     return calls
 
 
+def _wait_for_a_page_query_in_flight(timeout: float = 10.0) -> None:
+    """Until another session of the test database runs the slowed page query (pg_sleep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                        "pid <> pg_backend_pid() AND state = 'active' AND query LIKE %s", ["%pg_sleep(20)%"])
+            if cur.fetchone()[0]:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"no page query in flight after {timeout} s")
+
+
 def test_closing_the_stream_or_setting_stop_ends_a_reader_in_a_page_query(filled_run, monkeypatch):
     """Outside ASGI (WSGI, manage.py export): closing the generator, or setting its stop event from
     another thread, ends the reader while its page query runs (cancelled), in well under its 20 s."""
@@ -173,7 +186,7 @@ def test_closing_the_stream_or_setting_stop_ends_a_reader_in_a_page_query(filled
     p = export.plan("attempts", filled_run, export.parse_filters("attempts", {}))
     chunks = export.stream(p, "jsonl")
     assert next(chunks) and len(_readers()) == 1
-    time.sleep(0.3)  # the reader is in its second page query now
+    _wait_for_a_page_query_in_flight()  # the reader is in its second page query now (seen in pg_stat_activity)
     began = time.monotonic()
     chunks.close()
     assert not _readers() and time.monotonic() - began < 2
