@@ -57,3 +57,12 @@ def can_control_run(user, run) -> bool:
     if not can(user, "launch_run"):
         return False
     return run.owner_id == user.id or can(user, "control_any_run")
+
+
+def run_refusal(user, run, what: str = "pause, resume or cancel it") -> str:
+    """Why ``can_control_run`` said no, told to this user: a role they lack, or a run that is not theirs (a researcher
+    who is not the owner needs no other role, and is not told so)."""
+    if not can(user, "launch_run"):
+        return denied_message("launch_run")
+    owner = getattr(run.owner, "username", None) or "nobody (launched from the command line)"
+    return f"Run {run.pk} belongs to {owner}: only its owner or an admin can {what}."

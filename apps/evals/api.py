@@ -248,7 +248,7 @@ def _queued(start) -> Response:
     try:
         job = start()
     except EvalLaunchError as exc:
-        return error_response(str(exc), fields=exc.as_dict())
+        return error_response(str(exc), exc.status, fields=exc.as_dict())
     except QueueUnavailable as exc:
         return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
     warning = no_worker_warning(job.queue)

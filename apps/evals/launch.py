@@ -19,7 +19,7 @@ from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
-from apps.accounts.roles import can, denied_message
+from apps.accounts.roles import can, can_control_run, denied_message, run_refusal
 from apps.corpora.models import Corpus
 from apps.evals.benchmarks import find
 from apps.evals.estimate import CPU_DEFAULT_LIMIT
@@ -36,9 +36,10 @@ MAX_CROSSPLAY_CHECKPOINTS = 8
 
 
 class EvalLaunchError(ValueError):
-    def __init__(self, message: str, field: str = ""):
+    def __init__(self, message: str, field: str = "", status: int = 400):
         super().__init__(message)
         self.field = field
+        self.status = status
 
     def as_dict(self) -> dict:
         return {self.field or "request": str(self)}
@@ -120,6 +121,7 @@ def launch_eval(*, benchmarks, model=None, checkpoint=None, run: Run | None = No
                 corpus=None, queue=None, max_new_tokens=512, user=None, auto: bool = False, web: bool = True,
                 enqueue_job: bool = True) -> EvalJob:
     spec, run, ckpt, step = _target(model, checkpoint, run, web)
+    _may_evaluate(user, run, "evaluate its checkpoints")
     try:
         found = find(benchmarks)
     except BenchmarkError as exc:
@@ -165,6 +167,7 @@ def _search_corpus(corpus, run: Run | None):
 
 def launch_crossplay(run: Run, checkpoints, *, n_tasks=8, answers_per_task=4, temperature=1.0, max_new_tokens=None,
                      seed=0, queue=None, user=None, enqueue_job: bool = True) -> CrossPlay:
+    _may_evaluate(user, run, "cross-play its checkpoints")
     if run.corpus_id is None:
         raise EvalLaunchError("cross-play writes tasks from the run's corpus documents; this run has no corpus",
                               "run")
@@ -195,6 +198,14 @@ def launch_crossplay(run: Run, checkpoints, *, n_tasks=8, answers_per_task=4, te
     return job
 
 
+def _may_evaluate(user, run: Run | None, what: str) -> None:
+    """A person evaluates (or cross-plays) a run's checkpoints only when the run is theirs or they are an admin: the
+    jobs hold the run's GPU queue and their results are shown on its page. (No user: the command line, or the
+    automatic evaluations a run's own config asks for.)"""
+    if run is not None and getattr(user, "is_authenticated", False) and not can_control_run(user, run):
+        raise EvalLaunchError(run_refusal(user, run, what), "run", status=403)
+
+
 class EvalCancelError(ValueError):
     """Why an evaluation cannot be cancelled; ``status`` is the HTTP status an API answers with."""
 
@@ -216,8 +227,8 @@ def cancel_eval(job: EvalJob, user) -> EvalJob:
     kept (an evaluation or a cross-play); EvalCancelError saying why not."""
     noun = "cross-play" if isinstance(job, CrossPlay) else "evaluation"
     if not can_cancel(user, job):
-        raise EvalCancelError(f"{denied_message('launch_run')} Only its launcher or an admin can cancel "
-                              f"{noun} {job.pk}.", 403)
+        role = f"{denied_message('launch_run')} " if not can(user, "launch_run") else ""  # a researcher lacks no role
+        raise EvalCancelError(f"{role}Only its launcher or an admin can cancel {noun} {job.pk}.", 403)
     if not job.cancel(user):
         raise EvalCancelError(f"Cannot cancel {noun} {job.pk}: it is {job.status}; only a queued or running "
                               f"{noun} can be cancelled.", 409)

@@ -170,7 +170,7 @@ def run_panel(request, run_id: int):
 @role_required("launch_run")
 def launch(request):
     post = request.POST
-    run = Run.objects.filter(pk=post.get("run")).first() if str(post.get("run", "")).isdigit() else None
+    run = Run.objects.filter(pk=post.get("run")).first() if str(post.get("run", "")).isdecimal() else None
     target = post.get("target") or ""
     checkpoint = target[5:] if target.startswith("ckpt:") else None
     model = target if target.startswith("base:") else None
@@ -205,7 +205,7 @@ def create_benchmark(request):
     post = request.POST
     try:
         if post.get("kind") == "heldout":
-            corpus = Corpus.objects.filter(pk=post.get("corpus")).first() if str(post.get("corpus", "")).isdigit() \
+            corpus = Corpus.objects.filter(pk=post.get("corpus")).first() if str(post.get("corpus", "")).isdecimal() \
                 else None
             if corpus is None:
                 raise BenchmarkError("choose the corpus to build the held-out questions from")
@@ -225,7 +225,7 @@ def create_benchmark(request):
 def _number(value, default: int, name: str) -> int:
     if value in (None, ""):
         return default
-    if not str(value).strip().isdigit():
+    if not str(value).strip().isdecimal():
         raise BenchmarkError(f"{name} must be a whole number, got {value!r}")
     return int(value)
 
@@ -236,12 +236,12 @@ def estimate_view(request):
     queue = CPU_EVAL_QUEUE if queue == "cpu" else queue
     names = request.GET.getlist("benchmarks")
     raw = (request.GET.get("limit") or "").strip()
-    limit = int(raw) if raw.isdigit() and int(raw) > 0 else default_limit(queue)
+    limit = int(raw) if raw.isdecimal() and int(raw) > 0 else default_limit(queue)
     sizes = [b.size or limit for b in Benchmark.objects.filter(name__in=names)] or [limit]
     items = sum(min(limit, size) for size in sizes)
     tokens = (request.GET.get("max_new_tokens") or "512").strip()
     target = request.GET.get("target") or ""
-    result = eval_estimate(queue, items, int(tokens) if tokens.isdigit() else 512,
+    result = eval_estimate(queue, items, int(tokens) if tokens.isdecimal() else 512,
                            target.removeprefix("base:") if target.startswith("base:") else "")
     return render(request, "evals/_estimate.html", {"estimate": result})
 
@@ -304,7 +304,7 @@ def compare(request):
     return render(request, "evals/compare.html", {
         "data": data, "error": error,
         "runs": evaluated, "benchmarks": Benchmark.objects.all(),
-        "chosen_runs": [int(r) for v in request.GET.getlist("run") for r in v.split(",") if r.strip().isdigit()],
+        "chosen_runs": [int(r) for v in request.GET.getlist("run") for r in v.split(",") if r.strip().isdecimal()],
         "chosen_benchmarks": [b for v in request.GET.getlist("benchmark") for b in v.split(",") if b.strip()],
     }, status=400 if error else 200)
 

@@ -21,7 +21,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from apps.accounts.roles import HasRole, can, can_control_run
+from apps.accounts.roles import HasRole, can, can_control_run, run_refusal
 from apps.api.errors import ERRORS, error_response
 from apps.review import agreement
 from apps.review.collapse import COLLAPSE_REASON
@@ -266,8 +266,7 @@ def harness_view(request, run_id: int):
         return error_response(run_harness.no_harness(run), status.HTTP_404_NOT_FOUND)
     if request.method == "POST":
         if not can_control_run(request.user, run):
-            return error_response("Only the run's owner (researcher role) or an admin can edit its harness.",
-                                  status.HTTP_403_FORBIDDEN)
+            return error_response(run_refusal(request.user, run, "edit its harness"), status.HTTP_403_FORBIDDEN)
         body = request.data if isinstance(request.data, dict) else {}
         if "harness" not in body:
             return error_response('send {"harness": {...}} with dimension_constraints, process_constraints and notes')

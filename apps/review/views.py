@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import ValidationError
 
-from apps.accounts.roles import can_control_run, role_required
+from apps.accounts.roles import can_control_run, role_required, run_refusal
 from apps.review import harness as run_harness
 from apps.review.api import FILTER_NAMES, VALID_VALUES, after, annotated, filtered
 from apps.review.context import item_context
@@ -128,7 +128,7 @@ def run_panel(request, run_id: int):
 def harness_edit(request, run_id: int):
     run = get_object_or_404(Run, pk=run_id)
     if not can_control_run(request.user, run):
-        raise PermissionDenied("Only the run's owner (researcher role) or an admin can edit its harness.")
+        raise PermissionDenied(run_refusal(request.user, run, "edit its harness"))
     text = request.POST.get("harness", "")
     error = ""
     try:

@@ -19,7 +19,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from apps.accounts.roles import HasRole, can, can_control_run
+from apps.accounts.roles import HasRole, can, can_control_run, denied_message, run_refusal
 from apps.api.errors import ERRORS, error_response
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.jobs.waiting import no_worker_warning, wait_reason
@@ -180,8 +180,7 @@ def run_detail(request, run_id: int):
 def run_action(request, run_id: int, action: str):
     run = get_object_or_404(Run, pk=run_id)
     if not can_control_run(request.user, run):
-        return error_response("Only the run's owner (researcher role) or an admin can control this run.",
-                              status.HTTP_403_FORBIDDEN)
+        return error_response(run_refusal(request.user, run), status.HTTP_403_FORBIDDEN)
     try:
         lifecycle.ACTIONS[action](run, request.user)
     except IllegalTransition as exc:

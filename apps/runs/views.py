@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
-from apps.accounts.roles import can, can_control_run, role_required
+from apps.accounts.roles import can, can_control_run, role_required, run_refusal
 from apps.episodes.models import Attempt, Task
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.jobs.waiting import no_worker_warning
@@ -174,7 +174,7 @@ def control(request, run_id: int, action: str):
     """pause / resume / cancel; answers htmx with the refreshed status+controls block."""
     run = get_object_or_404(Run, pk=run_id)
     if not can_control_run(request.user, run):
-        raise PermissionDenied("Only the run's owner (researcher role) or an admin can control this run.")
+        raise PermissionDenied(run_refusal(request.user, run))
     error = ""
     try:
         lifecycle.ACTIONS[action](run, request.user)
