@@ -22,14 +22,18 @@ from selfplay_web.routing import websocket_urlpatterns  # noqa: E402
 class StaticFiles(ASGIStaticFilesHandler):
     """/static/ from the app's own files. A path that tries to leave the static folders
     (``/static/../secret_key``) gets Django's 400 instead of an unhandled error (a 500); the
-    files carry nosniff like every page (they skip the middleware)."""
+    files carry nosniff, X-Frame-Options and Referrer-Policy like every page (they skip the middleware)."""
 
     async def get_response_async(self, request):
         try:
             response = await super().get_response_async(request)
         except SuspiciousOperation as exc:
             return await sync_to_async(response_for_exception, thread_sensitive=False)(request, exc)
+        from django.conf import settings
+
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("X-Frame-Options", settings.X_FRAME_OPTIONS)
+        response.headers.setdefault("Referrer-Policy", settings.SECURE_REFERRER_POLICY)
         return response
 
 

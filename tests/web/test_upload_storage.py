@@ -106,5 +106,7 @@ async def test_no_url_serves_the_data_directory():
             assert status in (302, 400, 404), (path, status)
         status, headers = await _asgi_get("/static/vendor/htmx.min.js")
         assert status == 200 and headers[b"x-content-type-options"] == b"nosniff"
+        # the same headers as every page (docs/SECURITY.md says so)
+        assert headers[b"x-frame-options"] == b"DENY" and headers[b"referrer-policy"] == b"same-origin"
     finally:
         (upload_dir() / "probe.txt").unlink()
