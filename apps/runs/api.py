@@ -47,6 +47,9 @@ def run_dict(run: Run, full: bool = True) -> dict:
         # what a queued run waits for ("2nd in line on cpu, behind run 1 on the only cpu worker")
         "waiting_for": (wait_reason(run.job_id, run.queue) or None) if run.status == "queued" else None,
         "control_of": run.control_of_id,
+        "name": run.name, "tags": run.tags or [], "notes": run.notes,
+        # finished before total_steps because train.time_limit_minutes ran out (current_step says where)
+        "stopped_at_time_limit": run.time_limited,
     }
     if full:
         out.update({"worker": run.worker_name or None, "job_id": run.job_id or None, "run_dir": run.run_dir,
@@ -72,6 +75,10 @@ _RUN_FIELDS = {
     "heartbeat_at": serializers.DateTimeField(allow_null=True), "error": serializers.CharField(allow_null=True),
     "waiting_for": serializers.CharField(allow_null=True, help_text="what a queued run waits for"),
     "control_of": serializers.IntegerField(allow_null=True, help_text="the run this one is a control of"),
+    "name": serializers.CharField(), "tags": serializers.ListField(child=serializers.CharField()),
+    "notes": serializers.CharField(),
+    "stopped_at_time_limit": serializers.BooleanField(help_text="finished before total_steps: train.time_limit_minutes "
+                                                      "ran out (current_step is the step it reached)"),
 }
 _FULL_FIELDS = {
     **_RUN_FIELDS, "worker": serializers.CharField(allow_null=True), "job_id": serializers.CharField(allow_null=True),
@@ -164,12 +171,32 @@ def _launch(request):
                     status=status.HTTP_201_CREATED)
 
 
-@extend_schema(operation_id="runs_detail", summary="One run", responses={200: RUN_FULL, **ERRORS})
-@api_view(["GET"])
+DESCRIBE_BODY = inline_serializer("RunDescription", {
+    "name": serializers.CharField(required=False, help_text="What the run is, in a few words"),
+    "tags": serializers.ListField(child=serializers.CharField(), required=False),
+    "notes": serializers.CharField(required=False, help_text="What it was and what it showed"),
+})
+
+
+@extend_schema(operation_id="runs_detail", summary="One run; PATCH sets its name, tags and notes (researchers)",
+               request=DESCRIBE_BODY, responses={200: RUN_FULL, **ERRORS})
+@api_view(["GET", "PATCH"])
 @permission_classes([IsAuthenticated])
 def run_detail(request, run_id: int):
     lifecycle.reap_stale_runs()
     run = get_object_or_404(with_last_reward(Run.objects.select_related("owner", "corpus")), pk=run_id)
+    if request.method == "PATCH":
+        if not can(request.user, "launch_run"):
+            return error_response(denied_message("launch_run") + " Naming and noting runs is for researchers.",
+                                  status.HTTP_403_FORBIDDEN)
+        body = request.data if isinstance(request.data, dict) else None
+        if body is None or not body or set(body) - {"name", "tags", "notes"}:
+            return error_response('send a JSON object with name, tags and/or notes, e.g. {"name": "GRPO lr 1e-6", '
+                                  '"tags": ["baseline"], "notes": "..."}')
+        try:
+            run.describe(body.get("name"), body.get("tags"), body.get("notes"))
+        except ValueError as exc:
+            return error_response(str(exc))
     return Response(run_dict(run))
 
 

@@ -3,7 +3,8 @@
 A folder written by ``python -m trainer run CONFIG --out DIR`` (its files and the evaluation
 files scripts add: trainer/runfolder.py) becomes a finished ``Run`` marked imported
 (``imported_from`` = the folder's absolute path) with the method, model and full config of its
-config.yaml. Its rows are those a live run of this site has:
+config.yaml, named after the folder and with the folder's notes.md (if any) as its notes. Its rows are
+those a live run of this site has:
 
 - metrics.jsonl and samples.jsonl go through the ``DjangoSink`` that stores a live run's reports
   (the same upserts into Metric and Task / Attempt / Rubric / Grade / RunEvent), with ``live=False``:
@@ -111,6 +112,18 @@ def _config(folder: Path):
         raise RunFolderError(f"config.yaml cannot be read ({exc})") from None
 
 
+NOTES_MAX = 20000
+
+
+def _notes(folder: Path) -> str:
+    """The folder's notes.md (what the run was and what it showed), or ""."""
+    path = folder / "notes.md"
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()[:NOTES_MAX] if path.is_file() else ""
+    except OSError:
+        return ""
+
+
 def _import(folder: Path, cfg, user) -> ImportSummary:
     own = Run.objects.filter(run_dir=str(folder), imported_from="").first()
     if own is not None:
@@ -124,11 +137,14 @@ def _import(folder: Path, cfg, user) -> ImportSummary:
               "corpus_name": Path(cfg.corpus.path).name[:200] if cfg.corpus.path else ""}
     run = Run.objects.select_for_update().filter(imported_from=str(folder)).first()
     created = run is None
+    described = {"name": folder.name[:200], "notes": _notes(folder)}  # a researcher's later edits are kept
     if created:
         run = Run.objects.create(imported_from=str(folder),
-                                 owner=user if getattr(user, "is_authenticated", False) else None, **fields)
+                                 owner=user if getattr(user, "is_authenticated", False) else None,
+                                 **fields, **described)
     else:
-        Run.objects.filter(pk=run.pk).update(**fields)
+        Run.objects.filter(pk=run.pk).update(**fields, **{k: v for k, v in described.items()
+                                                          if v and not getattr(run, k)})
     summary = ImportSummary(run=run, created=created)
 
     sink = DjangoSink(run, flush_seconds=math.inf, max_buffer=2000, live=False)

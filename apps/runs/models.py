@@ -91,6 +91,10 @@ class Run(JobRow):
     imported_from = models.CharField(max_length=1000, blank=True,
                                      help_text="The run folder it was loaded from (manage.py import_run); "
                                                "empty for a run of this site.")
+    name = models.CharField(max_length=200, blank=True, help_text="What the run is, in a few words (lists, titles, "
+                                                                  "charts); an imported run's folder name.")
+    tags = models.JSONField(default=list, blank=True, help_text="Short labels to filter runs by.")
+    notes = models.TextField(blank=True, help_text="What it was and what it showed (an imported folder's notes.md).")
     control_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="controls",
         help_text="The run this one is a control of (the same config with train.control set, launched with it).")
@@ -119,9 +123,49 @@ class Run(JobRow):
 
     @property
     def label(self) -> str:
-        """How charts name the run: "run 10", or for an imported run "run 10 (<folder name>)" - runs imported from
-        examples/runs/ (ours and TRL's on one model) are told apart by their folders."""
+        """How charts name the run: "run 10 · <name>", else for an imported run "run 10 (<folder name>)" - runs
+        imported from examples/runs/ (ours and TRL's on one model) are told apart by their folders - else "run 10"."""
+        if self.name:
+            return f"run {self.pk} · {self.name}"
         return f"run {self.pk} ({self.imported_name})" if self.imported_name else f"run {self.pk}"
+
+    @property
+    def time_limited(self) -> bool:
+        """Finished before its last step because ``train.time_limit_minutes`` ran out (status stays finished:
+        the trainer ended it cleanly, with a checkpoint it can resume from)."""
+        limit = ((self.config or {}).get("train") or {}).get("time_limit_minutes") or 0
+        return (self.status == Status.FINISHED and bool(limit) and 0 < self.total_steps
+                and self.current_step < self.total_steps)
+
+    @property
+    def status_label(self) -> str:
+        """The status as lists and titles show it: "stopped at its time limit" for a time-limited finish."""
+        return "stopped at its time limit" if self.time_limited else self.status
+
+    def describe(self, name=None, tags=None, notes=None) -> None:
+        """Set the name, tags and notes (None leaves one as it is); ValueError names a bad one."""
+        fields = {}
+        if name is not None:
+            if not isinstance(name, str) or len(name.strip()) > 200:
+                raise ValueError("name: text of at most 200 characters")
+            fields["name"] = name.strip()
+        if tags is not None:
+            if isinstance(tags, str):
+                tags = [t for t in tags.replace(";", ",").split(",")]
+            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                raise ValueError('tags: a list of short labels, e.g. ["baseline", "lr-sweep"] (or "baseline, lr-sweep")')
+            clean = list(dict.fromkeys(t.strip().lower() for t in tags if t.strip()))
+            if len(clean) > 20 or any(len(t) > 40 for t in clean):
+                raise ValueError("tags: at most 20, each at most 40 characters")
+            fields["tags"] = clean
+        if notes is not None:
+            if not isinstance(notes, str) or len(notes) > 20000:
+                raise ValueError("notes: text of at most 20,000 characters")
+            fields["notes"] = notes.strip()
+        if fields:
+            Run.objects.filter(pk=self.pk).update(**fields)
+            for key, value in fields.items():
+                setattr(self, key, value)
 
     @property
     def settings_summary(self) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, Subquery, Value, When
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.debug import sensitive_post_parameters
@@ -22,7 +22,7 @@ from apps.runs import samples as run_samples
 from apps.runs import trajectory as run_trajectory
 from apps.runs.forms import PRESETS, SECRET_FIELDS, LaunchForm, clone_prefill, field_name, preset_prefill, typed
 from apps.runs.live import current_progress
-from apps.runs.models import IllegalTransition, Metric, Run
+from apps.runs.models import ACTIVE, IllegalTransition, Metric, Run, Status
 from apps.runs.services import lifecycle
 from apps.runs.services.estimate import estimate
 from apps.runs.services.launch import LaunchError, launch, validate
@@ -56,10 +56,55 @@ def with_last_reward(qs):
     return qs.annotate(last_reward=Subquery(newest))
 
 
+RUN_SORTS = {"live": "live runs first, then newest", "newest": "newest first", "oldest": "oldest first",
+             "name": "by name", "method": "by method"}
+
+
 def index(request):
+    """Every run, filtered by method / status / tag / model, live runs (running, queued, paused) first."""
     lifecycle.reap_stale_runs()
-    runs = with_last_reward(Run.objects.select_related("owner", "corpus"))[:200]
-    return render(request, "runs/index.html", {"runs": runs, "can_launch": can(request.user, "launch_run")})
+    qs = Run.objects.select_related("owner", "corpus")
+    chosen = {k: (request.GET.get(k) or "").strip() for k in ("method", "status", "tag", "model", "q")}
+    sort = request.GET.get("sort") if request.GET.get("sort") in RUN_SORTS else "live"
+    if chosen["method"]:
+        qs = qs.filter(method=chosen["method"])
+    if chosen["status"] == "time-limit":
+        qs = qs.filter(status=Status.FINISHED, config__train__time_limit_minutes__gt=0,
+                       current_step__lt=F("total_steps"))
+    elif chosen["status"]:
+        qs = qs.filter(status=chosen["status"])
+    if chosen["tag"]:
+        qs = qs.filter(tags__contains=[chosen["tag"].lower()])
+    if chosen["model"]:
+        qs = qs.filter(model_name=chosen["model"])
+    if chosen["q"]:
+        qs = qs.filter(Q(name__icontains=chosen["q"]) | Q(notes__icontains=chosen["q"]))
+    live = Case(When(status__in=ACTIVE, then=Value(0)), default=Value(1), output_field=IntegerField())
+    order = {"live": (live, "-created_at", "-id"), "newest": ("-created_at", "-id"), "oldest": ("created_at", "id"),
+             "name": ("name", "-id"), "method": ("method", "-created_at")}[sort]
+    runs = with_last_reward(qs.order_by(*order))[:200]
+    every = Run.objects.all()
+    return render(request, "runs/index.html", {
+        "runs": runs, "can_launch": can(request.user, "launch_run"), "chosen": chosen, "sort": sort,
+        "sorts": RUN_SORTS.items(), "statuses": [*Status.values, "time-limit"],
+        "methods": sorted(set(every.values_list("method", flat=True))),
+        "models": sorted(set(every.values_list("model_name", flat=True)))[:100],
+        "all_tags": sorted({t for tags in every.exclude(tags=[]).values_list("tags", flat=True) for t in tags or []}),
+        "filtered": any(chosen.values())})
+
+
+@require_POST
+@role_required("launch_run")
+def describe(request, run_id: int):
+    """Name, tags and notes of a run (researchers)."""
+    run = get_object_or_404(Run, pk=run_id)
+    try:
+        run.describe(request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("notes", ""))
+    except ValueError as exc:
+        messages.error(request, f"Not saved: {exc}.")
+    else:
+        messages.success(request, f"Run {run.pk} described.")
+    return redirect("runs:detail", run_id=run.pk)
 
 
 @sensitive_post_parameters(*SECRET_FIELDS)  # error reports never show a typed-in API key
@@ -153,6 +198,7 @@ def detail(request, run_id: int):
     return render(request, "runs/detail.html", {
         "run": run,
         "can_control": can_control_run(request.user, run),
+        "can_describe": can(request.user, "launch_run"),
         "events": run.events.all()[:50],
         **_latest_samples(run),
         "latest_groups": run_metrics.by_role(run_metrics.latest_values(run), curves),

@@ -397,3 +397,16 @@ def test_the_shipped_example_runs_import_and_show_their_evaluations(db, example,
         assert ('id="run-crossplay-heatmap"' in html) == (example / "crossplay.json").is_file()
         assert {(step, s["benchmark"]): score for s in series for step, score in zip(s["steps"], s["scores"])} \
             == latest
+
+
+def test_an_imported_run_is_named_after_its_folder_with_its_notes_md(db, folder):
+    (folder / "notes.md").write_text("GRPO on arithmetic, 3 steps.\n\nShowed: nothing learned at this size.\n")
+    _import(folder)
+    run = Run.objects.get()
+    assert run.name == folder.name and run.notes.startswith("GRPO on arithmetic, 3 steps.")
+    assert run.label == f"run {run.pk} · {folder.name}"
+    run.describe(name="tiny arithmetic GRPO", tags=["smoke"])
+    (folder / "notes.md").write_text("rewritten")
+    _import(folder)  # a second import keeps what a researcher wrote
+    run.refresh_from_db()
+    assert (run.name, run.tags, run.notes.startswith("GRPO on arithmetic")) == ("tiny arithmetic GRPO", ["smoke"], True)

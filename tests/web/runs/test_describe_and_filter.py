@@ -1,0 +1,75 @@
+"""Runs that say what they are: a name, tags and notes (API and page, researchers only), shown in the
+list and the title; /runs/ filtered by method, status, tag and model with live runs first; a run
+finished by train.time_limit_minutes before its last step says so."""
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from apps.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+def _api(user):
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def _run(owner, **fields):
+    base = {"method": "grpo", "model_name": "tiny", "config": {"method": "grpo"}, "owner": owner,
+            "status": "finished", "total_steps": 10, "current_step": 10}
+    return Run.objects.create(**{**base, **fields})
+
+
+def test_a_researcher_names_tags_and_notes_a_run_through_the_api(researcher, reader):
+    run = _run(researcher)
+    answer = _api(researcher).patch(f"/api/v1/runs/{run.pk}/", {"name": "GRPO lr 1e-6", "tags": ["Baseline", "lr"],
+                                                                  "notes": "Learned +9.7 points."}, format="json")
+    assert answer.status_code == 200, answer.json()
+    body = answer.json()
+    assert (body["name"], body["tags"], body["notes"]) == ("GRPO lr 1e-6", ["baseline", "lr"], "Learned +9.7 points.")
+    run.refresh_from_db()
+    assert run.label == f"run {run.pk} · GRPO lr 1e-6"
+    assert _api(reader).patch(f"/api/v1/runs/{run.pk}/", {"name": "x"}, format="json").status_code == 403
+    bad = _api(researcher).patch(f"/api/v1/runs/{run.pk}/", {"tags": [1, 2]}, format="json")
+    assert bad.status_code == 400 and bad.json()["error"].startswith("tags:")
+    unknown = _api(researcher).patch(f"/api/v1/runs/{run.pk}/", {"status": "finished"}, format="json")
+    assert unknown.status_code == 400 and "name, tags and/or notes" in unknown.json()["error"]
+
+
+def test_the_run_page_edits_and_shows_name_tags_notes(client, researcher):
+    run = _run(researcher)
+    client.force_login(researcher)
+    client.post(f"/runs/{run.pk}/describe/", {"name": "SPICE on Wikipedia", "tags": "spice, collapse",
+                                               "notes": "Collapsed to one template by step 20."})
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f"<title>Run {run.pk} · SPICE on Wikipedia" in page
+    assert "Collapsed to one template by step 20." in page and ">collapse</a>" in page
+    listing = client.get("/runs/").content.decode()
+    assert "SPICE on Wikipedia" in listing
+
+
+def test_the_runs_list_filters_and_puts_live_runs_first(client, researcher):
+    old_live = _run(researcher, status="running", current_step=2)
+    newer = _run(researcher, method="spice", tags=["wiki"])
+    timed = _run(researcher, config={"method": "grpo", "train": {"time_limit_minutes": 6.5}}, current_step=37,
+                 total_steps=640)
+    client.force_login(researcher)
+
+    def ids(query=""):
+        return [r.pk for r in client.get(f"/runs/?{query}").context["runs"]]
+
+    assert ids()[0] == old_live.pk  # live first, though it is the oldest
+    assert ids("sort=newest")[0] == timed.pk
+    assert ids("method=spice") == [newer.pk]
+    assert ids("tag=wiki") == [newer.pk]
+    assert ids("status=time-limit") == [timed.pk]
+    assert ids("status=running") == [old_live.pk]
+    assert "No run matches these filters" in client.get("/runs/?tag=nothing").content.decode()
+    assert timed.time_limited and timed.status_label == "stopped at its time limit"
+    assert not newer.time_limited
+    page = client.get(f"/runs/{timed.pk}/").content.decode()
+    assert "stopped at its time limit · step 37 / 640" in page
+    assert _api(researcher).get(f"/api/v1/runs/{timed.pk}/").json()["stopped_at_time_limit"] is True
