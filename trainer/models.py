@@ -537,7 +537,7 @@ def load_policy(cfg, frozen: bool | None = None, allowed_dirs=None, device: torc
     if lora.r > 0:
         from peft import LoraConfig, get_peft_model
 
-        peft_cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+        peft_cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, use_rslora=lora.rslora,
                               target_modules=lora.target_modules, task_type="CAUSAL_LM")
         model = get_peft_model(model, peft_cfg, **({"adapter_name": roles[0]} if roles else {}))
         for role in roles[1:]:  # each role its own adapter (own random A, zero B: every role starts at the base)

@@ -107,9 +107,9 @@ class DeepSpeedEngine:
         self._names = {id(p): n for n, p in self.ds.module.named_parameters()}
 
     @classmethod
-    def from_config(cls, cfg, policy) -> "DeepSpeedEngine":
+    def from_config(cls, cfg, policy, lr: float | None = None) -> "DeepSpeedEngine":
         t = cfg.train
-        return cls(policy.model, lr=t.lr, warmup_steps=t.warmup_steps, grad_clip=t.grad_clip,
+        return cls(policy.model, lr=t.lr if lr is None else lr, warmup_steps=t.warmup_steps, grad_clip=t.grad_clip,
                    weight_decay=t.weight_decay, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
                    zero_stage=t.zero_stage, offload_optimizer=bool(getattr(t, "offload_optimizer", False)))
 

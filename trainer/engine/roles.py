@@ -21,11 +21,11 @@ class RoleEngines:
         self.engines = engines
 
     @classmethod
-    def from_config(cls, cfg, policy) -> "RoleEngines":
+    def from_config(cls, cfg, policy, lr: float | None = None) -> "RoleEngines":
         engines = {}
         for role in policy.roles:
             with policy.acting(role):  # the active adapter is the one that requires gradients
-                engines[role] = TorchEngine.from_config(cfg, list(policy.role_parameters(role).values()))
+                engines[role] = TorchEngine.from_config(cfg, list(policy.role_parameters(role).values()), lr=lr)
         return cls(engines)
 
     def for_role(self, role: str) -> TorchEngine:

@@ -41,9 +41,10 @@ class TorchEngine:
         self.skipped = 0
 
     @classmethod
-    def from_config(cls, cfg, params) -> "TorchEngine":
+    def from_config(cls, cfg, params, lr: float | None = None) -> "TorchEngine":
+        """``lr``: the peak rate when it is not train.lr (LoRA adapters, ``trainer.engine.adapter_lr``)."""
         t = cfg.train
-        return cls(params, lr=t.lr, warmup_steps=t.warmup_steps, grad_clip=t.grad_clip,
+        return cls(params, lr=t.lr if lr is None else lr, warmup_steps=t.warmup_steps, grad_clip=t.grad_clip,
                    weight_decay=t.weight_decay, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps)
 
     @property
