@@ -28,4 +28,14 @@ def dashboard_context(request) -> dict:
         "n_active_runs": _count("runs", "Run", status__in=["queued", "running", "paused"]),
         "n_corpora": _count("corpora", "Corpus"),
         "n_review": _count("review", "ReviewItem", status="pending"),
+        "learned": _learned(),
     }
+
+
+def _learned() -> list[dict]:
+    """Each method's best paired gain over its base model (apps/evals/learned.py), or [] without evals."""
+    try:
+        from apps.evals.learned import runs_that_learned
+    except ImportError:
+        return []
+    return runs_that_learned()

@@ -1,0 +1,49 @@
+"""The home page's "runs that learned": per method, the run whose checkpoint gained the most over its base
+model on a benchmark, by the paired difference on the items both scored (``compare.paired``; a result
+without item samples is compared by its score alone, and says so).
+
+Reads every complete checkpoint result of every run (at most ``MAX_RESULTS``, newest first); a gain
+counts as learned when its 95% interval lies above zero.
+"""
+from __future__ import annotations
+
+from apps.evals.compare import _pair_all, base_results
+from apps.evals.models import EvalResult
+
+MAX_RESULTS = 400
+
+
+def runs_that_learned() -> list[dict]:
+    """[{"method", "run", "label", "benchmark", "step", "diff", "low", "high", "n", "paired", "learned"}] in
+    method order: each method's best gain (points as fractions)."""
+    results = list(EvalResult.objects.filter(complete=True, job__run__isnull=False, job__step__isnull=False,
+                                             score__isnull=False)
+                   .select_related("job__run", "benchmark").order_by("-job__finished_at", "-id")[:MAX_RESULTS])
+    by_run: dict[int, list[EvalResult]] = {}
+    for r in results:
+        by_run.setdefault(r.job.run_id, []).append(r)
+    pairs = []
+    for rs in by_run.values():
+        run = rs[0].job.run
+        base = base_results(run, sorted({r.benchmark.name for r in rs}))
+        pairs += [(base.get(r.benchmark.name), r) for r in rs if base.get(r.benchmark.name) is not None]
+    best: dict[str, dict] = {}
+    for (base, r), p in zip(pairs, _pair_all(pairs)):
+        run = r.job.run
+        if p is not None:
+            row = {"diff": p["diff"], "low": p["low"], "high": p["high"], "n": p["n"], "paired": True}
+        else:
+            row = {"diff": r.score - base.score, "low": None, "high": None, "n": min(r.n, base.n), "paired": False}
+        row.update(method=run.method, run=run.pk, label=run.label, benchmark=r.benchmark.name, step=r.job.step,
+                   learned=row["low"] is not None and row["low"] > 0)
+        key = (row["learned"], row["diff"])
+        if run.method not in best or key > (best[run.method]["learned"], best[run.method]["diff"]):
+            best[run.method] = row
+    for row in best.values():  # as the page prints them: "+9.7 [+6.1, +13.4]" points
+        row["text"] = _points(row["diff"])
+        row["interval"] = f"[{_points(row['low'])}, {_points(row['high'])}]" if row["paired"] else ""
+    return [best[m] for m in sorted(best)]
+
+
+def _points(fraction: float) -> str:
+    return f"{100 * fraction:+.1f}"
