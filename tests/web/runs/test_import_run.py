@@ -388,6 +388,8 @@ def test_the_shipped_example_runs_import_and_show_their_evaluations(db, example,
     assert summary["metrics"] == len(_lines(example / "metrics.jsonl")) > 0
     lines = _lines(example / "evals.jsonl") if (example / "evals.jsonl").is_file() else []
     assert summary["evals"] == len({(r["step"], r["benchmark"]) for r in lines})
+    # every shipped folder says what it was and what it showed (its notes.md), and is named after itself
+    assert run.name == example.name and "**What it was.**" in run.notes and "**What it showed.**" in run.notes
     client.force_login(researcher)
     if lines:
         latest = {(r["step"], r["benchmark"]): r["score"] for r in lines}  # the last line of a pair wins
