@@ -130,6 +130,19 @@ class Run(JobRow):
         return f"run {self.pk} ({self.imported_name})" if self.imported_name else f"run {self.pk}"
 
     @property
+    def model_label(self) -> str:
+        """The model as people name it: a catalog name stays; a path (an imported GPU run's
+        ``/tmp/models/qwen2.5-coder-0.5b-instruct``) shows as the catalog name its folder is, else its folder."""
+        name = self.model_name or ""
+        if "/" not in name:
+            return name
+        folder = name.rstrip("/").rsplit("/", 1)[-1]
+        from trainer.models import BUNDLED
+
+        known = {key.lower(): key for key in BUNDLED}
+        return known.get(folder.lower(), folder) or name
+
+    @property
     def time_limited(self) -> bool:
         """Finished before its last step because ``train.time_limit_minutes`` ran out (status stays finished:
         the trainer ended it cleanly, with a checkpoint it can resume from)."""

@@ -73,3 +73,14 @@ def test_the_runs_list_filters_and_puts_live_runs_first(client, researcher):
     page = client.get(f"/runs/{timed.pk}/").content.decode()
     assert "stopped at its time limit · step 37 / 640" in page
     assert _api(researcher).get(f"/api/v1/runs/{timed.pk}/").json()["stopped_at_time_limit"] is True
+
+
+def test_an_imported_runs_model_path_shows_as_its_catalog_name(client, researcher):
+    run = _run(researcher, model_name="/tmp/models/qwen2.5-coder-0.5b-instruct")
+    other = _run(researcher, model_name="/data/models/my-finetune/")
+    assert run.model_label == "qwen2.5-coder-0.5b-instruct" and other.model_label == "my-finetune"
+    assert _run(researcher, model_name="smollm2-135m-instruct").model_label == "smollm2-135m-instruct"
+    client.force_login(researcher)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="run-model">qwen2.5-coder-0.5b-instruct <span' in page and "(/tmp/models/qwen2.5-coder-0.5b-instruct)" in page
+    assert ">qwen2.5-coder-0.5b-instruct</td>" in client.get("/runs/").content.decode()
