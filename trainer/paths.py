@@ -2,7 +2,7 @@
 
 A config field that names a file the trainer reads (``data.path``, ``corpus.path``,
 ``ssp.answers_path``, ``score.queries_path``, and any added later) is declared with
-``file_field(...)``: its schema carries ``{"kind": "file"}``, so ``file_fields()`` finds every one
+``file_field(...)``: its schema carries ``{"kind": "file"}``, so ``file_fields(Config)`` finds every one
 of them by walking the config classes (tests/trainer/test_paths.py fails when a str field is
 neither declared as a file nor listed as not one).
 
@@ -46,13 +46,11 @@ def _extra(field) -> dict:
     return extra if isinstance(extra, dict) else {}
 
 
-def file_fields(model=None, prefix: str = "") -> dict[str, bool]:
-    """{dotted path: bundled allowed} of every file field of the config classes (all methods' sections)."""
+def file_fields(model, prefix: str = "") -> dict[str, bool]:
+    """{dotted path: bundled allowed} of every file field of a config class (``trainer.config.Config``: all methods'
+    sections), found by walking its fields."""
     from pydantic import BaseModel
 
-    if model is None:
-        from trainer.config import Config
-        model = Config
     out: dict[str, bool] = {}
     for name, field in model.model_fields.items():
         sub = _submodel(field.annotation)
@@ -123,11 +121,11 @@ def path_problem(field: str, value, datasets: str | Path, protected: list[Path] 
     return None
 
 
-def config_path_problems(values: dict, datasets: str | Path, data_dir: str | Path | None = None,
-                         must_exist: bool = True) -> list[tuple[str, str]]:
-    """[(field, why)] for every file field of a config (a dict as ``Config.to_dict()`` gives it)."""
+def config_path_problems(values: dict, fields: dict[str, bool], datasets: str | Path,
+                         data_dir: str | Path | None = None, must_exist: bool = True) -> list[tuple[str, str]]:
+    """[(field, why)] for every file field (``file_fields(Config)``) of a config given as ``Config.to_dict()``."""
     problems = []
-    for field, bundled in file_fields().items():
+    for field, bundled in fields.items():
         node: Any = values
         for part in field.split("."):
             node = node.get(part) if isinstance(node, dict) else None
@@ -151,12 +149,13 @@ def check_file(field: str, value, environ=None, bundled: bool = False) -> None:
 
 
 def check_config(cfg, environ=None) -> None:
-    """The worker's check of a whole config before a run reads anything (PathNotAllowed listing every problem)."""
+    """The worker's check of a whole config (a ``Config``) before a run reads anything (PathNotAllowed listing
+    every problem)."""
     environ = os.environ if environ is None else environ
     datasets = environ.get(ENV)
     if not datasets:
         return
-    values = cfg.to_dict() if hasattr(cfg, "to_dict") else cfg
-    problems = config_path_problems(values, datasets, environ.get("SELFPLAY_DATA_DIR"), must_exist=False)
+    problems = config_path_problems(cfg.to_dict(), file_fields(type(cfg)), datasets, environ.get("SELFPLAY_DATA_DIR"),
+                                    must_exist=False)
     if problems:
         raise PathNotAllowed("; ".join(why for _, why in problems))

@@ -6,6 +6,7 @@ Superusers may do everything; every logged-in user may read.
 from __future__ import annotations
 
 from functools import wraps
+from pathlib import PurePath
 
 from django.core.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
@@ -66,3 +67,32 @@ def run_refusal(user, run, what: str = "pause, resume or cancel it") -> str:
         return denied_message("launch_run")
     owner = getattr(run.owner, "username", None) or "nobody (launched from the command line)"
     return f"Run {run.pk} belongs to {owner}: only its owner or an admin can {what}."
+
+
+def server_path(path: str | None, user) -> str | None:
+    """A path on the server (run folder, checkpoint) as ``user`` may see it: whole for an admin, else only its last
+    part (``step-000010``): the layout of the servers' disks (data dir, virtualenv) is the operator's."""
+    if not path:
+        return None
+    return path if can(user, "control_any_run") else PurePath(path).name
+
+
+def hide_server_paths(data, user):
+    """A copy of an API answer with every ``path`` (and a ``model`` that is a folder) cut to its last part for a
+    user who is not an admin (``server_path``)."""
+    if can(user, "control_any_run"):
+        return data
+    if isinstance(data, list):
+        return [hide_server_paths(v, user) for v in data]
+    if not isinstance(data, dict):
+        return data
+    out = {}
+    for key, value in data.items():
+        if key in ("path", "run_dir", "checkpoint_path") and isinstance(value, str):
+            value = server_path(value, user)
+        elif key == "model" and isinstance(value, str) and value.startswith("/"):
+            value = server_path(value, user)
+        else:
+            value = hide_server_paths(value, user)
+        out[key] = value
+    return out

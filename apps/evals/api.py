@@ -24,7 +24,7 @@ from rest_framework.decorators import api_view, permission_classes
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from apps.accounts.roles import HasRole, can
+from apps.accounts.roles import HasRole, can, hide_server_paths
 from apps.api.errors import ERRORS, error_response
 from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
@@ -225,7 +225,7 @@ def evals(request):
         limit = _as_int(params.get("limit"), 100, "limit")
     except BenchmarkError as exc:
         return error_response(str(exc))
-    return Response({"results": [j.as_dict() for j in qs[:max(1, min(limit, 1000))]]})
+    return Response(hide_server_paths({"results": [j.as_dict() for j in qs[:max(1, min(limit, 1000))]]}, request.user))
 
 
 def _launch(request):
@@ -237,13 +237,13 @@ def _launch(request):
         run = Run.objects.filter(pk=body["run"]).first() if str(body["run"]).isdecimal() else None
         if run is None:
             return error_response(f"no run {body['run']!r}", fields={"run": "unknown run"})
-    return _queued(lambda: launch_eval(
+    return _queued(request, lambda: launch_eval(
         benchmarks=body.get("benchmarks"), model=body.get("model"), checkpoint=body.get("checkpoint"), run=run,
         limit=body.get("limit"), search=body.get("search", False), corpus=body.get("corpus"), queue=body.get("queue"),
         max_new_tokens=body.get("max_new_tokens"), user=request.user))
 
 
-def _queued(start) -> Response:
+def _queued(request, start) -> Response:
     """201 with the job ``start()`` queued, or why not: 400 naming the input to fix, 503 when Redis refuses."""
     try:
         job = start()
@@ -252,7 +252,8 @@ def _queued(start) -> Response:
     except QueueUnavailable as exc:
         return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
     warning = no_worker_warning(job.queue)
-    return Response({**job.as_dict(), "warnings": [warning] if warning else []}, status=status.HTTP_201_CREATED)
+    return Response(hide_server_paths({**job.as_dict(), "warnings": [warning] if warning else []}, request.user),
+                    status=status.HTTP_201_CREATED)
 
 
 @extend_schema(operation_id="evals_detail", summary="One evaluation with its results per benchmark",
@@ -263,7 +264,7 @@ def _queued(start) -> Response:
 def eval_detail(request, job_id: int):
     EvalJob.reap_stale()
     job = get_object_or_404(EvalJob.objects.select_related("owner", "corpus"), pk=job_id)
-    return Response(job.as_dict())
+    return Response(hide_server_paths(job.as_dict(), request.user))
 
 
 @extend_schema(operation_id="evals_cancel", summary="Cancel a queued or running evaluation (a running one stops "
@@ -280,7 +281,7 @@ def eval_cancel(request, job_id: int):
         cancel_eval(job, request.user)
     except EvalCancelError as exc:
         return error_response(str(exc), exc.status)
-    return Response(job.as_dict())
+    return Response(hide_server_paths(job.as_dict(), request.user))
 
 
 @extend_schema(operation_id="evals_samples", summary="Sample-level outputs of an evaluation",
@@ -382,11 +383,11 @@ CROSSPLAY_EXAMPLE = {"id": 2, "url": "/evals/crossplay/2/", "run": 7, "status": 
 def run_crossplay(request, run_id: int):
     run = get_object_or_404(Run, pk=run_id)
     if request.method == "GET":
-        return Response({"results": [c.as_dict() for c in run.crossplays.all()[:50]]})
+        return Response(hide_server_paths({"results": [c.as_dict() for c in run.crossplays.all()[:50]]}, request.user))
     if not can(request.user, "launch_run"):
         return _forbidden()
     body = request.data if isinstance(request.data, dict) else {}
-    return _queued(lambda: launch_crossplay(
+    return _queued(request, lambda: launch_crossplay(
         run, body.get("checkpoints"), n_tasks=body.get("n_tasks"), answers_per_task=body.get("answers_per_task"),
         temperature=body.get("temperature", 1.0), queue=body.get("queue"), user=request.user))
 
@@ -398,7 +399,7 @@ def run_crossplay(request, run_id: int):
 @permission_classes([IsAuthenticated])
 def crossplay_detail(request, crossplay_id: int):
     CrossPlay.reap_stale()
-    return Response(get_object_or_404(CrossPlay, pk=crossplay_id).as_dict())
+    return Response(hide_server_paths(get_object_or_404(CrossPlay, pk=crossplay_id).as_dict(), request.user))
 
 
 @extend_schema(operation_id="evals_crossplay_cancel", summary="Cancel a queued or running cross-play (a running one "
@@ -412,4 +413,4 @@ def crossplay_cancel(request, crossplay_id: int):
         cancel_eval(job, request.user)
     except EvalCancelError as exc:
         return error_response(str(exc), exc.status)
-    return Response(job.as_dict())
+    return Response(hide_server_paths(job.as_dict(), request.user))

@@ -19,7 +19,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from apps.accounts.roles import HasRole, can, can_control_run, denied_message, run_refusal
+from apps.accounts.roles import HasRole, can, can_control_run, denied_message, run_refusal, server_path
 from apps.api.errors import ERRORS, error_response
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.jobs.waiting import no_worker_warning, wait_reason
@@ -34,7 +34,7 @@ from trainer.config import METHOD_NAMES
 from trainer.method_configs import SECTIONS
 
 
-def run_dict(run: Run, full: bool = True) -> dict:
+def run_dict(run: Run, full: bool = True, user=None) -> dict:
     out = {
         "id": run.pk, "url": f"/runs/{run.pk}/", "method": run.method, "model": run.model_name,
         "corpus": run.corpus.name if run.corpus_id else (run.corpus_name or None),
@@ -52,12 +52,13 @@ def run_dict(run: Run, full: bool = True) -> dict:
         "stopped_at_time_limit": run.time_limited,
     }
     if full:
-        out.update({"worker": run.worker_name or None, "job_id": run.job_id or None, "run_dir": run.run_dir,
+        out.update({"worker": run.worker_name or None, "job_id": run.job_id or None,
+                    "run_dir": run.run_dir if can(user, "control_any_run") else None,
                     "imported_from": run.imported_from or None,
                     "controls": list(run.controls.order_by("pk").values_list("pk", flat=True)),
-                    "checkpoint_path": run.checkpoint_path or None, "config": redact(run.config),
+                    "checkpoint_path": server_path(run.checkpoint_path, user), "config": redact(run.config),
                     "overrides": redact_overrides(run.overrides),
-                    "checkpoints": [{"step": c.step, "path": c.path, "created": c.created}
+                    "checkpoints": [{"step": c.step, "path": server_path(c.path, user), "created": c.created}
                                     for c in run.checkpoints.all()[:20]]})
     return out
 
@@ -166,7 +167,7 @@ def _launch(request):
         return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
     warning = no_worker_warning(run.queue)
     cost = estimate(run.method, run.model_name, run.config, run.queue)
-    return Response({**run_dict(run), "warnings": [warning] if warning else [],
+    return Response({**run_dict(run, user=request.user), "warnings": [warning] if warning else [],
                      "estimate": {k: cost[k] for k in ("sequences", "tokens", "step_seconds", "total_seconds", "text")}},
                     status=status.HTTP_201_CREATED)
 
@@ -197,7 +198,7 @@ def run_detail(request, run_id: int):
             run.describe(body.get("name"), body.get("tags"), body.get("notes"))
         except ValueError as exc:
             return error_response(str(exc))
-    return Response(run_dict(run))
+    return Response(run_dict(run, user=request.user))
 
 
 @extend_schema(operation_id="runs_control", summary="Pause, resume or cancel a run (action: pause | resume | cancel)",
@@ -215,7 +216,7 @@ def run_action(request, run_id: int, action: str):
     except QueueUnavailable as exc:
         return error_response(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
     run.refresh_from_db()
-    return Response(run_dict(run))
+    return Response(run_dict(run, user=request.user))
 
 
 @extend_schema(operation_id="runs_metrics", summary="Metric series of a run, downsampled server-side",

@@ -54,7 +54,7 @@ def test_every_text_field_of_the_schema_is_a_declared_file_or_named_as_no_file()
     """A new field that may hold a path must be declared with file_field (then launch and worker check it) or be
     listed above with the reason it is no file: it cannot skip the datasets rule unnoticed."""
     text = _text_fields()
-    assert set(file_fields()) == FILES
+    assert set(file_fields(Config)) == FILES
     unclassified = text - FILES - set(NOT_FILES)
     assert not unclassified, f"declare these with trainer.paths.file_field or list them in NOT_FILES: {unclassified}"
     assert set(NOT_FILES) <= text | {"method"}, set(NOT_FILES) - text  # no stale entries

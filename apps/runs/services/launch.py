@@ -39,9 +39,9 @@ from apps.corpora.models import Corpus
 from apps.runs.models import Run, RunEvent
 from apps.runs.sealed import endpoint_problems, seal_inputs
 from apps.runs.services.lifecycle import enqueue
-from trainer.config import METHOD_NAMES, ConfigError, load_config
+from trainer.config import METHOD_NAMES, Config, ConfigError, load_config
 from trainer.method_configs import SECTIONS
-from trainer.paths import config_path_problems
+from trainer.paths import config_path_problems, file_fields
 
 QUEUES = ("gpu", "cpu")
 CONTROLS = ("random-reward",)  # trainer.config.TrainConfig.control, "none" aside
@@ -179,7 +179,7 @@ def _guard(values: dict, user, web: bool) -> list[tuple[str, str]]:
 def path_problems(values: dict) -> list[tuple[str, str]]:
     """[(field, why)] for each file a config names outside the datasets folder (``settings.DATASETS_DIR``),
     or one that is missing there (the folder is every worker's: the run would fail later, on the worker)."""
-    return config_path_problems(values, datasets_dir(), settings.DATA_DIR)
+    return config_path_problems(values, file_fields(Config), datasets_dir(), settings.DATA_DIR)
 
 
 def datasets_dir() -> Path:

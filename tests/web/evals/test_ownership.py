@@ -84,3 +84,20 @@ def test_a_researcher_refused_a_cancel_is_not_told_to_get_the_researcher_role(ot
     response = api(other).post(f"/api/v1/evals/{job.pk}/cancel/")
     assert response.status_code == 403 and "researcher role" not in response.json()["error"]
     assert "Only its launcher or an admin can cancel evaluation" in response.json()["error"]
+
+
+def test_server_paths_are_shown_to_admins_only(researcher, reader, admin_user, ritas_run):
+    """Finding: the API showed server paths (run folder, checkpoints) to every account."""
+    run, ckpt = ritas_run
+    Run.objects.filter(pk=run.pk).update(run_dir="/srv/selfplay/var/runs/7", checkpoint_path=ckpt.path)
+    job = EvalJob.objects.create(model_spec=ckpt.path, run=run, checkpoint=ckpt, step=5, queue="cpu", owner=researcher)
+    for user in (researcher, reader):
+        body = api(user).get(f"/api/v1/runs/{run.pk}/").json()
+        assert body["run_dir"] is None and body["checkpoint_path"] == "step-000005"
+        assert [c["path"] for c in body["checkpoints"]] == ["step-000005"]
+        assert api(user).get(f"/api/v1/evals/{job.pk}/").json()["model"] == "step-000005"
+        text = api(user).get("/api/v1/evals/").content.decode() + api(user).get(f"/api/v1/runs/{run.pk}/").content.decode()
+        assert str(ckpt.path) not in text and "/srv/selfplay" not in text
+    body = api(admin_user).get(f"/api/v1/runs/{run.pk}/").json()
+    assert body["run_dir"] == "/srv/selfplay/var/runs/7" and body["checkpoint_path"] == ckpt.path
+    assert api(admin_user).get(f"/api/v1/evals/{job.pk}/").json()["model"] == ckpt.path
