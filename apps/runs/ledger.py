@@ -112,4 +112,18 @@ def ledger(run) -> dict:
         "invalid_share_by_step": [r["invalid"] / r["tasks"] for r in per_step],
         "pass_rate_by_step": [r["pass_rate"] for r in per_step],
         "duplicates": duplicates(run_id),
+        "coverage": coverage(run, [r["step"] for r in per_step]),
     }
+
+
+def coverage(run, steps: list[int]) -> str:
+    """For an imported run whose folder kept samples of only some steps (samples.jsonl cut to a size on the
+    GPU machine): which steps the ledger and the samples are computed from; "" when they cover the run."""
+    if not getattr(run, "imported", False) or not steps or not run.current_step:
+        return ""
+    first, last = min(steps), max(steps)
+    if last >= run.current_step and first <= 1:
+        return ""
+    return (f"Computed from the samples this imported folder kept: steps {first}–{last} of the "
+            f"{run.current_step} the run reached (its samples.jsonl was trimmed to fit the folder); the curves and "
+            "evaluations cover every step.")

@@ -84,3 +84,19 @@ def test_an_imported_runs_model_path_shows_as_its_catalog_name(client, researche
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="run-model">qwen2.5-coder-0.5b-instruct <span' in page and "(/tmp/models/qwen2.5-coder-0.5b-instruct)" in page
     assert ">qwen2.5-coder-0.5b-instruct</td>" in client.get("/runs/").content.decode()
+
+
+def test_an_imported_runs_ledger_says_which_steps_its_samples_cover(client, researcher):
+    from apps.episodes.models import Task
+
+    run = _run(researcher, method="ssp", imported_from="/x/examples/runs/ssp", current_step=22, total_steps=200)
+    for step in (1, 2, 3):
+        Task.objects.create(run=run, key=f"{step}:0", step=step, question="q?", answer="a", valid=False, role="proposer")
+    client.force_login(researcher)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "Computed from the samples this imported folder kept: steps 1–3 of the 22 the run reached" in page
+    assert 'id="samples-coverage"' in page
+    whole = _run(researcher, imported_from="/x/examples/runs/whole", current_step=2)
+    for step in (1, 2):
+        Task.objects.create(run=whole, key=f"{step}:0", step=step, question="q?", answer="a")
+    assert 'id="ledger-coverage"' not in client.get(f"/runs/{whole.pk}/").content.decode()
