@@ -5,7 +5,7 @@ PIP    := $(VENV)/bin/pip
 PYTHON ?= python3
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test install deepspeed services-start services-stop browser clean
+.PHONY: demo test test-fast install deepspeed services-start services-stop browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,10 +55,15 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing Debian's chromium for the browser tests"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-	  || echo "could not install chromium: browser tests will be skipped"; }
+	  || { echo "could not install Debian's chromium (apt-get install chromium failed): the browser tests need it;" \
+	       "install it, or run make test-fast (no browser tests)" >&2; exit 1; }; }
 
 test: install $(VENV)/.installed-qwen-0.5b deepspeed services-start browser
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The fast tier for development: no browser, real-model, multi-rank or slow (service-killing, fuzzing, training) tests.
+test-fast: install services-start
+	$(PY) -m pytest -m "not slow and not browser and not real_model and not distributed" $(PYTEST_ARGS)
 
 demo: install services-start
 	bash scripts/demo.sh

@@ -17,6 +17,39 @@ def pytest_configure(config):
     _fast_password_hashes()
 
 
+# The tiers (markers registered in pyproject.toml). `make test` runs everything; `make test-fast` deselects these.
+# A test gets a marker from what it uses, so a new test is tiered without anyone remembering to mark it.
+_REAL_MODEL_FIXTURES = {"smollm2_dir"}
+_DISTRIBUTED_FILES = ("test_multi_rank.py", "test_multi_rank_run.py", "test_deepspeed_engine.py", "test_rank_cleanup.py",
+                      "test_worker_gpus.py")
+
+
+def _source_of(item) -> str:
+    import inspect
+
+    try:
+        return inspect.getsource(item.function)
+    except (AttributeError, OSError, TypeError):
+        return ""
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        path, source = item.path.name, _source_of(item)
+        reasons = " ".join(str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))
+        if "browser" in path or "chromium" in reasons.lower() or "sync_playwright" in source or "chromium" in source:
+            item.add_marker(pytest.mark.browser)
+        if _REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or path in ("test_qwen05b.py",
+                                                                                    "test_smollm2_e2e.py"):
+            item.add_marker(pytest.mark.real_model)
+        if path in _DISTRIBUTED_FILES or '"gpus": 2' in source:
+            item.add_marker(pytest.mark.distributed)
+        if item.path.parent.name in ("fault", "robust") or "run_env" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)  # services killed and restarted, fuzzing, a worker training a run
+
+
 def _fast_password_hashes():
     """pytest-django loaded the settings before this file set SELFPLAY_TEST_FAST_HASHER (the servers the
     tests start read it): give this process the same hasher list."""
