@@ -25,10 +25,7 @@ try:
     DATA_DIR = envcfg.data_dir()
     SECRET_KEY = envcfg.secret_key(DEBUG)
     _DATABASE_URL = envcfg.database_url()
-    REDIS_URL = envcfg.resolved_redis_url()
-    if "pytest" in sys.modules and not os.environ.get("REDIS_URL"):
-        # Tests flush their queues: keep them off the demo's Redis database.
-        REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/9"
+    REDIS_URL = envcfg.resolved_redis_url()  # the test suite's own database: selfplay_web/test_settings.py
     UPLOAD_MAX_BYTES = envcfg.env_int("SELFPLAY_UPLOAD_MAX_MB", 200, minimum=1) * 1024 * 1024
     RUN_HEARTBEAT_SECONDS = envcfg.env_int("SELFPLAY_HEARTBEAT_SECONDS", 30, minimum=2)
     # connections one large search batch of a run is spread over (apps/corpora/retriever.py)
@@ -193,10 +190,19 @@ except ValueError as exc:
     raise ImproperlyConfigured(str(exc)) from None
 # Failed logins are throttled per username and client address (apps/accounts/throttle.py); the throttled
 # backend answers every password check, ModelBackend stays only for sessions made before it
-# The test suite (tests/conftest.py sets SELFPLAY_TEST_FAST_HASHER=1 for itself and the servers it starts)
-# hashes with MD5: PBKDF2's 1,000,000 rounds take ~1.4 s per user or login on a 2-core CI box. PBKDF2 stays
-# in the list, so a hash made either way verifies in every process. Never set it for a real deployment.
+# SELFPLAY_TEST_FAST_HASHER=1 hashes with MD5 (PBKDF2's 1,000,000 rounds take ~1.4 s per user or login on a
+# 2-core box), for a development server only: refused with DEBUG off or SELFPLAY_PRODUCTION=1. The test suite
+# does not need it (selfplay_web/test_settings.py sets its hashers).
 if os.environ.get("SELFPLAY_TEST_FAST_HASHER") == "1":
+    try:
+        _PRODUCTION = envcfg.env_bool("SELFPLAY_PRODUCTION", False)
+    except envcfg.SettingError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    if _PRODUCTION or not DEBUG:
+        raise ImproperlyConfigured(
+            "SELFPLAY_TEST_FAST_HASHER=1 stores passwords as MD5 hashes and is refused with "
+            f"{'SELFPLAY_PRODUCTION=1' if _PRODUCTION else 'DEBUG off'}: unset SELFPLAY_TEST_FAST_HASHER "
+            "(it is for a DEBUG=true development server; the tests set their hashers in selfplay_web/test_settings.py)")
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher",
                         "django.contrib.auth.hashers.PBKDF2PasswordHasher"]
 AUTHENTICATION_BACKENDS = ["apps.accounts.throttle.ThrottledModelBackend", "django.contrib.auth.backends.ModelBackend"]

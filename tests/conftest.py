@@ -7,14 +7,12 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ["SELFPLAY_TEST_FAST_HASHER"] = "1"  # MD5 password hashes in tests (selfplay_web/settings.py)
 
 
 def pytest_configure(config):
     from selfplay_web import services
 
-    services.start_all()  # settings put the tests on Redis db 9, away from the demo's db 0
-    _fast_password_hashes()
+    services.start_all()  # selfplay_web/test_settings.py puts the tests on Redis db 9, away from the demo's db 0
 
 
 # The tiers (markers registered in pyproject.toml). `make test` runs everything; `make test-fast` deselects these.
@@ -48,18 +46,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.distributed)
         if item.path.parent.name in ("fault", "robust") or "run_env" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)  # services killed and restarted, fuzzing, a worker training a run
-
-
-def _fast_password_hashes():
-    """pytest-django loaded the settings before this file set SELFPLAY_TEST_FAST_HASHER (the servers the
-    tests start read it): give this process the same hasher list."""
-    from django.conf import settings
-    from django.contrib.auth import hashers
-
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher",
-                                 "django.contrib.auth.hashers.PBKDF2PasswordHasher"]
-    hashers.get_hashers.cache_clear()
-    hashers.get_hashers_by_algorithm.cache_clear()
 
 
 import pytest  # noqa: E402
