@@ -47,7 +47,7 @@ def test_the_reasoner_curve_is_drawn_next_to_the_challenger(roles, researcher, s
 
     with sync_playwright() as p:
         browser, page, errors = logged_in_page(p, server, f"/runs/{run.pk}/", {"width": 1280, "height": 900})
-        page.wait_for_function(f"({TRACES})().length === 2", timeout=30_000)
+        page.wait_for_function(f"() => ({TRACES})().length === 2", timeout=30_000)
         assert sorted(page.evaluate(TRACES)) == ["challenger · reward_mean:3", "reasoner · accuracy:3"]
         assert page.locator("#reward-waiting").is_hidden()
         # whole steps on the x axis, one tick each while there are few
@@ -56,7 +56,7 @@ def test_the_reasoner_curve_is_drawn_next_to_the_challenger(roles, researcher, s
         # the Reasoner's next step arrives live and extends its own curve
         sink = DjangoSink(run.pk)
         _in_a_worker(lambda: (sink.metrics(4, "reasoner", {"accuracy": 0.9, "boxed_rate": 1.0}), sink.flush()))
-        page.wait_for_function(f"({TRACES})().includes('reasoner · accuracy:4')", timeout=30_000)
+        page.wait_for_function(f"() => ({TRACES})().includes('reasoner · accuracy:4')", timeout=30_000)
 
         # Latest metrics: one collapsed block per role, headed by its curve's value
         blocks = page.locator("#metric-table details.metric-role")
@@ -84,7 +84,7 @@ def test_an_empty_chart_says_what_it_waits_for_and_the_step_shows_its_phase(role
 
     with sync_playwright() as p:
         browser, page, errors = logged_in_page(p, server, f"/runs/{run.pk}/", {"width": 1280, "height": 900})
-        page.wait_for_function("document.getElementById('reward-chart').layout !== undefined", timeout=30_000)
+        page.wait_for_function("() => document.getElementById('reward-chart').layout !== undefined", timeout=30_000)
         waiting = page.locator("#reward-waiting")
         assert waiting.is_visible()
         assert waiting.inner_text() == f"waiting for step 1 (a step takes about 4 min here, from run {earlier.pk})"
@@ -96,23 +96,23 @@ def test_an_empty_chart_says_what_it_waits_for_and_the_step_shows_its_phase(role
 
         sink = DjangoSink(run.pk)
         _in_a_worker(lambda: sink.progress(1, "rollout"))
-        page.wait_for_function("document.getElementById('run-progress').textContent.includes('rollout')", timeout=30_000)
+        page.wait_for_function("() => document.getElementById('run-progress').textContent.includes('rollout')", timeout=30_000)
         assert page.locator("#run-progress").inner_text().startswith("step 1 of 50: rollout")
         _shot(page, "run-waiting-rollout.png", tmp_path, "#reward-card")
         _in_a_worker(lambda: sink.progress(1, "update"))
-        page.wait_for_function("document.getElementById('run-progress').textContent.includes('update')", timeout=30_000)
+        page.wait_for_function("() => document.getElementById('run-progress').textContent.includes('update')", timeout=30_000)
 
         _in_a_worker(lambda: sink.checkpoint(1, "/runs/7/checkpoints/step-1"))
-        page.wait_for_function("document.getElementById('run-checkpoint').textContent === '/runs/7/checkpoints/step-1'",
+        page.wait_for_function("() => document.getElementById('run-checkpoint').textContent === '/runs/7/checkpoints/step-1'",
                                timeout=30_000)
         _in_a_worker(lambda: (sink.metrics(1, "policy", {"reward_mean": 0.25}), sink.flush()))
-        page.wait_for_function(f"({TRACES})().includes('policy · reward_mean:1')", timeout=30_000)
+        page.wait_for_function(f"() => ({TRACES})().includes('policy · reward_mean:1')", timeout=30_000)
         assert waiting.is_hidden()
         assert page.evaluate("document.getElementById('reward-chart').layout.xaxis.visible") is True
 
         # a page opened mid-step shows the phase it missed (kept in Redis)
         page.reload()
-        page.wait_for_function("!document.getElementById('run-progress').hidden", timeout=30_000)
+        page.wait_for_function("() => !document.getElementById('run-progress').hidden", timeout=30_000)
         assert "update" in page.locator("#run-progress").inner_text()
         assert not errors, errors
         browser.close()

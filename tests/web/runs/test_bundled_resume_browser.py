@@ -56,9 +56,9 @@ def test_pause_and_resume_a_bundled_model_run_from_its_page(roles, researcher, s
             page.wait_for_function("() => Number(document.querySelector('#run-step').innerText) >= 1",
                                    timeout=600_000)  # the worker imports the model, then trains step 1
             page.click("#run-controls >> text=Pause")
-            page.wait_for_function(f"({STATUS})() === 'paused'", timeout=300_000)
+            page.wait_for_function(f"() => ({STATUS})() === 'paused'", timeout=300_000)
             page.click("#run-controls >> text=Resume")
-            page.wait_for_function(f"({STATUS})() === 'finished'", timeout=600_000)
+            page.wait_for_function(f"() => ({STATUS})() === 'finished'", timeout=600_000)
         except Exception:
             raise AssertionError(f"{Run.objects.get(pk=run.pk).error}\nworker log:\n"
                                  f"{cpu_worker.read_text(errors='replace')[-3000:]}") from None

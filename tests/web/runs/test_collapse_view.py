@@ -96,7 +96,7 @@ def test_the_collapse_charts_draw_and_grow_live_in_a_browser(roles, researcher, 
 
     with sync_playwright() as p:
         browser, page, errors = logged_in_page(p, server, f"/runs/{run.pk}/")
-        page.wait_for_function(f"({GATE_X})().length > 0", timeout=30_000)
+        page.wait_for_function(f"() => ({GATE_X})().length > 0", timeout=30_000)
         bars = dict(page.evaluate(GATE_X))
         assert bars == {"repeated answer": [1, 2, 3], "guessable": [1, 2, 3]}  # rules never reported are left out
         assert page.evaluate("document.getElementById('collapse-gates').layout.barmode") == "stack"
@@ -105,7 +105,7 @@ def test_the_collapse_charts_draw_and_grow_live_in_a_browser(roles, researcher, 
         reporter = threading.Thread(target=_report, args=(run.pk,))  # as a worker does
         reporter.start()
         reporter.join()
-        page.wait_for_function(f"({GATE_X})().every(([name, x]) => x.includes(4))", timeout=30_000)
+        page.wait_for_function(f"() => ({GATE_X})().every(([name, x]) => x.includes(4))", timeout=30_000)
         assert page.evaluate(FAMILY_Y) == {"largest answer share": [0.2, 0.6, 0.9, 0.95],
                                            "largest template cluster": [0.1, 0.4, 0.7, 0.8],
                                            "guess-probe pass rate": [0.3, 0.6, 0.8, 0.9]}

@@ -24,7 +24,7 @@ def test_launch_form_estimate_bounds_preset_warning_and_clone(roles, researcher,
 
         page.fill("#id_cfg__rollout__group_size", "100000")
         page.dispatch_event("#id_cfg__rollout__group_size", "change")
-        page.wait_for_function("document.querySelector('#estimate-text').innerText.includes('fix the fields')",
+        page.wait_for_function("() => document.querySelector('#estimate-text').innerText.includes('fix the fields')",
                                timeout=30_000)
         page.click("form.launch-form button[type=submit]")
         page.wait_for_selector(".has-error #id_cfg__rollout__group_size", timeout=30_000)
@@ -32,7 +32,7 @@ def test_launch_form_estimate_bounds_preset_warning_and_clone(roles, researcher,
 
         page.fill("#id_cfg__rollout__group_size", "4")
         page.dispatch_event("#id_cfg__rollout__group_size", "change")
-        page.wait_for_function("document.querySelector('#estimate-text').innerText.includes('16,384')",
+        page.wait_for_function("() => document.querySelector('#estimate-text').innerText.includes('16,384')",
                                timeout=30_000)  # 8 prompts x 4 x 512
         assert "no live worker serves the gpu queue" in page.inner_text("#estimate")
         page.click("form.launch-form button[type=submit]")

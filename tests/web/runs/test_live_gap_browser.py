@@ -57,14 +57,14 @@ def test_a_connected_page_refetches_a_lost_message(roles, researcher, server, mo
         chart_x = CHART_X
 
         _in_thread(_report, run.pk, 4)  # delivered in order
-        page.wait_for_function(f"({chart_x})().includes(4)", timeout=30_000)
+        page.wait_for_function(f"() => ({chart_x})().includes(4)", timeout=30_000)
         page.wait_for_timeout(500)  # the connect catch-up has finished
         before = len(metric_requests)
 
         _in_thread(_lose_a_message, run.pk, 5)
         _in_thread(_report, run.pk, 6)  # arrives with a number skipped
-        page.wait_for_function(f"({chart_x})().includes(6)", timeout=30_000)
-        page.wait_for_function(f"({chart_x})().includes(5)", timeout=30_000)
+        page.wait_for_function(f"() => ({chart_x})().includes(6)", timeout=30_000)
+        page.wait_for_function(f"() => ({chart_x})().includes(5)", timeout=30_000)
         assert list(page.evaluate(chart_x)) == [1, 2, 3, 4, 5, 6]
         assert len(metric_requests) > before, "the gap was not refetched from the metrics API"
         assert not errors, errors

@@ -98,7 +98,7 @@ def logged_in_page(p, server: str, next_path: str, viewport: dict | None = None)
 def open_run_page(p, server: str, run: Run):
     """``logged_in_page`` on the run's page, with its stored points drawn."""
     browser, page, errors = logged_in_page(p, server, f"/runs/{run.pk}/")
-    page.wait_for_function(f"({CHART_X})().length === 3", timeout=30_000)  # the page's own points
+    page.wait_for_function(f"() => ({CHART_X})().length === 3", timeout=30_000)  # the page's own points
     return browser, page, errors
 
 
@@ -115,7 +115,7 @@ def test_the_run_page_updates_live(roles, researcher, server, monkeypatch):
         reporter = threading.Thread(target=_report, args=(run.pk,))  # as a worker does: no event loop there
         reporter.start()
         reporter.join()
-        page.wait_for_function(f"({chart_x})().includes(4)", timeout=30_000)
+        page.wait_for_function(f"() => ({chart_x})().includes(4)", timeout=30_000)
         row = page.locator('#samples tr[data-key="attempt:4:0"]')
         row.wait_for(timeout=30_000)
         assert "<b>bold?</b>" in row.inner_text() and row.locator("b").count() == 0

@@ -71,29 +71,29 @@ def test_tabs_ledger_trajectory_and_compare_in_a_browser(roles, researcher, serv
 
         # metric tabs: entropy first, two roles of 5 points; then a live point arrives over the websocket
         traces = "() => (document.getElementById('metric-chart').data || []).map(t => t.x.length)"
-        page.wait_for_function(f"({traces})().length === 2", timeout=30_000)
+        page.wait_for_function(f"() => ({traces})().length === 2", timeout=30_000)
         assert page.evaluate(traces) == [5, 5]
-        page.wait_for_function("document.getElementById('reward-chart').data?.[0]?.x.length === 5", timeout=30_000)
+        page.wait_for_function("() => document.getElementById('reward-chart').data?.[0]?.x.length === 5", timeout=30_000)
         reporter = threading.Thread(target=_steps_6_to_8_in_one_flush, args=(run.pk,))
         reporter.start()
         reporter.join()
-        page.wait_for_function(f"({traces})().reduce((a, b) => a + b, 0) === 13", timeout=30_000)
+        page.wait_for_function(f"() => ({traces})().reduce((a, b) => a + b, 0) === 13", timeout=30_000)
         reward_x = "document.getElementById('reward-chart').data.map(t => t.x.join(','))"
-        page.wait_for_function(f"{reward_x}.includes('1,2,3,4,5,6,7,8')", timeout=30_000)
+        page.wait_for_function(f"() => {reward_x}.includes('1,2,3,4,5,6,7,8')", timeout=30_000)
         page.click("#metric-tabs button:has-text('length')")
-        page.wait_for_function("document.getElementById('metric-chart').dataset.metric === 'response_length'")
+        page.wait_for_function("() => document.getElementById('metric-chart').dataset.metric === 'response_length'")
         page.click("#metric-tabs button:has-text('KL')")
-        page.wait_for_function("document.getElementById('metric-chart').dataset.metric === ''")
+        page.wait_for_function("() => document.getElementById('metric-chart').dataset.metric === ''")
         assert "not reported yet" in page.locator("#metric-chart").inner_text()
 
         # the ledger: 20 graded tasks in the histogram, the dashed line at 50%, 1 invalid of 21
-        page.wait_for_function("document.getElementById('ledger-histogram').dataset.ready === '1'")
+        page.wait_for_function("() => document.getElementById('ledger-histogram').dataset.ready === '1'")
         hist = page.evaluate("(() => { const h = document.getElementById('ledger-histogram');"
                              " return {total: h.data[0].y.reduce((a, b) => a + b, 0), target: h.layout.shapes[0].x0}; })()")
         assert hist == {"total": 20, "target": 0.5}
         assert page.locator("#ledger-invalid").inner_text() == "5%"
         page.click("#metric-tabs button:has-text('entropy')")
-        page.wait_for_function("document.getElementById('metric-chart').dataset.metric === 'entropy'")
+        page.wait_for_function("() => document.getElementById('metric-chart').dataset.metric === 'entropy'")
         _shot(page, "run_page.png", tmp_path)
         _shot(page, "run_page_ledger.png", tmp_path, "#task-ledger")
         _shot(page, "run_page_tabs.png", tmp_path, "#metric-tabs-card")
@@ -116,7 +116,7 @@ def test_tabs_ledger_trajectory_and_compare_in_a_browser(roles, researcher, serv
         page.click("#compare-button")
         page.wait_for_url(f"**/runs/compare/?ids=*")
         assert sorted(page.url.split("ids=")[1].split(",")) == sorted([str(run.pk), str(other.pk)])
-        page.wait_for_function("document.getElementById('compare-chart').dataset.ready === '1'", timeout=30_000)
+        page.wait_for_function("() => document.getElementById('compare-chart').dataset.ready === '1'", timeout=30_000)
         names = page.evaluate("document.getElementById('compare-chart').data.map(t => t.name)")
         assert sorted(names) == sorted(f"run {r.pk} · {role}" for r in (run, other) for role in ("challenger", "reasoner"))
         _shot(page, "compare.png", tmp_path)
