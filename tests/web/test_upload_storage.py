@@ -18,7 +18,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from rest_framework.test import APIClient
 
-from apps.corpora.models import Corpus
+from apps.corpora.models import Corpus, Ingest
 from apps.corpora.parsing import IngestError
 from apps.corpora.uploads import accept_file, upload_dir
 from apps.evals import benchmarks
@@ -67,11 +67,11 @@ def test_page_and_api_uploads_queue_a_generated_path(admin_user, rq_queues, djan
                          {"file": SimpleUploadedFile("..%2F..%2Fevil.md", b"# owls\n")}).status_code == 302
     jobs = django_rq.get_queue("short").jobs
     assert len(jobs) == 2
-    for job in jobs:
-        _, stored, original = job.args
-        assert _inside_upload_dir(stored), stored
-        assert "/" not in original  # only the base name is kept, as a label
-        Path(stored).unlink()
+    for job in jobs:  # each job runs one Ingest row, which names the stored file
+        ingest = Ingest.objects.get(pk=job.args[0])
+        assert _inside_upload_dir(ingest.path), ingest.path
+        assert "/" not in ingest.name  # only the base name is kept, as a label
+        Path(ingest.path).unlink()
 
 
 def test_benchmark_files_are_named_by_a_checked_slug(researcher):

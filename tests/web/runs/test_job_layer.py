@@ -72,13 +72,13 @@ def test_reap_runs_also_fails_silent_evaluations(roles, settings, capsys):
 
 
 def test_every_app_registers_its_job_kinds_and_run_hooks():
-    """The shared layers know no app: runs and evals fill them in from their AppConfig.ready()."""
+    """The shared layers know no app: corpora, runs and evals fill them in from their AppConfig.ready()."""
     from apps.evals.launch import on_checkpoint
     from apps.review.feedback import pending_harness, pending_verdicts
     from apps.review.sampling import enqueue_for_review
     from apps.runs import hooks
 
-    assert list(reaper.KINDS) == ["runs", "evals", "crossplays"]
+    assert list(reaper.KINDS) == ["ingests", "runs", "evals", "crossplays"]
     assert (hooks.FLUSH, hooks.CHECKPOINT) == ([enqueue_for_review], [on_checkpoint])
     assert hooks.CONTROL == {"verdicts": pending_verdicts, "harness": pending_harness}
 
