@@ -100,3 +100,15 @@ def test_an_imported_runs_ledger_says_which_steps_its_samples_cover(client, rese
     for step in (1, 2):
         Task.objects.create(run=whole, key=f"{step}:0", step=step, question="q?", answer="a")
     assert 'id="ledger-coverage"' not in client.get(f"/runs/{whole.pk}/").content.decode()
+
+
+def test_a_tasks_data_block_is_json_not_a_python_repr(client, researcher):
+    from apps.episodes.models import Task
+
+    run = _run(researcher, method="spice")
+    Task.objects.create(run=run, key="1:0", step=1, question="q?", answer="a",
+                        data={"grounded": None, "ok": True, "score": 0.5})
+    client.force_login(researcher)
+    page = client.get(f"/runs/{run.pk}/tasks/1:0/").content.decode()
+    assert "&quot;grounded&quot;: null" in page and "&quot;ok&quot;: true" in page
+    assert "None" not in page.split("<h2>Data</h2>", 1)[1].split("</section>", 1)[0]
