@@ -112,3 +112,15 @@ def test_a_tasks_data_block_is_json_not_a_python_repr(client, researcher):
     page = client.get(f"/runs/{run.pk}/tasks/1:0/").content.decode()
     assert "&quot;grounded&quot;: null" in page and "&quot;ok&quot;: true" in page
     assert "None" not in page.split("<h2>Data</h2>", 1)[1].split("</section>", 1)[0]
+
+
+def test_the_heartbeat_shows_its_age(client, researcher):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    run = _run(researcher, status="running", heartbeat_at=timezone.now() - timedelta(minutes=3),
+               started_at=timezone.now() - timedelta(hours=1))
+    client.force_login(researcher)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="run-heartbeat-age">3\xa0minutes ago<' in page
