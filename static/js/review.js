@@ -85,6 +85,9 @@
         document.querySelectorAll(".bulk-id").forEach((box) => { box.checked = all.checked; });
       });
     }
-    if (document.getElementById("review-item")) document.addEventListener("keydown", onKey);
+    if (document.getElementById("review-item")) {
+      document.addEventListener("keydown", onKey);
+      document.body.dataset.shortcuts = "on";  // keys work from now on (browser tests wait for it)
+    }
   });
 })();

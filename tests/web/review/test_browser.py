@@ -71,7 +71,7 @@ def test_a_reviewer_works_the_queue_with_the_keyboard(live_server, roles, review
         page.fill("#id_username", "vic")
         page.fill("#id_password", "pw-vic")
         page.click("button[type=submit]")
-        page.wait_for_selector("#review-item")
+        page.wait_for_selector("body[data-shortcuts=on]")  # review.js has bound its keys
         assert page.get_attribute("#review-item", "data-item") == str(first.pk)
         assert "<img src=x onerror=alert(1)>" in page.inner_text("#task-question")  # shown as text, not HTML
         page.screenshot(path=str(tmp_path / "item.png"), full_page=True)
@@ -112,7 +112,7 @@ def _login(page, url):
     page.fill("#id_username", "vic")
     page.fill("#id_password", "pw-vic")
     page.click("button[type=submit]")
-    page.wait_for_selector("#review-item")
+    page.wait_for_selector("body[data-shortcuts=on]")  # review.js has bound its keys
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
