@@ -1,0 +1,81 @@
+"""Paired differences between run folders' evaluations on the same items: a run against the base and against its
+random-reward control (issue 30). Reads each folder's eval_samples/<benchmark>-step<N>.jsonl (what
+``benchmarks/gpu/spice_eval.py`` and ``learn_run.py`` write, and ``manage.py import_run`` reads) and prints one
+JSON line per benchmark: the run's and the control's last step, each against the base (step 0 of the run), and
+the run against the control, with 95% bootstrap intervals of the mean per-item difference
+(``trainer.evaluate.paired_difference``), then a table.
+
+    python benchmarks/paired_runs.py examples/runs/spice-gate-wiki-qwen15 --control examples/runs/spice-gate-wiki-qwen15-control
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trainer.evaluate import paired_difference  # noqa: E402
+
+_NAME = re.compile(r"(?P<bench>.+)-step(?P<step>\d+)\.jsonl$")
+
+
+def scores(run: Path) -> dict[str, dict[int, dict[str, float]]]:
+    """{benchmark: {step: {item id: score}}} of a run folder's kept evaluation samples."""
+    out: dict = {}
+    for path in sorted((run / "eval_samples").glob("*.jsonl")):
+        m = _NAME.match(path.name)
+        if not m:
+            continue
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out.setdefault(m["bench"], {})[int(m["step"])] = {str(r.get("id", r.get("index"))): float(r["score"])
+                                                          for r in rows}
+    return out
+
+
+def compare(run: Path, control: Path | None) -> list[dict]:
+    mine, theirs = scores(run), scores(control) if control else {}
+    rows = []
+    for bench, by_step in sorted(mine.items()):
+        if 0 not in by_step or len(by_step) < 2:
+            continue
+        last = max(by_step)
+        row = {"benchmark": bench, "step": last, "n": len(by_step[0]),
+               "base": sum(by_step[0].values()) / len(by_step[0]),
+               "run": sum(by_step[last].values()) / len(by_step[last]),
+               "run_vs_base": paired_difference(by_step[0], by_step[last])}
+        other = theirs.get(bench, {})
+        if len(other) >= 1 and max(other) > 0:
+            c = max(other)
+            row.update({"control_step": c, "control": sum(other[c].values()) / len(other[c]),
+                        "control_vs_base": paired_difference(by_step[0], other[c]),
+                        "run_vs_control": paired_difference(other[c], by_step[last])})
+        rows.append(row)
+    return rows
+
+
+def _cell(d: dict | None) -> str:
+    return "-" if d is None else f"{100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("run")
+    p.add_argument("--control", default=None)
+    args = p.parse_args(argv)
+    rows = compare(Path(args.run), Path(args.control) if args.control else None)
+    for r in rows:
+        print(json.dumps(r))
+    print(f"{'benchmark':16} {'n':>5} {'base':>6} {'run':>6} {'control':>7}  {'run - base':>22}  "
+          f"{'control - base':>22}  {'run - control':>22}")
+    for r in rows:
+        ctl = f"{100 * r['control']:.1f}" if "control" in r else "-"
+        print(f"{r['benchmark']:16} {r['n']:>5} {100 * r['base']:6.1f} {100 * r['run']:6.1f} {ctl:>7}  "
+              f"{_cell(r['run_vs_base']):>22}  {_cell(r.get('control_vs_base')):>22}  {_cell(r.get('run_vs_control')):>22}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
