@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from trainer.method_configs import SECTIONS
 from trainer.methods.gate import (GateTask, chance_level, cluster_shares, consensus, guessable, mark_repeated,
                                   mark_repeated_answers, task_failures, template_clusters)
 from trainer.verify import normalize_answer, plain_number
@@ -102,7 +103,7 @@ def screen(rows: list[dict], gate, method: str = "spice", require_grounding: boo
     verdicts = []
     for row, task in zip(rows, tasks):
         failed = task_failures(task, max_copy_ratio=gate.copy_ratio, require_grounding=require_grounding,
-                               whole_words=method != "ssp")
+                               whole_words=SECTIONS[method].answer_copy == "whole_words")
         verdicts.append({"line": row["line"], "question": task.question, "failed": [f[0] for f in failed],
                          "reasons": [f[1] for f in failed]})
     # the rules over a step's tasks: tasks as the writers' attempts (doc_id, task, valid, reason)
@@ -127,7 +128,6 @@ def screen(rows: list[dict], gate, method: str = "spice", require_grounding: boo
 def probe(rows: list[dict], verdicts: list[dict], model: str, gate, answers: int, max_new_tokens: int) -> None:
     """The rules that need the model (guess probe, consensus reader) on every task, in place."""
     from trainer.evaluate import load_model
-    from trainer.method_configs import SECTIONS
     from trainer.methods.spice_tasks import Attempt, SpiceTask, answer, guess, read
     from trainer.rollout import SamplingParams
     from trainer.tools.corpus import Document
@@ -177,8 +177,8 @@ def summary(rows: list[dict], verdicts: list[dict]) -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("tasks", help="JSONL file: question, answer, document [, format, answer_type] per line")
-    parser.add_argument("--method", default="spice", choices=["spice", "ssp", "scope", "piplay"],
-                        help="whose rules (ssp: the answer-in-question check is a substring check)")
+    parser.add_argument("--method", default="spice", choices=[m for m, s in SECTIONS.items() if s.writes_tasks],
+                        help="whose rules (a method whose answer check is a substring check reads copies so)")
     parser.add_argument("--model", default=None, help="also run the rules that need a model (guess probe, consensus)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="gate.KEY=VALUE",
                         help="a gate setting, e.g. --set gate.copy_ratio=0.9 (repeatable)")

@@ -57,13 +57,13 @@ def check_endpoint(value: str | None) -> str | None:
     if value is None:
         return value
     parts = urlsplit(value)
-    names = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True)]
     try:
         host = parts.hostname
     except ValueError:
         host = None
     if parts.scheme not in ("http", "https") or not host:
         raise ValueError("must be an http(s) base URL such as https://api.example.org/v1 or http://host:8000/v1")
+    names = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True)]
     if parts.username or parts.password or any(CREDENTIAL_PARAM.search(n) for n in names):
         raise ValueError("put no credentials in the endpoint URL (it is stored and shown with the run's config); "
                          "give the key in the matching *_api_key field")
@@ -97,6 +97,10 @@ class MethodSection(Section):
     # Paper values for shared keys, as dotted path -> value; applied when the user sets none.
     shared_defaults: ClassVar[dict[str, object]] = {}
     display_name: ClassVar[str] = ""  # how pages and messages name the method ("pi-Play")
+    # A role of the method writes tasks that go through the task gate (trainer/methods/gate.py), and how its
+    # "answer in question" check reads a copy: whole words / numbers by value, or a substring (SSP's reference code).
+    writes_tasks: ClassVar[bool] = False
+    answer_copy: ClassVar[str] = "whole_words"
     # The roles whose recipe switches policy per role (model.policies=separate: one LoRA adapter each).
     roles: ClassVar[tuple[str, ...]] = ()
     # The role a checkpoint's evaluation loads, when each role has its own adapter.
@@ -179,6 +183,7 @@ class SpiceSection(MethodSection):
     """SPICE: a Challenger writes tasks from corpus documents, a Reasoner answers without them."""
 
     display_name: ClassVar[str] = "SPICE"
+    writes_tasks: ClassVar[bool] = True
     step_tokens_exact: ClassVar[bool] = True
     multi_rank: ClassVar[bool] = True
     multi_update: ClassVar[bool] = True  # mini_batch_size: several optimizer steps on one iteration's rollout
@@ -297,6 +302,8 @@ class SspSection(MethodSection):
     """SSP: a Proposer searches and writes a question for a known answer, a Solver searches to answer."""
 
     display_name: ClassVar[str] = "SSP"
+    writes_tasks: ClassVar[bool] = True
+    answer_copy: ClassVar[str] = "substring"
     multi_update: ClassVar[bool] = True  # Solver then Proposer, each in mini_batch_size mini-batches
 
     shared_defaults: ClassVar[dict[str, object]] = {
@@ -390,6 +397,7 @@ class ScopeSection(MethodSection):
 
     schedule_fields: ClassVar[tuple[str, str, str]] = ("iterations", "challenger_steps", "solver_steps")
     display_name: ClassVar[str] = "SCOPE"
+    writes_tasks: ClassVar[bool] = True
 
     def judged_by_frozen_base(self) -> bool:
         return True
@@ -583,6 +591,7 @@ class PiplaySection(MethodSection):
 
     schedule_fields: ClassVar[tuple[str, str, str]] = ("iterations", "examiner_steps", "student_steps")
     display_name: ClassVar[str] = "pi-Play"
+    writes_tasks: ClassVar[bool] = True
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 5, "train.kl_coef": 0.0, "train.prompts_per_step": 256,

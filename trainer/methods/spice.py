@@ -7,18 +7,18 @@ uniformly from the corpus (truncated to ``spice.max_document_tokens``):
    has ``valid_tasks_per_document`` valid tasks (paper: at least one) or ``max_challenger_attempts``
    attempts (paper 1024), within the step's token budget ``challenger_token_budget``
    (``challenge_until_valid``; the loop is trainer/methods/retry.py). Turn one picks MCQ or
-   free-form (+ answer type) as JSON, turn two writes the task as JSON
-   (trainer/methods/spice_tasks.py). Unparsable or empty output = an invalid task. Attempts per
-   valid task and documents dropped (no valid task, so no Reasoner group) are metrics.
+   free-form (+ answer type: Integer, Expression, String) as JSON, turn two thinks step by step, then
+   writes the task as JSON (trainer/methods/spice_tasks.py). Unparsable or empty output = an invalid
+   task. Attempts per valid task and documents dropped (no valid task, so no Reasoner group) are metrics.
 2. ``spice.challenger_group_size`` attempts are kept per document, preserving the
    valid:invalid ratio; every kept valid task gets ``rollout.group_size`` Reasoner answers
-   (question only, ``\\boxed{}``), checked by letter (MCQ), math-verify (integer, float,
-   expression) or normalized match (string, boolean).
+   (system prompt "You are a helpful assistant.", question only, ``\\boxed{}``), checked by letter
+   (MCQ), math-verify (integer, float, expression) or normalized match (string, boolean).
 3. Rewards: Reasoner 1/0; Challenger exp(-(p(1-p) - 0.25)^2 / 0.02) for a valid task with
-   pass rate p, ``spice.invalid_penalty`` (-0.1) for an invalid one (``challenger_reward``
-   selects an ablation). Dr.GRPO advantages in per-role groups: the kept Challenger attempts
-   of one document; the answers to one valid task per document. No KL. One update with both
-   roles' samples.
+   pass rate p, a penalty for an invalid one (``challenger_reward`` selects an ablation).
+   Dr.GRPO advantages in per-role groups: the kept Challenger attempts of one document; the
+   answers to one valid task per document. No KL. Both roles' samples, shuffled, in mini-batches
+   of ``spice.mini_batch_size`` (paper: 128 trajectories per gradient update), one optimizer step each.
 
 A task a reviewer flags (sink verdict) counts as invalid and is never a Reasoner group from
 then on (matched by key and by question text; the flagged set is checkpointed).
@@ -28,6 +28,20 @@ Run it::
     python -m trainer run examples/spice_cpu.yaml --out var/runs/spice-cpu
 
 Departures from the paper:
+- every task goes through the task gate (trainer/methods/gate.py; ``gate.*``, none of it the paper's): besides the
+  per-task rules below, a task copying more than ``gate.copy_ratio`` of its document's character 6-grams is invalid;
+  a reader that sees the document answers each kept valid task ``gate.consensus_samples`` (3) times and the task is
+  invalid unless a strict majority agrees with the Challenger's answer; after the Reasoner's answers a guess probe
+  (the Reasoner answering within ``gate.guess_max_new_tokens`` tokens) that passes the task at least as often makes
+  it invalid ("task is guessable"); the pass rate is chance-corrected before the reward ((p - c) / (1 - c), c = 1/4 for
+  an MCQ); a valid task's reward loses its template cluster's share of the step's valid tasks (R-Zero's
+  max(0, r - |C|/B)); an invalid task costs ``gate.format_penalty`` (-1) when nothing parsed and ``gate.rule_penalty``
+  (-0.5) when a rule refused it (paper: -0.1 for any, ``spice.invalid_penalty`` restores it). Why: without a gate
+  every Qwen run collapsed into a guessable family; with it, a 1.5B run's held-out cloze rose +6.0 [+2.3, +9.7] over a
+  random-reward control while its valid-task rate climbed from 5% to 59% and no family took over
+  (benchmarks/RESULTS.md, "Self-play through the task gate");
+- ``train.control: random-reward`` (ours) replaces each Reasoner reward by a coin flip; the Challenger's reward is
+  computed from the flips as usual, the gate from the grader's verdicts;
 - the retries run in rounds of ``challenger_attempts`` (the paper gives no round size) and stop
   early when the step's token budget is spent (a safety bound; by default one round's worst case
   on a GPU, so retries spend what early stops saved: raise ``challenger_token_budget`` for the
@@ -80,7 +94,8 @@ Departures from the paper:
 - token budgets (the paper's text gives none): ``rollout.max_new_tokens`` 8192 for the task turn
   and each Reasoner answer (``task_max_new_tokens``, ``reasoner_max_new_tokens``), 256 for the
   format choice (``format_max_new_tokens``); 8192 is also Dr.GRPO's constant normaliser (seq_sum);
-- one policy update per step with both roles' samples, log-probs from the rollout.
+- the mini-batches' PPO reference is the rollout's log-probs (several optimizer steps on one rollout);
+  with several ranks each takes mini_batch_size / ranks trajectories a step.
 """
 from __future__ import annotations
 
@@ -91,6 +106,7 @@ from collections import Counter
 import torch
 
 from trainer.algos import get_advantage
+from trainer.methods.parts import zero_variance_groups
 from trainer.methods.retry import RetryLimits, draw_until
 from trainer.methods.review import ReviewState
 from trainer import distributed as dist
@@ -349,6 +365,8 @@ def step_metrics(attempts: list[Attempt], clusters: list[int] | None = None) -> 
                             if probed else 0.0),
         "consensus_rate": sum(consensus(a.agrees) for a in read_) / len(read_) if read_ else 0.0,
         "truncated_rate": sum(a.truncated for a in attempts) / len(attempts),
+        "zero_variance_groups": zero_variance_groups([[a.reward for a in kept if a.group == g]
+                                                      for g in {a.group for a in kept}]),
     }
     trained = [c for a in graded if a.trained_reasoner for c in a.answers]
     reasoner = {
@@ -356,6 +374,8 @@ def step_metrics(attempts: list[Attempt], clusters: list[int] | None = None) -> 
         "tasks": float(len(graded)),
         "boxed_rate": sum(extract_boxed(c.text) is not None for c in answers) / max(len(answers), 1),
         "response_length": sum(len(c.completion_ids) for c in trained) / max(len(trained), 1),
+        "zero_variance_groups": zero_variance_groups([[float(x) for x in a.correct] for a in graded
+                                                      if a.trained_reasoner]),
     }
     return {CHALLENGER: challenger, REASONER: reasoner}
 
