@@ -155,3 +155,22 @@ def test_import_run_links_a_control_folder_to_its_run(tmp_path, capsys):
     with pytest.raises(CommandError, match="no such run"):
         call_command("import_run", str(other), "--control-of", "999999", stdout=io.StringIO())
     assert not Run.objects.filter(imported_from=str(other)).exists()  # a refused link imports nothing
+
+
+def test_a_shipped_control_folder_links_itself_to_its_run_and_its_page_shows_both_gains(client, django_user_model):
+    """examples/runs/spice-gate-wiki-qwen15-control holds a control_of file: imported as make demo does (one folder
+    after another, no flag), it is linked, and the run page shows the gain over the base and over the control."""
+    import io
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3] / "examples" / "runs"
+    for name in ("spice-gate-wiki-qwen15", "spice-gate-wiki-qwen15-control"):
+        call_command("import_run", str(root / name), stdout=io.StringIO())
+    run = Run.objects.get(imported_from=str((root / "spice-gate-wiki-qwen15").resolve()))
+    twin = Run.objects.get(imported_from=str((root / "spice-gate-wiki-qwen15-control").resolve()))
+    assert twin.control_of == run
+    admin = django_user_model.objects.create_superuser("ctl-admin", "a@example.com", "pw-Long-enough-1")
+    client.force_login(admin)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    # held-out cloze: +5.0 over the base, +6.0 over the control, paired on the same 300 items
+    assert "+5.0" in page and "+6.0" in page
