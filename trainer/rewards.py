@@ -108,6 +108,18 @@ def spice_rzero_tent(correct: Sequence[bool] | float | None, invalid: float = SP
     return 1 - 2 * abs(p - 0.5)
 
 
+def control_rewards(ctx, rewards: Sequence[float]) -> list[float]:
+    """The answering role's rewards as they are, or in a random-reward control (``train.control``) as many coin
+    flips (``coin_flips`` with ``train.control_p``, drawn from a generator seeded by the run's RNG, which is left
+    untouched when there is no control)."""
+    train = ctx.config.train
+    if train.control != "random-reward":
+        return [float(r) for r in rewards]
+    import random
+
+    return coin_flips(len(rewards), train.control_p, random.Random(int(ctx.rng.integers(2**62))))
+
+
 def coin_flips(n: int, p: float, rng) -> list[float]:
     """A random-reward control's rewards (``train.control: random-reward``): ``n`` independent flips, 1.0 with
     probability ``p`` else 0.0, drawn from ``rng`` (a ``random.Random``), whatever the answers were."""

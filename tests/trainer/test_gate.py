@@ -171,6 +171,27 @@ def test_a_control_reward_is_a_fair_coin_whatever_the_answers():
     assert untouched[0].correct == [False] * 8
 
 
+def test_every_recipes_control_hook_flips_coins_only_in_a_control():
+    """``rewards.control_rewards``, which SCOPE's Solver, SCORE's report writer and pi-Play's Student use: the rewards
+    untouched (and the run's RNG not drawn) without a control; fair coins whatever the rewards with one."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from trainer.rewards import control_rewards
+
+    def ctx(control):
+        train = SimpleNamespace(control=control, control_p=0.5)
+        return SimpleNamespace(config=SimpleNamespace(train=train), rng=np.random.default_rng(0))
+
+    off = ctx("none")
+    assert control_rewards(off, [0.9, 0.0, 1.2]) == [0.9, 0.0, 1.2]
+    assert off.rng.integers(10**9) == np.random.default_rng(0).integers(10**9)  # nothing drawn
+    on = ctx("random-reward")
+    flips = [x for _ in range(200) for x in control_rewards(on, [1.0] * 50)]
+    assert set(flips) == {0.0, 1.0} and abs(sum(flips) / len(flips) - 0.5) < 0.02  # 10,000 coins: sd 0.005
+
+
 # ---- python -m trainer gate ----------------------------------------------------------------------------------------
 
 def test_the_gate_command_screens_a_task_file(tmp_path, capsys):

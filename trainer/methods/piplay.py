@@ -75,7 +75,7 @@ from trainer.methods.piplay_parts import (
     teacher_prompt,
 )
 from trainer.prompts import chat
-from trainer.rewards import piplay_examiner_reward
+from trainer.rewards import control_rewards, piplay_examiner_reward
 from trainer.rollout.multi_turn import multi_turn_rollout
 from trainer.tools.search import SearchTool
 from trainer.tools.corpus import truncate_to_tokens
@@ -197,6 +197,8 @@ class PiPlay:
         for j, q in enumerate(valid):
             q.attempts = trajs[j * n:(j + 1) * n]
             q.correct = [bool(exact_match(t.final or "", q.answer)) for t in q.attempts]
+            if self.cfg.train.control == "random-reward":  # a control: the Student's verdicts are coin flips, the
+                q.correct = [bool(x) for x in control_rewards(self.ctx, q.correct)]  # Examiner's reward from them
 
     # -- the two stages ------------------------------------------------------------------------
     def examiner_step(self, step: int) -> None:

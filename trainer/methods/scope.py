@@ -82,7 +82,8 @@ from trainer.methods.parts import (
 from trainer.methods.review import ReviewState
 from trainer.methods.scope_prompts import TASK_TYPES, challenger_prompt, parse_task, solver_prompt
 from trainer.prompts import chat
-from trainer.rewards import scope_challenger_reward, scope_format_parts, scope_rubric_score, scope_solver_reward
+from trainer.rewards import (control_rewards, scope_challenger_reward, scope_format_parts, scope_rubric_score,
+                             scope_solver_reward)
 from trainer.rollout.multi_turn import multi_turn_rollout
 from trainer.tools.search import SearchTool
 from trainer.tools.corpus import truncate_to_tokens
@@ -407,6 +408,7 @@ class Scope:
         rewards = [solver_reward(a.rubric_score,
                                  len(self.tok.encode(a.trajectory.final or "", add_special_tokens=False)),
                                  a.trajectory.turns, a.trajectory.n_searches, sec) for a in flat]
+        rewards = control_rewards(self.ctx, rewards)  # train.control: coin flips instead
         adv = self.grpo(torch.tensor(rewards).view(len(tasks), G)).flatten().tolist()  # [tasks * G]
         samples = [Sample.from_trajectory(a.trajectory, v, role=SOLVER, temperature=a.trajectory.temperature)
                    for a, v in zip(flat, adv)]

@@ -95,7 +95,7 @@ from trainer.methods.score_prompts import (
     rubric_messages,
 )
 from trainer.prompts import chat
-from trainer.rewards import score_consistency, score_solver_reward
+from trainer.rewards import control_rewards, score_consistency, score_solver_reward
 from trainer.rollout.multi_turn import multi_turn_rollout, single_turn
 from trainer.rollout.types import Trajectory
 from trainer.tools.search import SearchTool
@@ -305,6 +305,7 @@ class Score:
         min_search = self.harness["process_constraints"]["min_number_of_tool_call"]
         rewards = report_rewards(valid, rubric.dims, [s.values for s in scores], [e.n_searches for e in evals],
                                  min_search)
+        rewards = control_rewards(self.ctx, rewards)  # train.control: coin flips instead
         zeroed = [v and e.n_searches < min_search for e, v in zip(evals, valid)]  # a valid report lost its score
         adv = self.grpo(torch.tensor(rewards).view(len(queries), G)).flatten().tolist()  # [n * G]
         gen_seconds = time.perf_counter() - t0
