@@ -322,3 +322,30 @@ def test_piplay_runs_three_steps_on_cpu_with_the_in_memory_retriever(tiny_config
     examiner_rows = [m for m in metrics if m["role"] == "examiner"]
     assert all("valid_hops_1" in m and "truncated_rate" in m for m in examiner_rows)  # both stages
     assert all("zero_variance_groups" in m for m in examiner_rows if "reward_mean" in m)  # its own stage
+
+
+def test_the_task_gate_refuses_examiner_questions_and_charges_a_template_family():
+    from trainer.config import GateConfig
+    from trainer.methods.piplay import Question, examiner_rewards, gate_questions
+
+    passage = ("(Title: Trier)\nTrier was founded by the Romans in 16 BC under Augustus. In the 4th century it was an "
+               "imperial residence of the Western Roman Empire, on the Moselle.")
+
+    def q(i, question, answer="Augustus"):
+        return Question(f"1:e{i}", "d", passage, 2, None, question, answer, 1.0, correct=[True, False, False, False, False])
+
+    questions = [q(0, "In the 4th century, was it an imperial residence of the Western Roman Empire, on the Moselle?"),
+                 q(1, "Which emperor, Augustus, founded the city?"),
+                 q(2, "How many emperors ruled from the city on the Moselle?", "4"),
+                 q(3, "How many emperors ruled from the city on the Danube?", "3"),
+                 q(4, "Which Roman ruler's reign saw the founding of a Moselle town that later housed emperors?")]
+    gate_questions(questions, GateConfig())
+    assert [q.reason.split(" (")[0] for q in questions[:2]] == ["task: question copies its document",
+                                                                 "task: answer in question: the solver could copy it"]
+    assert [x.valid for x in questions] == [False, False, True, True, True]
+    assert questions[2].cluster == questions[3].cluster != questions[4].cluster  # one template, names masked
+    # r_d with 1 of 5 right: (5 - 1) / (5 - 1) = 1; + 0.5 r_fmt = 1.5; less the cluster share 2/3 -> 0.8333
+    plain = examiner_rewards(questions, 5, 0.5)
+    gated = examiner_rewards(questions, 5, 0.5, template_share=True)
+    assert plain[2] == pytest.approx(1.5) and gated[2] == pytest.approx(1.5 - 2 / 3)
+    assert gated[4] == pytest.approx(1.5 - 1 / 3) and gated[:2] == plain[:2]

@@ -75,6 +75,8 @@ from trainer.methods.piplay_parts import (
     teacher_prompt,
 )
 from trainer.prompts import chat
+from trainer.methods.gate import (GateTask, check_task, cluster_shares, gate_metrics, rule_of, template_clusters,
+                                  template_penalty)
 from trainer.rewards import control_rewards, piplay_examiner_reward
 from trainer.rollout.multi_turn import multi_turn_rollout
 from trainer.tools.search import SearchTool
@@ -97,14 +99,33 @@ class Question:
     r_fmt: float
     attempts: list = field(default_factory=list)  # Student trajectories
     correct: list = field(default_factory=list)  # bool per attempt
+    reason: str = ""  # the task gate's refusal ("task: <rule> ..."), "" when it passed
+    cluster: int = -1  # its template cluster among the batch's valid questions (task gate)
+    cluster_share: float = 0.0  # that cluster's share of the batch's valid questions
 
     @property
     def valid(self) -> bool:
-        return bool(self.question and self.answer)
+        return bool(self.question and self.answer) and not self.reason
 
     @property
     def qcp(self) -> str:
         return build_qcp(self.passage, self.trajectory.turns, self.question or "", self.answer or "")
+
+
+def gate_questions(questions: list[Question], gate) -> None:
+    """The task gate's rules that need no model (trainer/methods/gate.py): a question stating its answer, with too
+    few words, pointing at "the passage", or copying its passage beyond ``gate.copy_ratio`` is invalid (not
+    grounding: a multi-hop question may name only what the searches found); then each valid question's template
+    cluster share, which the Examiner's reward loses (``gate.template_penalty``)."""
+    for q in questions:
+        if q.question and q.answer:
+            why = check_task(GateTask(q.question, q.answer, q.passage), max_copy_ratio=gate.copy_ratio,
+                             require_grounding=False)
+            q.reason = f"task: {why}" if why else ""
+    valid = [q for q in questions if q.valid]
+    ids = template_clusters([q.question for q in valid], gate.template_similarity)
+    for q, c, share in zip(valid, ids, cluster_shares(ids)):
+        q.cluster, q.cluster_share = c, share
 
 
 def stage_of(step: int, sec) -> tuple[int, str]:
@@ -113,8 +134,13 @@ def stage_of(step: int, sec) -> tuple[int, str]:
     return iteration, (EXAMINER, STUDENT)[stage]
 
 
-def examiner_rewards(questions: list[Question], n: int, format_weight: float) -> list[float]:
-    """R = r_d + 0.5 r_fmt; an invalid question has no attempts and r_d = 0."""
+def examiner_rewards(questions: list[Question], n: int, format_weight: float,
+                     template_share: bool = False) -> list[float]:
+    """R = r_d + 0.5 r_fmt; an invalid question has no attempts and r_d = 0. ``template_share``: a valid question's
+    R loses its template cluster's share (the task gate; R-Zero's max(0, R - |C|/B))."""
+    if template_share:
+        return [template_penalty(r, q.cluster_share) if q.valid else r
+                for r, q in zip(examiner_rewards(questions, n, format_weight), questions)]
     return [piplay_examiner_reward(sum(q.correct), n, q.r_fmt, format_weight) if q.valid
             else format_weight * q.r_fmt for q in questions]
 
@@ -174,6 +200,7 @@ class PiPlay:
         for i, (d, h, tr, text) in enumerate(zip(docs, hops, trajs, texts)):
             q, a = parse_question_answer(tr.turns[-1]["text"] if tr.turns else "")
             out.append(Question(f"{step}:{tag}{i}", str(d.id), text, h, tr, q, a, examiner_format(tr.turns, h)))
+        gate_questions(out, self.cfg.gate)
         return out
 
     def student_questions(self, step: int) -> tuple[list[Question], list[Question]]:
@@ -205,7 +232,8 @@ class PiPlay:
         t0 = time.perf_counter()
         questions = self.examine(step)
         self.answer(questions, self.sec.student_attempts)
-        rewards = examiner_rewards(questions, self.sec.student_attempts, self.sec.format_weight)
+        rewards = examiner_rewards(questions, self.sec.student_attempts, self.sec.format_weight,
+                                   self.cfg.gate.template_penalty)
         adv = examiner_advantages(rewards, [q.hops for q in questions])
         samples = [Sample.from_trajectory(q.trajectory, a, role=EXAMINER, temperature=q.trajectory.temperature)
                    for q, a in zip(questions, adv)]
@@ -220,6 +248,8 @@ class PiPlay:
             "gen_seconds": gen_seconds, **{f"hops_{h}": sum(q.hops == h for q in questions)
                                            for h in range(1, len(self.sec.hop_weights) + 1)},
             **hop_mix(questions, len(self.sec.hop_weights)),
+            **gate_metrics([q.reason for q in questions], [q.answer for q in questions if q.valid],
+                           [q.cluster for q in questions if q.valid]),
             "zero_variance_groups": zero_variance_groups(
                 [[r for r, q in zip(rewards, questions) if q.hops == h] for h in sorted({q.hops for q in questions})])})
         attempts = [t for q in valid for t in q.attempts]  # untrained in this stage
@@ -268,7 +298,8 @@ class PiPlay:
                 "kind": "task", "key": q.key, "role": EXAMINER, "step": step, "question": q.question or "",
                 "answer": q.answer or "", "valid": q.valid, "pass_rate": sum(q.correct) / n if n else None,
                 "document_id": q.document_id, "format": f"{q.hops}-hop",
-                "data": {"hops": q.hops, "qcp": q.qcp, "r_fmt": q.r_fmt, "stage": stage,
+                "data": {"hops": q.hops, "qcp": q.qcp, "r_fmt": q.r_fmt, "stage": stage, "invalid_reason": q.reason,
+                         "gate_rule": rule_of(q.reason), "cluster_share": q.cluster_share,
                          "reward": rewards[i] if rewards else None, "examiner": q.trajectory.to_attempt()}})
             for j, (t, ok) in enumerate(zip(q.attempts, q.correct)):
                 out.append({"kind": "attempt", "key": f"{q.key}:s{j}", "task_key": q.key, "role": STUDENT,
