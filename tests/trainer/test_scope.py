@@ -211,10 +211,28 @@ def test_a_flagged_task_leaves_the_pool_and_counts_as_gate_failed(scope_ctx):
 def test_judge_output_that_breaks_format_fails_the_gates_without_crashing(scope_ctx):
     ctx, scope = scope_ctx
     task = _task()
-    task.gates = {}
+    task.gates, task.question = {}, "Plan a three-day visit to the castle."
     scope.judge_gates([task])
     assert task.gates["passed"] is False and task.gates["entity"] == 0 and task.gates["relevance"] == 0
     assert scope.judge.stats["gate_format_failures"] == 2
+
+
+def test_the_task_gate_refuses_before_the_judge_is_asked(scope_ctx):
+    """A task too short to be one, or pointing at "the passage", fails the gates without a judge call."""
+    ctx, scope = scope_ctx
+    short, pointing = _task(), _task()
+    short.gates, pointing.gates = {}, {}
+    pointing.question = "Summarise the main argument of the given passage in three steps."
+    before = dict(scope.judge.stats)
+    scope.judge_gates([short, pointing])
+    assert short.gates["rule"].startswith("task: question has no words") and not short.gate_passed
+    assert pointing.gates["rule"].startswith("task: question refers to the document") and not pointing.gate_passed
+    assert scope.judge.stats == before  # the judge was not asked
+    from types import SimpleNamespace
+
+    short.trajectory = pointing.trajectory = SimpleNamespace(n_searches=0)
+    m = scope.task_metrics([short, pointing], [0.0, 0.0], [False, False])
+    assert m["gate_no_words_rate"] == 0.5 and m["gate_refers_to_document_rate"] == 0.5
 
 
 def test_scope_runs_three_steps_on_cpu_with_the_in_memory_retriever(tiny_config, corpus_path, tmp_path):

@@ -82,6 +82,7 @@ from trainer.methods.parts import (
 from trainer.methods.review import ReviewState
 from trainer.methods.scope_prompts import TASK_TYPES, challenger_prompt, parse_task, solver_prompt
 from trainer.prompts import chat
+from trainer.methods.gate import GateTask, check_task, gate_metrics
 from trainer.rewards import (control_rewards, scope_challenger_reward, scope_format_parts, scope_rubric_score,
                              scope_solver_reward)
 from trainer.rollout.multi_turn import multi_turn_rollout
@@ -297,6 +298,15 @@ class Scope:
         output that breaks the strict format reads as a fail (counted by the judge)."""
         if not tasks:
             return
+        gate = self.cfg.gate
+        for t in tasks:  # the task gate's rules first (trainer/methods/gate.py): a refused task is a gate failure
+            why = check_task(GateTask(t.question, "", t.document), max_copy_ratio=gate.copy_ratio,
+                             require_grounding=False)  # open-ended: no answer to copy; relevance is the judge's gate
+            if why:
+                t.gates = {"entity": 0, "relevance": 0, "passed": False, "rule": f"task: {why}"}
+        tasks = [t for t in tasks if not t.gates.get("rule")]
+        if not tasks:
+            return
         questions = [t.question for t in tasks]
         entity = self.judge.gate("entity", questions, with_texts=True)
         relevance = self.judge.gate("relevance", questions, [t.document for t in tasks], with_texts=True)
@@ -442,6 +452,8 @@ class Scope:
             "gate_pass_rate": sum(t.gate_passed for t in judged) / len(judged) if judged else 0.0,
             "gate_entity": sum(t.gates.get("entity", 0) for t in judged) / len(judged) if judged else 0.0,
             "gate_relevance": sum(t.gates.get("relevance", 0) for t in judged) / len(judged) if judged else 0.0,
+            **{k: v for k, v in gate_metrics([t.gates.get("rule", "") for t in tasks], [], []).items()
+               if k.startswith("gate_")},  # the task gate's refusals by rule, before the judge
             "rubrics_per_task": sum(len(t.rubrics) for t in tasks if t.gate_passed) / max(len(scored), 1),
             "mean_rubric_score": sum(scored) / len(scored) if scored else 0.0,
             "in_window": sum(in_window(s, self.sec) for s in scored) / n, "flagged": sum(flagged),
