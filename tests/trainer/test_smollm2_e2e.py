@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 import trainer
 from trainer.tools.corpus import corpus_path, read_jsonl_corpus
 
@@ -19,8 +21,11 @@ def test_a_spice_step_on_smollm2(smollm2_dir, tmp_path):
         "corpus": {"path": str(corpus)},
         "rollout": {"max_new_tokens": 24, "group_size": 2, "temperature": 0.7},
         "train": {"steps": 1, "prompts_per_step": 2, "micro_batch_size": 4, "device": "cpu", "lr": 1e-6},
+        # SmolLM2-135M writes task JSON when the turn opens with it after a worked example (its configs do so); an
+        # attempt that parses (-0.5 when a gate rule refuses it) beside one that does not (-1) gives a gradient
         "spice": {"challenger_attempts": 2, "challenger_group_size": 2, "format_max_new_tokens": 24,
-                  "max_document_tokens": 128},
+                  "max_document_tokens": 128, "think_before_task": False, "worked_example": True,
+                  "task_max_new_tokens": 96},
         "checkpoint": {"every": 1, "keep_last": 1},
     }
     result = trainer.run(cfg, run_dir=tmp_path / "run")
@@ -36,3 +41,6 @@ def test_a_spice_step_on_smollm2(smollm2_dir, tmp_path):
 
     model = AutoModelForCausalLM.from_pretrained(result.final_checkpoint + "/model")
     assert model.num_parameters() > 100_000_000  # the whole 135M model, not an adapter
+    base = dict(AutoModelForCausalLM.from_pretrained(str(smollm2_dir)).named_parameters())
+    moved = [n for n, p in model.named_parameters() if not torch.equal(p, base[n].to(p.dtype))]
+    assert moved, "the SPICE step's update left every weight as it was"

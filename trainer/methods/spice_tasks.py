@@ -432,8 +432,9 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
     question = obj["question"]
     if not isinstance(question, str) or not question.strip():
         raise TaskError("empty question" if isinstance(question, str) else "question must be one string")
-    if copies_example(question):
-        raise TaskError("question copies the prompt's example instead of asking about the document")
+    if copies_example(question):  # a rule refusal: the question stays on record (its answer is not read)
+        raise TaskError("question copies the prompt's example instead of asking about the document",
+                        SpiceTask("free_form", choice.answer_type, question.strip(), ""))
     declared = obj.get("answer_type")
     if declared is not None and (not isinstance(declared, str) or declared.strip().lower() != choice.answer_type):
         raise TaskError(f"answer_type {declared!r} differs from the chosen {choice.answer_type}")
