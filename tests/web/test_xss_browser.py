@@ -82,3 +82,29 @@ def test_generated_markup_stays_text_in_the_browser(roles, researcher, server, m
         browser.close()
     assert not dialogs, f"a dialog fired: {dialogs}"
     assert not problems, "\n".join(problems)
+
+
+def test_a_chart_label_holding_a_link_is_drawn_as_text(roles, researcher, server, monkeypatch):  # noqa: F811
+    """A metric role is data (an imported run's, a recipe's): Plotly reads trace names as its pseudo-HTML, so
+    unescaped, <a href=...> in a role would be a link in the legend (static/js/plotly_safe.js escapes it)."""
+    from apps.runs.models import Metric
+    from tests.web.runs.test_live_page_browser import logged_in_page
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    run = Run.objects.create(method="spice", model_name="tiny", config={}, owner=researcher, total_steps=5)
+    role = '<a href="//evil.x">x</a>'  # 24 characters: a role holds 32
+    Metric.objects.bulk_create([Metric(run=run, step=s, role=role, name="reward_mean", value=s / 10) for s in (1, 2)]
+                               + [Metric(run=run, step=s, role="reasoner", name="reward_mean", value=s / 5)
+                                  for s in (1, 2)])
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser, page, errors = logged_in_page(p, server, f"/runs/{run.pk}/")
+        page.wait_for_function("() => { const c = document.getElementById('reward-chart');"
+                               " return c && c.data && c.data.length >= 2 && document.querySelector('#reward-chart .legend'); }",
+                               timeout=30_000)
+        links = page.evaluate("() => document.querySelectorAll('#reward-chart a[href*=\"evil\"]').length")
+        legend = page.evaluate("() => document.querySelector('#reward-chart .legend').textContent")
+        browser.close()
+    assert links == 0 and 'href="//evil.x"' in legend  # shown as the text it is
+    assert not errors
