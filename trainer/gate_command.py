@@ -3,16 +3,16 @@
 Each line of TASKS.jsonl is one task: ``question``, ``answer``, ``document`` (the text it was written from), and
 optionally ``format`` ("mcq" | "free_form"; default: "mcq" when the question lists options A) to D)),
 ``answer_type`` (default: "integer" for a whole number, "float" for another number, "boolean" for true/false,
-else "string") and ``document_id`` (default: the document text). The whole file is read as one step: the rules
-over a step's tasks (a question repeated across documents, an answer given for many documents, template
-clusters) see every line.
+else "string"), ``document_id`` (default: the document text) and ``step``. The rules over a step's tasks (a
+question repeated across documents, an answer given for many documents, template clusters) see every line of
+its step; without ``step`` the whole file is one step.
 
 Without ``--model`` only the rules that need no model run. With ``--model`` (a catalog name, a folder, a run's
 checkpoint: what ``python -m trainer.evaluate`` takes) the solver answers each task ``--answers`` times with its full
 budget and as a guess probe, and a reader with the document ``gate.consensus_samples`` times.
 
-Prints one JSON line per task: ``{"line", "question", "valid", "failed": [rule, ...], "reasons": [...],
-"cluster", "cluster_share", "pass_rate"?, "guess_rate"?, "reader_agreement"?}``, then a summary line
+Prints one JSON line per task on stdout: ``{"line", "question", "valid", "failed": [rule, ...], "reasons": [...],
+"cluster", "cluster_share", "pass_rate"?, "guess_rate"?, "reader_agreement"?}``; then a summary line on stderr
 ``{"summary": {"tasks", "valid", "failed_by_rule": {...}, "largest_cluster_share", "largest_answer_share"}}``.
 Exit status 2 with one line on stderr for a file that cannot be read.
 """
@@ -106,23 +106,33 @@ def screen(rows: list[dict], gate, method: str = "spice", require_grounding: boo
                                whole_words=SECTIONS[method].answer_copy == "whole_words")
         verdicts.append({"line": row["line"], "question": task.question, "failed": [f[0] for f in failed],
                          "reasons": [f[1] for f in failed]})
-    # the rules over a step's tasks: tasks as the writers' attempts (doc_id, task, valid, reason)
-    attempts = [_Written(str(r.get("document_id") or r.get("document") or r["line"]), t) for r, t in zip(rows, tasks)]
+    # the rules over a step's tasks, step by step (a line's "step"; the whole file is one step without it)
+    by_step: dict = {}
+    for i, r in enumerate(rows):
+        by_step.setdefault(str(r.get("step")), []).append(i)
+    for idx in by_step.values():
+        _across(rows, tasks, verdicts, idx, gate)
+    return verdicts
+
+
+def _across(rows: list[dict], tasks: list[GateTask], verdicts: list[dict], idx: list[int], gate) -> None:
+    """The rules over one step's tasks (the lines ``idx``): tasks as the writers' attempts (doc_id, task, reason)."""
+    attempts = [_Written(str(rows[i].get("document_id") or rows[i].get("document") or rows[i]["line"]), tasks[i])
+                for i in idx]
     mark_repeated(attempts)
-    for v, a in zip(verdicts, attempts):
+    for i, a in zip(idx, attempts):
         if a.reason:
-            v["failed"].append("repeated")
-            v["reasons"].append(a.reason.removeprefix("task: "))
+            verdicts[i]["failed"].append("repeated")
+            verdicts[i]["reasons"].append(a.reason.removeprefix("task: "))
             a.reason = ""
     mark_repeated_answers(attempts)
-    for v, a in zip(verdicts, attempts):
+    for i, a in zip(idx, attempts):
         if a.reason:
-            v["failed"].append("repeated_answer")
-            v["reasons"].append(a.reason.removeprefix("task: "))
-    clusters = template_clusters([t.question for t in tasks], gate.template_similarity)
-    for v, c, share in zip(verdicts, clusters, cluster_shares(clusters) if clusters else []):
-        v["cluster"], v["cluster_share"] = c, round(share, 4)
-    return verdicts
+            verdicts[i]["failed"].append("repeated_answer")
+            verdicts[i]["reasons"].append(a.reason.removeprefix("task: "))
+    clusters = template_clusters([tasks[i].question for i in idx], gate.template_similarity)
+    for i, c, share in zip(idx, clusters, cluster_shares(clusters) if clusters else []):
+        verdicts[i]["cluster"], verdicts[i]["cluster_share"] = f"{rows[i].get('step')}:{c}", round(share, 4)
 
 
 def probe(rows: list[dict], verdicts: list[dict], model: str, gate, answers: int, max_new_tokens: int) -> None:
@@ -202,5 +212,5 @@ def main(args) -> int:
     for v in verdicts:
         v["valid"] = not v["failed"]
         print(json.dumps(v, ensure_ascii=False))
-    print(json.dumps({"summary": summary(rows, verdicts)}))
+    print(json.dumps({"summary": summary(rows, verdicts)}), file=sys.stderr)  # stdout: one line per task
     return 0

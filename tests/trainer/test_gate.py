@@ -206,12 +206,22 @@ def test_the_gate_command_screens_a_task_file(tmp_path, capsys):
                  "answer": "Augustus", "document": DOC})
     tasks.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert main(["gate", str(tasks)]) == 0
-    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    verdicts, summary = out[:-1], out[-1]["summary"]
+    captured = capsys.readouterr()
+    verdicts = [json.loads(line) for line in captured.out.splitlines()]  # one line per task
+    summary = json.loads(captured.err.strip().splitlines()[-1])["summary"]
     assert [v["valid"] for v in verdicts] == [False, False, False, True]
     assert all(v["failed"] == ["repeated_answer"] and v["cluster_share"] == 0.75 for v in verdicts[:3])
     assert summary == {"tasks": 4, "valid": 1, "failed_by_rule": {"repeated_answer": 3},
                        "largest_cluster_share": 0.75, "largest_answer_share": 0.75}
+
+    # a "step" per line: the rules over a step's tasks see only its own lines
+    for i, r in enumerate(rows):
+        r["step"] = 1 if i < 2 else 2
+    tasks.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert main(["gate", str(tasks)]) == 0
+    verdicts = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [v["valid"] for v in verdicts] == [True, True, True, True]  # "1" for 2 of 2 documents: under 3
+    assert [v["cluster_share"] for v in verdicts] == [1.0, 1.0, 0.5, 0.5]
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "ok?", "answer": "1"}\n{not json\n')
