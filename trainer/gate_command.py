@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from trainer.jsonl import json_objects
 from trainer.method_configs import SECTIONS
 from trainer.methods.gate import (GateTask, chance_level, cluster_shares, consensus, guessable, mark_repeated,
                                   mark_repeated_answers, task_failures, template_clusters)
@@ -45,15 +46,9 @@ def read_tasks(path: str | Path) -> list[dict]:
         raise TaskFileError(f"{path} is not a file; give a JSONL file with one task per line "
                             '({"question": ..., "answer": ..., "document": ...})')
     rows = []
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskFileError(f"{path}:{n}: not JSON ({exc.msg}); each line must be one JSON object") from None
-            if not isinstance(row, dict) or not isinstance(row.get("question"), str):
+    with path.open("rb") as fh:
+        for n, row in json_objects(fh, str(path), TaskFileError, 'give {"question": ..., "answer": ..., "document": ...}'):
+            if not isinstance(row.get("question"), str):
                 raise TaskFileError(f'{path}:{n}: needs a "question" string (and "answer", "document")')
             answer = row.get("answer")
             if isinstance(answer, bool):

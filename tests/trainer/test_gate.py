@@ -226,4 +226,4 @@ def test_the_gate_command_screens_a_task_file(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "ok?", "answer": "1"}\n{not json\n')
     assert main(["gate", str(bad)]) == 2
-    assert "bad.jsonl:2: not JSON" in capsys.readouterr().err
+    assert "bad.jsonl:2: not valid JSON" in capsys.readouterr().err
