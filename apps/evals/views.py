@@ -266,13 +266,7 @@ def job_detail(request, job_id: int):
 @role_required("launch_run")
 def cancel(request, job_id: int):
     job = get_object_or_404(EvalJob.objects.select_related("run"), pk=job_id)
-    try:
-        cancel_eval(job, request.user)
-    except EvalCancelError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, f"Evaluation {job.pk} cancelled." + (
-            " It stops before its next item; what it scored is kept." if job.started_at else ""))
+    _cancel(request, job, f"Evaluation {job.pk}", " It stops before its next item; what it scored is kept.")
     return redirect("evals:job", job_id=job.pk)
 
 
@@ -280,14 +274,18 @@ def cancel(request, job_id: int):
 @role_required("launch_run")
 def crossplay_cancel(request, crossplay_id: int):
     job = get_object_or_404(CrossPlay.objects.select_related("run"), pk=crossplay_id)
+    _cancel(request, job, f"Cross-play {job.pk}", " It stops before its next cell; the cells it filled are kept.")
+    return redirect("evals:crossplay", crossplay_id=job.pk)
+
+
+def _cancel(request, job, what: str, when_running: str) -> None:
+    """Cancel an evaluation or cross-play for the page: a refusal or the outcome as a message."""
     try:
         cancel_eval(job, request.user)
     except EvalCancelError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Cross-play {job.pk} cancelled." + (
-            " It stops before its next cell; the cells it filled are kept." if job.started_at else ""))
-    return redirect("evals:crossplay", crossplay_id=job.pk)
+        messages.success(request, f"{what} cancelled." + (when_running if job.started_at else ""))
 
 
 def compare(request):
