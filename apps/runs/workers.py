@@ -71,7 +71,7 @@ def parse_processes(text: str) -> list[dict]:
     procs = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != len(PROCESS_FIELDS) or not parts[0].isdigit():
+        if len(parts) != len(PROCESS_FIELDS) or not parts[0].isdecimal():
             continue  # "No running processes found" and the like
         procs.append({"pid": int(parts[0]), "uuid": parts[1], "memory_mib": _number(parts[2])})
     return procs

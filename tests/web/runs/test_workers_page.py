@@ -53,6 +53,7 @@ def test_nvidia_smi_answers_are_parsed():
     assert parse_gpus("0, GPU-x, Tesla T4, Inc, 10, 15360, 0\n")[0]["name"] == "Tesla T4, Inc"  # a comma in a name
     assert parse_processes("1234, GPU-aaaa-0001, 40950\nNo running processes found\n") == [
         {"pid": 1234, "uuid": "GPU-aaaa-0001", "memory_mib": 40950.0}]
+    assert parse_processes("\u00b2, GPU-aaaa-0001, 1\n") == []  # a digit int() refuses is no pid, not a crash
     with pytest.raises(ValueError, match="expected 6"):
         parse_gpus("0, NVIDIA H100\n")
     state = gpu_state(GPUS_CSV, "1234, GPU-bbbb-0002, 500\n")
