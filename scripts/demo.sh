@@ -70,13 +70,15 @@ $PY manage.py reap_runs > /dev/null 2>&1 || true
 # minute on 2 free cores (not re-measured on a free machine: README). spice.require_grounding is off
 # here: SmolLM2-135M's few parsable tasks are almost never about their document (all 3 of a 20-step
 # demo run were refused by it), which would leave the Reasoner nothing to answer; the rule is on by
-# default, for capable models.
+# default, for capable models. SmolLM2-135M writes task JSON only when the task turn opens with it
+# (spice.think_before_task off) and its consensus reader answers in 64 tokens on the CPU.
 RUN_ID=$($PY manage.py launch spice --corpus wikipedia --model smollm2-135m-instruct --user admin \
   --queue cpu --reuse-active \
   --set train.device=cpu --set train.steps=30 --set train.prompts_per_step=1 \
   --set rollout.group_size=2 --set rollout.max_new_tokens=128 --set train.micro_batch_size=4 \
   --set spice.challenger_attempts=2 --set spice.challenger_group_size=2 --set spice.max_document_tokens=256 \
   --set spice.format_max_new_tokens=96 --set spice.worked_example=true --set spice.require_grounding=false \
+  --set spice.think_before_task=false --set gate.consensus_max_new_tokens=64 \
   --set checkpoint.every=5 2> "$LOG/launch.log") || RUN_ID=""
 if [ -n "$RUN_ID" ]; then
   echo "  demo SPICE run: $URL/runs/$RUN_ID/ (a small SPICE run on the CPU; the run page times its steps)"
