@@ -102,3 +102,13 @@ def test_a_nul_byte_in_an_api_body_is_a_400_naming_the_key(admin_user, objects, 
     response = client.post(url.format(**objects), body, format="json")
     assert response.status_code == 400, (response.status_code, response.content[:300])
     assert needle in response.json()["error"]
+
+
+def test_the_guards_400_carries_the_security_headers(client, admin_user):
+    """ParamGuardMiddleware answers without calling the view: the middleware outside it still add their headers."""
+    client.force_login(admin_user)
+    response = client.get("/runs/", {"page": "owl\x00"})
+    assert response.status_code == 400
+    assert response["X-Frame-Options"] == "DENY"
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert "Content-Security-Policy" in response
