@@ -86,7 +86,7 @@ def paired(base: EvalResult | None, result: EvalResult | None, rows: dict | None
     return paired_difference(_by_item(before, by_id), _by_item(after, by_id))
 
 
-def _pair_all(pairs: list[tuple[EvalResult | None, EvalResult]]) -> list[dict | None]:
+def pair_all(pairs: list[tuple[EvalResult | None, EvalResult]]) -> list[dict | None]:
     """``paired`` of each (base, result), the samples of all of them read in one query."""
     ids = {r.pk for pair in pairs for r in pair if r is not None}
     rows = _sample_rows(ids) if ids else {}
@@ -103,7 +103,7 @@ def annotate_paired(run, results) -> None:
     if run is None or not todo:
         return
     base = base_results(run, sorted({r.benchmark.name for r in todo}))
-    for r, p in zip(todo, _pair_all([(base.get(r.benchmark.name), r) for r in todo])):
+    for r, p in zip(todo, pair_all([(base.get(r.benchmark.name), r) for r in todo])):
         r.paired = p
 
 
@@ -145,7 +145,7 @@ def comparison(runs, benchmarks, pairs: bool = True) -> dict:
                                "ci_low": [r.ci_low for _, r in points], "ci_high": [r.ci_high for _, r in points],
                                "train_seconds": [0.0 if s == 0 else r.train_seconds for s, r in points]})
     if pairs and todo:
-        for (cell, _, _), p in zip(todo, _pair_all([(b, r) for _, b, r in todo])):
+        for (cell, _, _), p in zip(todo, pair_all([(b, r) for _, b, r in todo])):
             cell["paired"] = p
     return {"benchmarks": names, "runs": [r.pk for r in runs], "rows": rows, "series": series}
 
@@ -196,7 +196,7 @@ def control_gains(pairs) -> list[dict]:
                          "vs_base": None, "control_vs_base": None, "vs_control": None, "pairs": []})
             todo.append((rows[-1], b, r, c))
     if todo:  # every pair's samples in one query; a missing side (no base, no control yet) pairs to None
-        found = iter(_pair_all([pair for _, b, r, c in todo for pair in ((b, r), (b, c), (c, r))]))
+        found = iter(pair_all([pair for _, b, r, c in todo for pair in ((b, r), (b, c), (c, r))]))
         for row, *_ in todo:
             row["vs_base"], row["control_vs_base"], row["vs_control"] = next(found), next(found), next(found)
             row["pairs"] = [(key, row[key]) for key in ("vs_base", "control_vs_base", "vs_control")]  # the table's order

@@ -7,7 +7,7 @@ counts as learned when its 95% interval lies above zero.
 """
 from __future__ import annotations
 
-from apps.evals.compare import _pair_all, base_results
+from apps.evals.compare import pair_all, base_results
 from apps.evals.models import EvalResult
 
 MAX_RESULTS = 400
@@ -28,7 +28,7 @@ def runs_that_learned() -> list[dict]:
         base = base_results(run, sorted({r.benchmark.name for r in rs}))
         pairs += [(base.get(r.benchmark.name), r) for r in rs if base.get(r.benchmark.name) is not None]
     best: dict[str, dict] = {}
-    for (base, r), p in zip(pairs, _pair_all(pairs)):
+    for (base, r), p in zip(pairs, pair_all(pairs)):
         run = r.job.run
         if p is not None:
             row = {"diff": p["diff"], "low": p["low"], "high": p["high"], "n": p["n"], "paired": True}

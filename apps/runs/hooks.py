@@ -14,7 +14,10 @@ DjangoSink (apps/runs/sink.py) calls what is registered:
   transaction (apps.evals: evals.jsonl, eval_samples/ and crossplay.json);
 - ``on_watchdog(fn)``: ``fn(run, rule, data, cfg)`` when a watchdog rule fires (apps/runs/watchdog.py; ``data``
   is its event's data, ``cfg`` the run's WatchdogConfig) (apps.review: a collapsed task family's tasks go to the
-  review queue).
+  review queue);
+- ``on_heldout(fn)``: ``fn(run) -> {step: score}``, the run's held-out scores by step for the watchdog's
+  reward_heldout_divergence rule when the run reports no held-out metric (apps.evals: the scores of its
+  checkpoint evaluations); the first non-empty answer is used.
 
 A hook that raises never stops a run: the sink logs it and goes on (see the sink for each case).
 An import hook that raises (a bad line) fails the import, which then leaves nothing behind.
@@ -29,6 +32,7 @@ CONTROL: dict[str, Callable] = {}
 CHECKPOINT: list[Callable] = []
 IMPORT: list[Callable] = []
 WATCHDOG: list[Callable] = []
+HELDOUT: list[Callable] = []
 
 
 def on_flush(fn: Callable) -> Callable:
@@ -57,4 +61,10 @@ def on_import(fn: Callable) -> Callable:
 def on_watchdog(fn: Callable) -> Callable:
     if fn not in WATCHDOG:
         WATCHDOG.append(fn)
+    return fn
+
+
+def on_heldout(fn: Callable) -> Callable:
+    if fn not in HELDOUT:
+        HELDOUT.append(fn)
     return fn

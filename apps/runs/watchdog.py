@@ -57,7 +57,7 @@ def length_runaway(series, cfg) -> str | None:
 
 def reward_heldout_divergence(series, cfg) -> str | None:
     """The role's reward rising while the held-out metric falls. The held-out series is a reported
-    metric, else the run's evaluations (``heldout_from_evals``), whose reward is then read at the
+    metric, else the run's evaluations (``heldout_scores``, an ``on_heldout`` hook), whose reward is then read at the
     evaluated steps (``reward_at_heldout``), so both span the same steps."""
     reward = _tail(series.get("reward_at_heldout") or series.get("reward_mean", []), cfg.window)
     heldout = _tail(series.get(cfg.heldout_metric, []), cfg.window)
@@ -98,19 +98,14 @@ RULES = {
 FAMILY_METRICS = ("answer_share_max", "template_cluster_max")  # logged per step by the task gate (trainer/methods/gate.py)
 
 
-def heldout_from_evals(run: Run) -> dict[int, float]:
-    """Step -> score of the run's complete checkpoint evaluations (EvalResult rows) of one benchmark: the
-    one evaluated at the most steps (ties: first by name), so the series does not mix benchmarks."""
-    from apps.evals.models import EvalResult
-
-    by_bench: dict[str, dict[int, float]] = defaultdict(dict)
-    for name, step, score in (EvalResult.objects.filter(job__run=run, complete=True, score__isnull=False,
-                                                        job__step__isnull=False)
-                              .order_by("job__step", "pk").values_list("benchmark__name", "job__step", "score")):
-        by_bench[name][step] = score
-    if not by_bench:
-        return {}
-    return by_bench[min(by_bench, key=lambda b: (-len(by_bench[b]), b))]
+def heldout_scores(run: Run) -> dict[int, float]:
+    """Step -> held-out score of the run, from the first ``on_heldout`` hook with an answer (apps.evals: its
+    checkpoint evaluations), else {}."""
+    for fn in hooks.HELDOUT:
+        scores = fn(run)
+        if scores:
+            return scores
+    return {}
 
 
 def _heldout(run: Run, cfg: WatchdogConfig, by_role) -> None:
@@ -118,7 +113,7 @@ def _heldout(run: Run, cfg: WatchdogConfig, by_role) -> None:
     the evaluation scores become it for every role, with each role's reward at the evaluated steps."""
     if any(cfg.heldout_metric in names for names in by_role.values()):
         return
-    scores = heldout_from_evals(run)
+    scores = heldout_scores(run)
     if not scores:
         return
     by_role[""][cfg.heldout_metric] = scores
