@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import reprlib
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -56,12 +57,22 @@ class LoraConfig(Section):
     rslora: bool = Field(False, description="Scale the adapter by alpha / sqrt(r) instead of alpha / r (rsLoRA; "
                          "measured: 0.27 of a full fine-tune step at the same lr, r 64).")
 
-    @field_validator("lr")
+    @field_validator("lr", mode="before")
     @classmethod
     def _positive_lr(cls, v):
-        if isinstance(v, float) and not v > 0:
-            raise ValueError("must be > 0, or auto, or train")
-        return v
+        """One problem naming the choices (not one per member of the union); a number may come as text
+        (YAML reads 1e-5 as a string)."""
+        if v in ("auto", "train"):
+            return v
+        number = v
+        if isinstance(v, str):
+            try:
+                number = float(v)
+            except ValueError:
+                number = None
+        if isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number) and number > 0:
+            return float(number)
+        raise ValueError("must be auto, train, or a number > 0")
 
 
 class ModelConfig(Section):
@@ -658,8 +669,9 @@ def _choices(annotation) -> list | None:
 
 
 def _type_name(annotation) -> str:
-    """int | float | str | bool | choice | list | int_or_choice (Optional unwrapped; a Literal-or-list union is a
-    list; a Literal-or-int union, ``train.micro_batch_tokens: auto | 4096``, is int_or_choice)."""
+    """int | float | str | bool | choice | list | int_or_choice | float_or_choice (Optional unwrapped; a
+    Literal-or-list union is a list; a Literal-or-int union, ``train.micro_batch_tokens: auto | 4096``, is
+    int_or_choice; a Literal-or-float union, ``model.lora.lr: auto | train | 1e-5``, is float_or_choice)."""
     origin = get_origin(annotation)
     if origin is Literal:
         return "choice"
@@ -672,4 +684,6 @@ def _type_name(annotation) -> str:
         return "list"
     if int in args and any(get_origin(a) is Literal for a in args):
         return "int_or_choice"
+    if float in args and any(get_origin(a) is Literal for a in args):
+        return "float_or_choice"
     return _type_name(args[0]) if args else "str"

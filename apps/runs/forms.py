@@ -164,6 +164,9 @@ def _form_field(row: dict) -> forms.Field:
     if kind == "int_or_choice":  # e.g. train.micro_batch_tokens: auto, or a number
         hint = " or ".join(map(str, row["choices"] or [])) + ", or a whole number"
         return forms.CharField(**common, widget=forms.TextInput(attrs={"placeholder": hint}))
+    if kind == "float_or_choice":  # e.g. model.lora.lr: auto, train, or a number
+        hint = " or ".join(map(str, row["choices"] or [])) + ", or a number"
+        return forms.CharField(**common, widget=forms.TextInput(attrs={"placeholder": hint, "inputmode": "decimal"}))
     if kind == "float":
         return forms.FloatField(**common, widget=forms.TextInput(attrs={"inputmode": "decimal"}))
     if kind == "list":
@@ -176,7 +179,7 @@ def _initial(row: dict):
     default = row["default"]
     if row["type"] == "list" and isinstance(default, list):
         return ", ".join(map(str, default))
-    if row["type"] in ("choice", "int_or_choice"):
+    if row["type"] in ("choice", "int_or_choice", "float_or_choice"):
         return str(default)
     return default
 
@@ -198,6 +201,16 @@ def typed(row: dict, value):
         if text in map(str, row["choices"] or []):
             return text
         return int(text) if text.lstrip("-").isdecimal() else text
+    if kind == "float_or_choice":  # a choice, else a number; anything else goes to the config's own check
+        text = str(value if value is not None else "").strip()
+        if not text:
+            return row["default"]
+        if text in map(str, row["choices"] or []):
+            return text
+        try:
+            return float(text)
+        except ValueError:
+            return text
     if kind == "list":
         text = (value or "").strip()
         if row["choices"] and text in map(str, row["choices"]):

@@ -1,5 +1,8 @@
 """The run pages: list, launch form (built from the trainer's config), run page."""
+from pathlib import Path
+
 import pytest
+from django.contrib.staticfiles import finders
 
 from apps.episodes.models import Attempt, Task
 from apps.runs.models import Metric, Run
@@ -109,6 +112,26 @@ def test_micro_batch_tokens_takes_auto_or_a_number_in_the_form(client, researche
     assert Run.objects.get().config["train"]["micro_batch_tokens"] == 4096
 
 
+def test_lora_lr_takes_auto_train_or_a_number_in_the_form(client, researcher, run_env):
+    """model.lora.lr is auto, train or a number (a Literal-or-float union): its default auto is no form error
+    (it was 'Enter a number' while the field was a FloatField), a number is stored as a float, other text is the
+    config's own error beside the field."""
+    client.force_login(researcher)
+    path = str(run_env / "prompts" / "arith.jsonl")
+    for given, stored in (("auto", "auto"), ("train", "train"), ("2e-5", 2e-5)):
+        data = _form_data(client, "grpo", run_env, cfg__data__path=path, cfg__train__device="cpu",
+                          cfg__model__lora__lr=given)
+        with _callbacks(execute=False):
+            response = client.post("/runs/new/?method=grpo", data)
+        assert response.status_code == 302, (given, response.context and response.context["form"].errors)
+        assert Run.objects.latest("pk").config["model"]["lora"]["lr"] == stored
+    for bad in ("fast", "-1", "inf"):
+        data = _form_data(client, "grpo", run_env, cfg__data__path=path, cfg__model__lora__lr=bad)
+        response = client.post("/runs/new/?method=grpo", data)
+        assert response.status_code == 400
+        assert "must be auto, train, or a number > 0" in response.context["form"].errors["cfg__model__lora__lr"][0]
+
+
 def test_the_run_page_has_the_live_elements_and_escapes_model_text(client, researcher):
     run = Run.objects.create(method="grpo", model_name="tiny", config={}, owner=researcher)
     run.mark_running("w")
@@ -118,7 +141,8 @@ def test_the_run_page_has_the_live_elements_and_escapes_model_text(client, resea
     html = client.get(f"/runs/{run.pk}/").content.decode()
     for element in ('id="run-status"', 'id="reward-chart"', 'id="samples"'):
         assert element in html
-    assert "vendor/plotly.min.js" in html and f"/ws/runs/${{runId}}/" in html
+    assert "vendor/plotly.min.js" in html and "js/run_live.js" in html  # the live script is a file (CSP)
+    assert "/ws/runs/${runId}/" in Path(finders.find("js/run_live.js")).read_text()
     assert "<script>alert(2)</script>" not in html and "&lt;script&gt;alert(2)&lt;/script&gt;" in html
     assert "<img src=x" not in html
     assert ">Pause<" in html and ">Cancel<" in html
