@@ -3,8 +3,10 @@ corpus, launching from the API and the run page, the compare view and the cross-
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from django.contrib.staticfiles import finders
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
@@ -213,7 +215,9 @@ def test_the_crossplay_page_draws_a_heatmap(reader, run, client):
                                    matrix=[[0.5, 0.75], [0.25, None]], cells_done=3, status="running")
     client.force_login(reader)
     html = client.get(f"/evals/crossplay/{job.pk}/").content.decode()
-    assert 'id="crossplay-heatmap"' in html and "0.750" in html and 'type: "heatmap"' in html
+    assert 'id="crossplay-heatmap"' in html and "0.750" in html and 'id="crossplay-data"' in html
+    # the drawing is a static file (the CSP refuses inline scripts): the page loads it and it draws a heatmap
+    assert "js/crossplay.js" in html and 'type: "heatmap"' in Path(finders.find("js/crossplay.js")).read_text()
     assert api(reader).get(f"/api/v1/evals/crossplay/{job.pk}/").json()["matrix"] == [[0.5, 0.75], [0.25, None]]
     assert api(reader).get(f"/api/v1/runs/{run.pk}/crossplay/").json()["results"][0]["cells_done"] == 3
 

@@ -1,7 +1,9 @@
 """The turn-by-turn view of one attempt: turns, retrieved passages, tokens coloured by loss mask."""
 import re
+from pathlib import Path
 
 import pytest
+from django.contrib.staticfiles import finders
 
 from apps.episodes.models import Attempt, Task
 from apps.runs import trajectory
@@ -74,7 +76,10 @@ def test_the_samples_block_links_attempts_to_their_trajectory(client, researcher
     html = client.get(f"/runs/{run.pk}/").content.decode()
     assert f'href="/runs/{run.pk}/attempts/{attempt.key}/"' in html
     # rows that arrive live get the link too (attempts to their trajectory, tasks to the task page)
-    assert '${msg.kind === "attempt" ? "attempts" : "tasks"}/${encodeURIComponent(msg.key)}/' in html
+    # (the live script is a static file since the CSP refuses inline scripts: the page loads it, it builds the link)
+    assert "js/run_live.js" in html
+    assert ('${msg.kind === "attempt" ? "attempts" : "tasks"}/${encodeURIComponent(msg.key)}/'
+            in Path(finders.find("js/run_live.js")).read_text())
 
 
 def test_without_a_tokenizer_tokens_show_as_ids(client, researcher, run_env):
