@@ -179,7 +179,8 @@ DESCRIBE_BODY = inline_serializer("RunDescription", {
 })
 
 
-@extend_schema(operation_id="runs_detail", summary="One run; PATCH sets its name, tags and notes (researchers)",
+@extend_schema(methods=["GET"], operation_id="runs_detail", summary="One run", responses={200: RUN_FULL, **ERRORS})
+@extend_schema(methods=["PATCH"], operation_id="runs_describe", summary="Set a run's name, tags and notes (researchers)",
                request=DESCRIBE_BODY, responses={200: RUN_FULL, **ERRORS})
 @api_view(["GET", "PATCH"])
 @permission_classes([IsAuthenticated])
