@@ -82,8 +82,10 @@ RULES = {
     "runs:trajectory": "open",
     "runs:task": "open",  # a read: the task, its attempts and source document
     "runs:control": "owner_post",
+    "runs:describe": "post_launch",  # name, tags and notes: researchers
     "review:index": "review",
     "review:item": "post_review",
+    "review:bulk": "post_review",  # one verdict on the ticked items
     "review:run-panel": "open",
     "review:harness": "owner_post",
     "evals:index": "open",
@@ -91,6 +93,8 @@ RULES = {
     "evals:create-benchmark": "post_launch",
     "evals:job": "open",
     "evals:cancel": "owner_post",
+    "evals:crossplay-cancel": "owner_post",
+    "evals:estimate": "open",  # the eval forms' estimate line (htmx GET): items x tokens and a measured time
     "evals:compare": "open",
     "evals:crossplay": "open",
     "evals:run-panel": "open",
@@ -120,6 +124,8 @@ RULES = {
     "api-eval": "open",
     "api-eval-samples": "open",
     "api-eval-cancel": "owner_post",
+    "api-crossplay-cancel": "owner_post",
+    "api-review-bulk": "post_review",
     "api-crossplay": "open",
     "api-run-crossplay": "read_launch_post",
     "api-run-export": "open",
