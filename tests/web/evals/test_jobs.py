@@ -156,7 +156,7 @@ def _teach_player(tiny_model_dir, dest, doc, sec, own: tuple[str, str], answers:
 
     from tests.trainer.taught import pair, teach
     from trainer.methods.spice_tasks import (
-        FormatChoice, SpiceTask, challenger_prompt, continue_chat, reasoner_prompt, task_prompt,
+        REASONER_SYSTEM, FormatChoice, SpiceTask, challenger_prompt, continue_chat, reasoner_prompt, task_prompt,
     )
     from trainer.prompts import chat
 
@@ -168,7 +168,7 @@ def _teach_player(tiny_model_dir, dest, doc, sec, own: tuple[str, str], answers:
     second = task_prompt(FormatChoice("free_form", "integer"), sec.worked_example)
     conversation = [(challenger_prompt(tok, doc, sec), False), (choice, True),
                     (continue_chat(tok, second, True), False), (task, True)]
-    replies = [pair(chat(tok, None, reasoner_prompt(SpiceTask("free_form", "integer", q, "0"))),
+    replies = [pair(chat(tok, REASONER_SYSTEM, reasoner_prompt(SpiceTask("free_form", "integer", q, "0"))),
                     enc(f"So \\boxed{{{a}}}") + eos) for q, a in answers.items()]
     return teach(tiny_model_dir, dest, [conversation, *replies], steps=400)
 
@@ -180,7 +180,9 @@ def test_the_crossplay_job_fills_the_matrix(queued, researcher, tiny_model_dir, 
 
     corpus = Corpus.objects.create(name="arith-docs")
     Document.objects.create(corpus=corpus, title=DOC_TITLE, text=DOC_TEXT, content_hash="h1")
-    spice = {"max_document_tokens": 64, "format_max_new_tokens": 40}
+    # the players are taught the task turn as JSON alone: the run's config says so (spice.think_before_task is on
+    # by default and changes that turn's prompt)
+    spice = {"max_document_tokens": 64, "format_max_new_tokens": 40, "think_before_task": False}
     run = Run.objects.create(method="spice", model_name="tiny", corpus=corpus, owner=researcher, queue="cpu",
                              config={"method": "spice", "spice": spice, "rollout": {"max_new_tokens": 40}})
     doc = PgDocumentSource(corpus).sample(1)[0]

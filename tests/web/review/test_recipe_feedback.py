@@ -78,6 +78,17 @@ def _config(tiny_config, model_dir, temperature=1.0) -> dict:
     return cfg
 
 
+def _taught_config(tiny_config, model_dir, temperature=1.0) -> dict:
+    """For a model taught the task turn as JSON alone: no thinking before the task (spice.think_before_task, on
+    by default, changes that turn's prompt), and the task gate's model rules off (the taught model was never
+    taught to answer as the gate's reader or guess probe, so consensus would refuse every task); this test is
+    about the reviewer's flag, not the gate."""
+    cfg = _config(tiny_config, model_dir, temperature)
+    cfg["spice"]["think_before_task"] = False
+    cfg["gate"] = {"consensus_samples": 0, "guess_probe": False}
+    return cfg
+
+
 def _run_row(cfg, corpus, researcher) -> Run:
     run = Run.objects.create(method="spice", model_name="tiny", config=cfg, corpus=corpus, owner=researcher,
                              total_steps=2)
@@ -123,7 +134,7 @@ def test_a_flagged_question_is_not_trained_on_in_the_next_step(tiny_config, tiny
     from trainer.tools.corpus import Document as TrainerDocument
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    sec = load_config(_config(tiny_config, tiny_model_dir)).spice
+    sec = load_config(_taught_config(tiny_config, tiny_model_dir)).spice
     eos = [tok.eos_token_id]
     choice = tok.encode('{"suitable_for_mcq": true, "suitable_for_free_form": false}', add_special_tokens=False) + eos
     mcq = tok.encode(f'{{"multiple_choice_question": "{QUESTION}", "multiple_choice_correct": "D"}}',
@@ -137,7 +148,7 @@ def test_a_flagged_question_is_not_trained_on_in_the_next_step(tiny_config, tiny
                           tok.encode("So \\boxed{D}", add_special_tokens=False) + eos))
     taught = teach(tiny_model_dir, tmp_path / "taught", sequences, target_loss=0.05)
 
-    cfg = _config(tiny_config, taught, temperature=0.3)
+    cfg = _taught_config(tiny_config, taught, temperature=0.3)
     run = _run_row(cfg, corpus, researcher)
     sink = ReviewerAtTheBoundary(run, reviewer, valid_only=True)
     train(cfg, sink=sink, documents=PgDocumentSource(corpus), run_dir=tmp_path / "run")
