@@ -70,7 +70,8 @@ def import_folder(path: str | Path, user=None, control_of: str | int | None = No
     this folder is a control of (its id, or the folder it was imported from): the folder's config must be a control
     (``train.control`` set) of the same method and model; the link is kept when the folder is imported again.
     Without ``control_of``, a file ``control_of`` in the folder may name the run's folder beside it (one line, e.g.
-    ``spice-gate-wiki-qwen15``), so ``make demo``'s import links a shipped control to its run."""
+    ``spice-gate-wiki-qwen15``), so ``make demo``'s import links a shipped control to its run (when that run was
+    imported first; the control is imported unlinked otherwise)."""
     try:
         folder = check_run_folder(path).resolve()
         cfg = _config(folder)
@@ -79,7 +80,9 @@ def import_folder(path: str | Path, user=None, control_of: str | int | None = No
             sibling = named.read_text(encoding="utf-8", errors="replace").strip()
             if not sibling or "/" in sibling or sibling.startswith("."):
                 raise RunImportError(f"{named}: give the folder name of the run this is the control of, beside it")
-            control_of = str(folder.parent / sibling)
+            # linked when that run was imported before (make demo imports the folders in order); else imported alone
+            if Run.objects.filter(imported_from=str((folder.parent / sibling).resolve())).exists():
+                control_of = str(folder.parent / sibling)
         with transaction.atomic():
             summary = _import(folder, cfg, user)
             if control_of not in (None, ""):

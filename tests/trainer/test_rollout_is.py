@@ -117,17 +117,18 @@ def test_which_logprobs_the_rollout_must_report(tiny_config):
 
 
 def test_methods_with_several_optimizer_steps_per_rollout_keep_the_rollout_reference(tiny_config):
-    """ssp (Solver then Proposer, in mini-batches) and score (Solver then Evaluator) update several
-    times on one rollout: auto keeps vLLM's log-probs there, and 'trainer' is refused."""
+    """ssp (Solver then Proposer, in mini-batches), score (Solver then Evaluator) and spice (128-trajectory
+    mini-batches, spice.mini_batch_size) update several times on one rollout: auto keeps vLLM's log-probs there,
+    and 'trainer' is refused."""
     def cfg(method, **train):
         return load_config(tiny_config(method, rollout={"backend": "vllm"}, train={"device": "cpu", **train}))
 
-    for method in ("ssp", "score"):
+    for method in ("ssp", "score", "spice"):
         c = cfg(method)
         assert (c.trainer_reference, c.rollout_logprobs) == (False, True)
         with pytest.raises(ConfigError, match=f"train.old_logprobs.*method {method}"):
             cfg(method, old_logprobs="trainer")
-    for method in ("spice", "scope", "piplay"):  # one update per rollout: the trainer's reference is exact
+    for method in ("scope", "piplay"):  # one update per rollout: the trainer's reference is exact
         assert cfg(method).trainer_reference and not cfg(method).rollout_logprobs
 
 

@@ -193,6 +193,52 @@ def _eval_cancel(client, w):
     assert response.status_code == 302 and job.status == "cancelled", response.content[:300]
 
 
+def _describe(client, w):
+    run = w["run"]
+    page = client.get(f"/runs/{run.pk}/")
+    assert f'action="/runs/{run.pk}/describe/"'.encode() in page.content
+    response = client.post(f"/runs/{run.pk}/describe/", {"name": "csrf named", "tags": "a, b", "notes": "n",
+                                                         "csrfmiddlewaretoken": _token(page, "form")})
+    run.refresh_from_db()
+    assert response.status_code == 302 and run.name == "csrf named", response.content[:300]
+
+
+def _bulk(client, w):
+    run = w["run"]  # an item of its own: the verdict check before it reviewed the world's
+    item = ReviewItem.objects.create(run=run, run_number=run.pk, kind="task", key="1:t9",
+                                     snapshot={"question": "q?", "answer": "a"})
+    page = client.get("/review/")
+    assert b'action="/review/bulk/"' in page.content
+    response = client.post("/review/bulk/", {"ids": [item.pk], "verdict": "approve",
+                                             "csrfmiddlewaretoken": _token(page, "form")})
+    item.refresh_from_db()
+    assert response.status_code == 302 and item.status == "approved", response.content[:300]
+
+
+def _crossplay_cancel(client, w):
+    from apps.evals.models import CrossPlay
+
+    job = CrossPlay.objects.create(run=w["run"], owner=w["user"], status="queued")
+    page = client.get(f"/evals/crossplay/{job.pk}/")
+    assert f'action="/evals/crossplay/{job.pk}/cancel/"'.encode() in page.content
+    response = client.post(f"/evals/crossplay/{job.pk}/cancel/", {"csrfmiddlewaretoken": _token(page, "form")})
+    job.refresh_from_db()
+    assert response.status_code == 302 and job.status == "cancelled", response.content[:300]
+
+
+def _resume(client, w):
+    from apps.corpora.models import Ingest
+
+    corpus = w["corpus"]
+    ingest = Ingest.objects.create(corpus=corpus, source=Ingest.Source.WIKIPEDIA, status=Ingest.Status.FAILED,
+                                   resumable=True)
+    page = client.get(f"/corpora/{corpus.pk}/")
+    assert f'action="/corpora/{corpus.pk}/resume/"'.encode() in page.content
+    response = client.post(f"/corpora/{corpus.pk}/resume/", {"csrfmiddlewaretoken": _token(page, "form")})
+    ingest.refresh_from_db()
+    assert response.status_code == 302 and ingest.status == Ingest.Status.QUEUED, response.content[:300]
+
+
 def _logout(client, w):
     page = client.get("/runs/")
     assert b'action="/accounts/logout/"' in page.content
@@ -213,12 +259,18 @@ ACTIONS = {  # route -> the check that fetches the page offering it and posts wi
     "evals:create-benchmark": _benchmark,
     "evals:cancel": _eval_cancel,
     "runs:estimate": _estimate,
+    "runs:describe": _describe,
+    "review:bulk": _bulk,
+    "evals:crossplay-cancel": _crossplay_cancel,
+    "corpora:resume": _resume,
     "logout": _logout,  # last: it ends the session
 }
 READ_ONLY = {"home", "login", "corpora:index", "corpora:detail", "corpora:progress", "corpora:search",
              "corpora:document", "runs:index", "runs:workers", "runs:compare", "runs:detail", "runs:controls",
              "runs:samples", "runs:ledger", "runs:trajectory", "runs:task", "review:index", "review:run-panel",
-             "evals:index", "evals:job", "evals:compare", "evals:crossplay", "evals:run-panel", *DRF_PAGES}
+             "evals:index", "evals:job", "evals:compare", "evals:crossplay", "evals:run-panel",
+             "evals:estimate",  # hx-get: the launch forms' estimate
+             *DRF_PAGES}
 
 
 def test_the_api_docs_pages_take_no_post(boss):

@@ -133,7 +133,7 @@ def test_compare_plots_the_imported_runs_evaluations_against_training_time(clien
     assert list(by_run) == [slow.pk, fast.pk]
     one, five = by_run[slow.pk], by_run[fast.pk]
     # imported runs are named by their folders: ours and TRL's runs of one model are told apart
-    assert (one["name"], one["benchmark"]) == (f"run {slow.pk} (grpo-gsm8k-qwen05-lr1e-6) · gsm8k_heldout",
+    assert (one["name"], one["benchmark"]) == (f"run {slow.pk} · grpo-gsm8k-qwen05-lr1e-6 · gsm8k_heldout",
                                                "gsm8k_heldout")
     assert '<div class="muted" title="' in html and ">grpo-gsm8k-qwen05-lr5e-6</div>" in html
     assert one["steps"] == [0, 20, 40, 60, 67, 80, 100, 120, 125]
@@ -239,8 +239,8 @@ def test_the_wallclock_chart_draws_in_a_browser(transactional_db, roles, researc
         page.wait_for_function("() => document.getElementById('compare-wallclock-chart').dataset.ready === '1'")
         traces = page.evaluate("document.getElementById('compare-wallclock-chart').data.map(t => "
                                "({name: t.name, x: t.x, y: t.y, up: t.error_y.array, steps: t.customdata}))")
-        assert [t["name"] for t in traces] == [f"run {slow.pk} (grpo-gsm8k-qwen05-lr1e-6) · gsm8k_heldout",
-                                               f"run {fast.pk} (grpo-gsm8k-qwen05-lr5e-6) · gsm8k_heldout"]
+        assert [t["name"] for t in traces] == [f"run {slow.pk} · grpo-gsm8k-qwen05-lr1e-6 · gsm8k_heldout",
+                                               f"run {fast.pk} · grpo-gsm8k-qwen05-lr5e-6 · gsm8k_heldout"]
         assert traces[1]["x"] == pytest.approx([0, 95.2 / 60, 189.2 / 60, 280.1 / 60, 352.2 / 60], abs=1e-4)
         assert traces[1]["y"] == pytest.approx([27.92, 23.98, 25.49, 26.25, 19.88])
         assert traces[1]["steps"] == [0, 15, 30, 45, 57] and traces[1]["up"][0] == pytest.approx(3.34)
@@ -264,5 +264,5 @@ def test_the_runs_list_names_imported_runs_by_their_folders(client, researcher):
     html = client.get("/runs/").content.decode()
     assert "imported: <code>grpo-gsm8k-qwen05-lr1e-6</code>" in html
     assert "imported: <code>trl-grpo-gsm8k-qwen05-lr1e-6</code>" in html
-    assert (ours.label, trl.label) == (f"run {ours.pk} (grpo-gsm8k-qwen05-lr1e-6)",
-                                       f"run {trl.pk} (trl-grpo-gsm8k-qwen05-lr1e-6)")
+    assert (ours.label, trl.label) == (f"run {ours.pk} · grpo-gsm8k-qwen05-lr1e-6",
+                                       f"run {trl.pk} · trl-grpo-gsm8k-qwen05-lr1e-6")
