@@ -60,7 +60,8 @@ def test_an_eval_whose_worker_is_killed_is_failed_by_the_periodic_reaper(
     settings.RUN_HEARTBEAT_SECONDS = HEARTBEAT
     bench_service.upload("long-arith", io.BytesIO(LONG.encode()), "math")
     ckpt = run_with_checkpoints.checkpoints.get(step=2)
-    job = launch_eval(benchmarks=["long-arith"], checkpoint=ckpt.pk, max_new_tokens=256, user=researcher, queue="cpu")
+    job = launch_eval(benchmarks=["long-arith"], checkpoint=ckpt.pk, max_new_tokens=256, user=researcher, queue="cpu",
+                      limit=300)  # every item: a CPU evaluation takes 10 unless asked (apps/evals/estimate.py)
     import django_rq
 
     assert django_rq.get_connection("default").get(REAPER_KEY) is not None  # launching scheduled the reaper
