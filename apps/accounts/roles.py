@@ -5,6 +5,8 @@ Superusers may do everything; every logged-in user may read.
 """
 from __future__ import annotations
 
+import re
+import sys
 from functools import wraps
 from pathlib import PurePath
 
@@ -90,9 +92,46 @@ def hide_server_paths(data, user):
     for key, value in data.items():
         if key in ("path", "run_dir", "checkpoint_path") and isinstance(value, str):
             value = server_path(value, user)
-        elif key == "model" and isinstance(value, str) and value.startswith("/"):
-            value = server_path(value, user)
+        elif key in ("model", "label") and isinstance(value, str):
+            value = shown_model(value, user)
         else:
             value = hide_server_paths(value, user)
         out[key] = value
     return out
+
+
+def shown_model(spec: str | None, user) -> str | None:
+    """A model or evaluation target as ``user`` may see it: a catalog name stays, and so does everything for an
+    admin; a folder path, alone or as ``base:<path>``, is cut to the folder's name (``base:qwen2.5-coder-0.5b-instruct``,
+    ``step-000005``)."""
+    if not spec or can(user, "control_any_run"):
+        return spec
+    prefix = "base:" if spec.startswith("base:") else ""
+    rest = spec[len(prefix):]
+    if rest.startswith(("/", "~")):
+        return prefix + (PurePath(rest.rstrip("/")).name or rest)
+    return spec
+
+
+# An absolute path inside a text (a command, an error): "/" or "~/" that follows no word, dot, colon, slash or "<"
+# (so a URL's "//host", a fraction's "1/2" and a tag's "</b>" stay), then two or more parts ("/srv/data", not "/" or
+# "/etc"), up to the next space, quote, bracket or separator.
+_PATH_IN_TEXT = re.compile(r"(?<![\w.:/~<])~?/[^\s'\"(),;<>/]+(?:/[^\s'\"(),;<>/]*)+")
+
+
+def shown_text(text: str | None, user) -> str | None:
+    """A message or command as ``user`` may see it: whole for an admin; for anyone else the server's Python becomes
+    ``python`` and every other absolute path its last part (``pip install`` hints, "imported from <folder>")."""
+    if not text or can(user, "control_any_run"):
+        return text
+    text = text.replace(sys.executable, "python")
+    return _PATH_IN_TEXT.sub(lambda m: PurePath(m.group(0).rstrip("/")).name or m.group(0), text)
+
+
+def shown_catalog(rows: list[dict], user) -> list[dict]:
+    """The model catalog (``trainer.models.catalog``) as ``user`` may see it: its install commands and problems
+    through ``shown_text`` (no virtualenv or site-packages path but for an admin)."""
+    if can(user, "control_any_run"):
+        return rows
+    return [{**row, "install": shown_text(row.get("install"), user), "problem": shown_text(row.get("problem"), user)}
+            for row in rows]

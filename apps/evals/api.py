@@ -336,7 +336,7 @@ def compare(request):
         runs, benches = compare_inputs(request.query_params)
     except BenchmarkError as exc:
         return error_response(str(exc))
-    return Response(comparison(runs, benches))
+    return Response(hide_server_paths(comparison(runs, benches), request.user))
 
 
 def compare_inputs(params):

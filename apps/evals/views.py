@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from apps.accounts.roles import can, role_required
+from apps.accounts.roles import can, hide_server_paths, role_required
 from apps.corpora.models import Corpus
 from apps.evals import benchmarks as bench_service
 from apps.evals.api import compare_inputs
@@ -77,6 +77,7 @@ def panel_context(request, run: Run, error: str = "", notice: str = "") -> dict:
         "jobs": jobs,
         "crossplays": crossplays, "active": any(j.is_active for j in jobs + crossplays),
         "can_launch": can(request.user, "launch_run"), "eval_error": error, "eval_notice": notice,
+        "user": request.user,  # the panel is also an inclusion tag's (no context processors): paths as they may see them
         "auto": (run.config or {}).get("eval") or {},
         # a run folder imported without weights, from a machine whose model path is not here: nothing to evaluate
         "weights_elsewhere": run.imported and not checkpoints and check_model(run.model_name) is not None,
@@ -173,7 +174,7 @@ def launch(request):
     run = Run.objects.filter(pk=post.get("run")).first() if str(post.get("run", "")).isdecimal() else None
     target = post.get("target") or ""
     checkpoint = target[5:] if target.startswith("ckpt:") else None
-    model = target if target.startswith("base:") else None
+    model = target if target.startswith("base:") else None  # "base" (the panel's choice): the run's own base model
     try:
         job = launch_eval(benchmarks=post.getlist("benchmarks"), model=model, checkpoint=checkpoint, run=run,
                           limit=post.get("limit"), search=post.get("search") == "on", corpus=post.get("corpus"),
@@ -241,6 +242,10 @@ def estimate_view(request):
     items = sum(min(limit, size) for size in sizes)
     tokens = (request.GET.get("max_new_tokens") or "512").strip()
     target = request.GET.get("target") or ""
+    if target == "base":  # the run panel's choice: the run's own base model (the page shows no server path)
+        run_id = request.GET.get("run") or ""
+        run = Run.objects.filter(pk=int(run_id)).first() if run_id.isdecimal() and len(run_id) < 19 else None
+        target = f"base:{run.model_name}" if run is not None else ""
     result = eval_estimate(queue, items, int(tokens) if tokens.isdecimal() else 512,
                            target.removeprefix("base:") if target.startswith("base:") else "")
     return render(request, "evals/_estimate.html", {"estimate": result})
@@ -293,7 +298,7 @@ def compare(request):
     if request.GET.getlist("run"):
         try:
             runs, benches = compare_inputs(request.GET)
-            data = comparison(runs, benches)
+            data = hide_server_paths(comparison(runs, benches), request.user)  # a base model's path: its name
         except BenchmarkError as exc:
             error = str(exc)
     elif request.GET.get("go"):  # the form sent with no run picked
@@ -324,6 +329,6 @@ def crossplay_launch(request, run_id: int):
 def crossplay_detail(request, crossplay_id: int):
     job = get_object_or_404(CrossPlay.objects.select_related("run"), pk=crossplay_id)
     template = "evals/_crossplay_body.html" if request.headers.get("HX-Request") else "evals/crossplay.html"
-    return render(request, template, {"job": job, "job_data": job.as_dict(),
+    return render(request, template, {"job": job, "job_data": hide_server_paths(job.as_dict(), request.user),
                                       "can_cancel": job.is_active and can_cancel(request.user, job)})
 

@@ -19,7 +19,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from apps.accounts.roles import HasRole, can, can_control_run, denied_message, run_refusal, server_path
+from apps.accounts.roles import (HasRole, can, can_control_run, denied_message, run_refusal, server_path,
+                                 shown_catalog, shown_model)
 from apps.api.errors import ERRORS, error_response
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.jobs.waiting import no_worker_warning, wait_reason
@@ -36,7 +37,8 @@ from trainer.method_configs import SECTIONS
 
 def run_dict(run: Run, full: bool = True, user=None) -> dict:
     out = {
-        "id": run.pk, "url": f"/runs/{run.pk}/", "method": run.method, "model": run.model_name,
+        "id": run.pk, "url": f"/runs/{run.pk}/", "method": run.method,
+        "model": shown_model(run.model_name, user),  # a model folder's path: admins only, else its name
         "corpus": run.corpus.name if run.corpus_id else (run.corpus_name or None),
         "status": run.status, "requested": run.requested or None, "resumable": run.resumable,
         "owner": run.owner.username if run.owner_id else None, "queue": run.queue,
@@ -54,7 +56,7 @@ def run_dict(run: Run, full: bool = True, user=None) -> dict:
     if full:
         out.update({"worker": run.worker_name or None, "job_id": run.job_id or None,
                     "run_dir": run.run_dir if can(user, "control_any_run") else None,
-                    "imported_from": run.imported_from or None,
+                    "imported_from": server_path(run.imported_from, user),
                     "controls": list(run.controls.order_by("pk").values_list("pk", flat=True)),
                     "checkpoint_path": server_path(run.checkpoint_path, user), "config": redact(run.config),
                     "overrides": redact_overrides(run.overrides),
@@ -146,7 +148,7 @@ def runs(request):
     if request.query_params.get("mine") in ("1", "true"):
         qs = qs.filter(owner=request.user)
     limit = _int_param(request, "limit", 100, 1, 1000)
-    return Response({"results": [run_dict(r, full=False) for r in qs[:limit]]})
+    return Response({"results": [run_dict(r, full=False, user=request.user) for r in qs[:limit]]})
 
 
 @sensitive_variables("body", "overrides")  # may hold an API key until launch() seals it
@@ -267,4 +269,4 @@ def _int_param(request, name: str, default: int, low: int, high: int) -> int:
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def models(request):
-    return Response({"models": available_models()})
+    return Response({"models": shown_catalog(available_models(), request.user)})  # the server's Python: admins only

@@ -2,7 +2,8 @@
 
 On connect the consumer sends the run's current status and message counter (`seq`), so a page that
 (re)connects knows where it stands. After that it relays the group's messages, already encoded as
-JSON by ``publish()`` (apps/runs/live.py), to its socket with no database work and no re-encoding;
+JSON by ``publish()`` (apps/runs/live.py), to its socket with no database work and no re-encoding (a message
+with an ``admin_text``, a checkpoint's whole path, sends that to an admin's socket and ``text`` to the others);
 a viewer that falls too far behind is closed and catches up from the metrics API.
 """
 import json
@@ -11,6 +12,7 @@ import logging
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from apps.accounts.roles import can, server_path
 from apps.runs.live import current_progress, current_seq, group_name
 from apps.runs.models import Run
 
@@ -24,12 +26,18 @@ SLOW_VIEWER_CLOSE = 4408
 
 
 @database_sync_to_async
-def _snapshot(run_id: int) -> dict | None:
+def _is_admin(user) -> bool:
+    return can(user, "control_any_run")
+
+
+@database_sync_to_async
+def _snapshot(run_id: int, user) -> dict | None:
     run = Run.objects.filter(pk=run_id).values("status", "current_step", "requested", "error", "checkpoint_path").first()
     if run is None:
         return None
     return {"type": "status", "status": run["status"], "step": run["current_step"],
-            "requested": run["requested"], "error": run["error"], "checkpoint": run["checkpoint_path"],
+            "requested": run["requested"], "error": run["error"],
+            "checkpoint": server_path(run["checkpoint_path"], user),  # the folder's name, the whole path for admins
             "progress": current_progress(run_id) if run["status"] == "running" else None,
             "snapshot": True, "seq": current_seq(run_id)}
 
@@ -42,9 +50,10 @@ class RunConsumer(AsyncWebsocketConsumer):
             return
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         self.group = group_name(self.run_id)
+        self.admin = await _is_admin(user)  # a message with an admin_text (a checkpoint's whole path) sends that
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        snapshot = await _snapshot(self.run_id)
+        snapshot = await _snapshot(self.run_id, user)
         if snapshot is not None:
             await self.send(text_data=json.dumps(snapshot))
 
@@ -72,5 +81,5 @@ class RunConsumer(AsyncWebsocketConsumer):
             log.info("closing a slow viewer of run %s (%d messages waiting)", self.run_id, self.backlog())
             await self.close(code=SLOW_VIEWER_CLOSE)
             return
-        text = event.get("text")
+        text = event.get("admin_text") if getattr(self, "admin", False) and event.get("admin_text") else event.get("text")
         await self.send(text_data=text if text is not None else json.dumps(event["data"]))

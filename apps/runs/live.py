@@ -84,14 +84,20 @@ def current_progress(run_id: int) -> dict | None:
     return json.loads(raw) if raw else None
 
 
-def publish(run_id: int, data: dict) -> bool:
-    """Send ``data`` (plus `seq`) to everyone watching run ``run_id``; False (logged, never raised) when Redis is away."""
+def publish(run_id: int, data: dict, admin: dict | None = None) -> bool:
+    """Send ``data`` (plus `seq`) to everyone watching run ``run_id``; False (logged, never raised) when Redis is away.
+
+    ``admin``: fields that admins' sockets get instead (a checkpoint's whole path, where ``data`` has its folder's
+    name): the message then carries both texts, with one `seq`, and the consumer picks the one for its viewer."""
     try:
         layer = get_channel_layer()
         if layer is None:
             return False
-        text = json.dumps({**data, "seq": next_seq(run_id)})
-        async_to_sync(layer.group_send)(group_name(run_id), {"type": "run.message", "text": text})
+        seq = next_seq(run_id)
+        message = {"type": "run.message", "text": json.dumps({**data, "seq": seq})}
+        if admin:
+            message["admin_text"] = json.dumps({**data, **admin, "seq": seq})
+        async_to_sync(layer.group_send)(group_name(run_id), message)
         return True
     except Exception as exc:  # a Redis outage must never stop a run or a request
         log.warning("could not publish to run-%s: %s", run_id, exc)

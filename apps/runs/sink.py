@@ -32,6 +32,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from apps.accounts.roles import server_path
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.runs import hooks
 from apps.runs.live import publish, remember_progress
@@ -105,7 +106,10 @@ class DjangoSink:
         self._saw_step(step)
         self.flush()
         with_db_retry("recording a checkpoint", lambda: self._write_checkpoint(int(step), str(path)))
-        self._send({"type": "checkpoint", "step": int(step), "path": str(path)})  # the page's checkpoint field
+        # the page's checkpoint field: the path as a viewer who is not an admin may see it (its folder's name), the
+        # whole path for admins' sockets (apps/runs/consumers.py picks)
+        self._send({"type": "checkpoint", "step": int(step), "path": server_path(str(path), None)},
+                   admin={"path": str(path)})
         _after_checkpoint(self.run_id, int(step), str(path))
 
     def progress(self, step: int, phase: str) -> None:
@@ -233,8 +237,8 @@ class DjangoSink:
         return [_preview("task", t) for t in tasks] + [_preview("attempt", a) for a in attempts]
 
     # ---- publishing ----------------------------------------------------------------------
-    def _send(self, data: dict) -> None:
-        if not publish(self.run_id, data):
+    def _send(self, data: dict, admin: dict | None = None) -> None:
+        if not publish(self.run_id, data, admin=admin):
             self.publish_failures += 1
 
     def _publish_metrics(self, metrics: dict) -> None:

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
-from apps.accounts.roles import can, can_control_run, role_required, run_refusal
+from apps.accounts.roles import can, can_control_run, role_required, run_refusal, shown_model
 from apps.episodes.models import Attempt, Task
 from apps.jobs.lifecycle import QueueUnavailable
 from apps.jobs.waiting import no_worker_warning
@@ -75,8 +75,8 @@ def index(request):
         qs = qs.filter(status=chosen["status"])
     if chosen["tag"]:
         qs = qs.filter(tags__contains=[chosen["tag"].lower()])
-    if chosen["model"]:
-        qs = qs.filter(model_name=chosen["model"])
+    if chosen["model"]:  # a model's name, or its path (an admin's list): a path's runs show under its folder's name too
+        qs = qs.filter(Q(model_name=chosen["model"]) | Q(model_name__endswith="/" + chosen["model"].strip("/")))
     if chosen["q"]:
         qs = qs.filter(Q(name__icontains=chosen["q"]) | Q(notes__icontains=chosen["q"]))
     live = Case(When(status__in=ACTIVE, then=Value(0)), default=Value(1), output_field=IntegerField())
@@ -88,7 +88,7 @@ def index(request):
         "runs": runs, "can_launch": can(request.user, "launch_run"), "chosen": chosen, "sort": sort,
         "sorts": RUN_SORTS.items(), "statuses": [*Status.values, "time-limit"],
         "methods": sorted(set(every.values_list("method", flat=True))),
-        "models": sorted(set(every.values_list("model_name", flat=True)))[:100],
+        "models": sorted({shown_model(m, request.user) for m in every.values_list("model_name", flat=True)})[:100],
         "all_tags": sorted({t for tags in every.exclude(tags=[]).values_list("tags", flat=True) for t in tags or []}),
         "filtered": any(chosen.values())})
 
