@@ -70,8 +70,8 @@ def import_folder(path: str | Path, user=None, control_of: str | int | None = No
     this folder is a control of (its id, or the folder it was imported from): the folder's config must be a control
     (``train.control`` set) of the same method and model; the link is kept when the folder is imported again.
     Without ``control_of``, a file ``control_of`` in the folder may name the run's folder beside it (one line, e.g.
-    ``spice-gate-wiki-qwen15``), so ``make demo``'s import links a shipped control to its run (when that run was
-    imported first; the control is imported unlinked otherwise)."""
+    ``spice-gate-wiki-qwen15``), so ``make demo``'s import links a shipped control to its run in either order: a
+    control imported before its run is imported unlinked, and linked when its run is imported."""
     try:
         folder = check_run_folder(path).resolve()
         cfg = _config(folder)
@@ -87,9 +87,29 @@ def import_folder(path: str | Path, user=None, control_of: str | int | None = No
             summary = _import(folder, cfg, user)
             if control_of not in (None, ""):
                 _link_control(summary.run, cfg, control_of)
+            elif cfg.train.control == "none":
+                _link_waiting_controls(folder, summary.run)
             return summary
     except RunFolderError as exc:
         raise RunImportError(str(exc)) from None
+
+
+def _link_waiting_controls(folder: Path, run: Run) -> None:
+    """Link to ``run`` the control folders beside ``folder`` whose ``control_of`` file names it and that were
+    imported unlinked before it (``make demo`` imports `spice-gate-wiki-qwen15-control/` before
+    `spice-gate-wiki-qwen15/`). A folder that cannot be linked (not a control, another model) stays unlinked: its
+    own import says why when given --control-of."""
+    for twin in Run.objects.filter(imported_from__startswith=str(folder.parent) + "/", control_of__isnull=True):
+        sibling = Path(twin.imported_from)
+        named = sibling / "control_of"
+        if sibling.parent != folder.parent or sibling == folder or not named.is_file():
+            continue
+        if named.read_text(encoding="utf-8", errors="replace").strip() != folder.name:
+            continue
+        try:
+            _link_control(twin, _config(sibling), run.pk)
+        except (RunImportError, RunFolderError):
+            continue
 
 
 def _link_control(run: Run, cfg, target: str | int) -> None:

@@ -159,12 +159,13 @@ def test_import_run_links_a_control_folder_to_its_run(tmp_path, capsys):
 
 def test_a_shipped_control_folder_links_itself_to_its_run_and_its_page_shows_both_gains(client, django_user_model):
     """examples/runs/spice-gate-wiki-qwen15-control holds a control_of file: imported as make demo does (one folder
-    after another, no flag), it is linked, and the run page shows the gain over the base and over the control."""
+    after another, no flag, in the shell's glob order, which puts `spice-gate-wiki-qwen15-control/` before
+    `spice-gate-wiki-qwen15/`), it is linked, and the run page shows the gain over the base and over the control."""
     import io
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[3] / "examples" / "runs"
-    for name in ("spice-gate-wiki-qwen15", "spice-gate-wiki-qwen15-control"):
+    for name in ("spice-gate-wiki-qwen15-control", "spice-gate-wiki-qwen15"):  # the control first, as make demo
         call_command("import_run", str(root / name), stdout=io.StringIO())
     run = Run.objects.get(imported_from=str((root / "spice-gate-wiki-qwen15").resolve()))
     twin = Run.objects.get(imported_from=str((root / "spice-gate-wiki-qwen15-control").resolve()))
