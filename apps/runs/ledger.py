@@ -124,6 +124,7 @@ def coverage(run, steps: list[int]) -> str:
     first, last = min(steps), max(steps)
     if last >= run.current_step and first <= 1:
         return ""
-    return (f"Computed from the samples this imported folder kept: steps {first}–{last} of the "
+    kept = f"step {first}" if first == last else f"steps {first}–{last}"
+    return (f"Computed from the samples this imported folder kept: {kept} of the "
             f"{run.current_step} the run reached (its samples.jsonl was trimmed to fit the folder); the curves and "
             "evaluations cover every step.")

@@ -80,7 +80,8 @@
 
     const mids = d.bins.map(b => (b.lo + b.hi) / 2);
     const labels = d.bins.map(b => `${Math.round(b.lo * 100)}\u2013${Math.round(b.hi * 100)}%`);
-    const recent = d.recent_steps ? `steps ${d.recent_steps[0]}\u2013${d.recent_steps[1]}` : "recent";
+    const recent = !d.recent_steps ? "recent" : d.recent_steps[0] === d.recent_steps[1] ? `step ${d.recent_steps[0]}`
+      : `steps ${d.recent_steps[0]}\u2013${d.recent_steps[1]}`;
     const hist = document.getElementById("ledger-histogram");
     Plotly.react(hist, [
       {type: "bar", x: mids, y: d.bins.map(b => b.all), name: "all steps", customdata: labels, hovertemplate: "%{customdata}: %{y}<extra>all</extra>", marker: {color: "#91a7ff"}},

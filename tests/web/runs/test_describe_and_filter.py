@@ -68,10 +68,18 @@ def test_the_runs_list_filters_and_puts_live_runs_first(client, researcher):
     assert ids("status=time-limit") == [timed.pk]
     assert ids("status=running") == [old_live.pk]
     assert "No run matches these filters" in client.get("/runs/?tag=nothing").content.decode()
+    # a badge short enough for the status column (the whole sentence wrapped into a four-line blob) and its title
+    listing = client.get("/runs/?status=time-limit").content.decode()
+    assert ('title="stopped at its time limit: train.time_limit_minutes ran out at step 37">time limit</span>'
+            in listing)
     assert timed.time_limited and timed.status_label == "stopped at its time limit"
     assert not newer.time_limited
     page = client.get(f"/runs/{timed.pk}/").content.decode()
     assert "stopped at its time limit · step 37 / 640" in page
+    assert "at step 37 of 640, with a checkpoint to resume from." in page  # trained here: its checkpoint is here
+    Run.objects.filter(pk=timed.pk).update(imported_from="/x/examples/runs/timed")  # a folder without weights
+    page = client.get(f"/runs/{timed.pk}/").content.decode()
+    assert "with a checkpoint to resume from" not in page and "its checkpoints stayed on the machine" in page
     assert _api(researcher).get(f"/api/v1/runs/{timed.pk}/").json()["stopped_at_time_limit"] is True
 
 
@@ -104,6 +112,13 @@ def test_an_imported_runs_ledger_says_which_steps_its_samples_cover(client, rese
     for step in (1, 2):
         Task.objects.create(run=whole, key=f"{step}:0", step=step, question="q?", answer="a")
     assert 'id="ledger-coverage"' not in client.get(f"/runs/{whole.pk}/").content.decode()
+    Run.objects.filter(pk=run.pk).update(queue="imported")  # as import_run stores it
+    row = client.get("/runs/?method=ssp").content.decode()
+    assert "imported: <code>ssp</code>" in row and "· imported</span>" not in row  # said once, not twice
+    one = _run(researcher, imported_from="/x/examples/runs/one", current_step=32, total_steps=640)
+    Task.objects.create(run=one, key="1:0", step=1, question="q?", answer="a", valid=False)
+    page = client.get(f"/runs/{one.pk}/").content.decode()  # the gate run's folder kept step 1 alone
+    assert "kept: step 1 of the 32 the run reached" in page and "steps 1–1" not in page
 
 
 def test_a_tasks_data_block_is_json_not_a_python_repr(client, researcher):
