@@ -25,6 +25,7 @@ def test_the_schema_has_a_page_served_offline(client, reader):
         assert not re.search(r'src="https?://', html)  # nothing from a CDN
         assert finders.find(f"drf_spectacular_sidecar/{asset}")  # and the file is ours to serve
         assert '<nav id="api-docs-nav"' in html and '<a href="/"' in html  # a way back to the app
+        assert 'rel="icon"' in html  # else the browser asks for /favicon.ico: a 404 in the console
     assert client.get("/api-docs/").status_code == 200
     # a browser opening the schema's own address gets the page; a client asking for JSON gets JSON
     assert client.get("/api/v1/schema/", HTTP_ACCEPT="text/html,*/*").url == "/api-docs/"
