@@ -26,6 +26,9 @@ def test_a_researcher_names_and_notes_a_run_in_the_browser(live_server, research
                              status="finished", total_steps=10, current_step=10)
     other = Run.objects.create(method="grpo", model_name="qwen2.5-0.5b", config={"method": "grpo"}, owner=researcher,
                                status="finished", total_steps=10, current_step=10)
+    timed = Run.objects.create(method="grpo", model_name="qwen2.5-0.5b", owner=researcher, status="finished",
+                               config={"method": "grpo", "train": {"time_limit_minutes": 10}}, total_steps=400,
+                               current_step=37)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM,
                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
@@ -46,6 +49,10 @@ def test_a_researcher_names_and_notes_a_run_in_the_browser(live_server, research
         assert "+9.7 points paired" in page.inner_text("#run-notes")
         page.goto(f"{live_server.url}/runs/")
         assert "GRPO lr 1e-6 baseline" in page.inner_text("#runs")
+        # a status pill stays one line high in the runs table (the time-limit one wrapped into a tall blob)
+        heights = page.evaluate("""() => [...document.querySelectorAll('#runs tbody td .badge')]
+            .filter(b => !b.classList.contains('tag')).map(b => [b.textContent.trim(), b.offsetHeight])""")
+        assert {t for t, _ in heights} >= {"time limit", "finished"} and len({h for _, h in heights}) == 1, heights
         page.click("#runs a.badge.tag >> text=baseline")
         rows = page.locator("#runs tbody tr")
         assert rows.count() == 1 and "GRPO lr 1e-6 baseline" in rows.first.inner_text()
