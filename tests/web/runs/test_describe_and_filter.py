@@ -112,9 +112,14 @@ def test_an_imported_runs_ledger_says_which_steps_its_samples_cover(client, rese
     for step in (1, 2):
         Task.objects.create(run=whole, key=f"{step}:0", step=step, question="q?", answer="a")
     assert 'id="ledger-coverage"' not in client.get(f"/runs/{whole.pk}/").content.decode()
-    Run.objects.filter(pk=run.pk).update(queue="imported")  # as import_run stores it
+    Run.objects.filter(pk=run.pk).update(queue="imported", corpus_name="wiki.jsonl")  # as import_run stores it
     row = client.get("/runs/?method=ssp").content.decode()
     assert "imported: <code>ssp</code>" in row and "· imported</span>" not in row  # said once, not twice
+    # its corpus file was on the GPU machine, never here: not "deleted" (a run trained here whose corpus went is)
+    assert ">wiki.jsonl</span>" in row and "(deleted)" not in row
+    gone = _run(researcher, method="score", corpus_name="notes")
+    assert "notes (deleted)" in client.get("/runs/?method=score").content.decode()
+    assert gone.corpus is None
     one = _run(researcher, imported_from="/x/examples/runs/one", current_step=32, total_steps=640)
     Task.objects.create(run=one, key="1:0", step=1, question="q?", answer="a", valid=False)
     page = client.get(f"/runs/{one.pk}/").content.decode()  # the gate run's folder kept step 1 alone
