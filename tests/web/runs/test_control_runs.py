@@ -175,3 +175,8 @@ def test_a_shipped_control_folder_links_itself_to_its_run_and_its_page_shows_bot
     page = client.get(f"/runs/{run.pk}/").content.decode()
     # held-out cloze: +5.0 over the base, +6.0 over the control, paired on the same 300 items
     assert "+5.0" in page and "+6.0" in page
+    assert "0<span class=\"muted empty-reason\">: Nothing of this run was sent to review" in page  # "0: ...", not "0 : ..."
+    from apps.evals.models import CrossPlay
+
+    cross = CrossPlay.objects.get(run=run)  # imported with the folder: its scores, not the tasks behind them
+    assert "kept the matrix's scores, not the tasks" in client.get(f"/evals/crossplay/{cross.pk}/").content.decode()
