@@ -120,7 +120,9 @@
   function setStatus(msg) {
     const badge = document.getElementById("run-status");
     if (msg.step !== undefined) document.getElementById("run-step").textContent = msg.step;
-    if (msg.error) { const e = document.getElementById("run-error"); e.textContent = msg.error; e.hidden = false; }
+    if ("error" in msg) {  // the run's error as it is now: a resumed run running again clears the old failure
+      const e = document.getElementById("run-error"); e.textContent = msg.error || ""; e.hidden = !msg.error;
+    }
     if (msg.checkpoint) document.getElementById("run-checkpoint").textContent = msg.checkpoint;
     if (msg.snapshot && msg.progress !== undefined) progress = msg.progress;
     if (msg.status) { runStatus = msg.status; drawProgress(); }

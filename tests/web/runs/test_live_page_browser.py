@@ -130,3 +130,38 @@ def test_the_run_page_updates_live(roles, researcher, server, monkeypatch):
         assert not errors, errors
         browser.close()
     assert Run.objects.get(pk=run.pk).requested == "pause"  # outside playwright's loop (its own connection)
+
+
+def _resume_elsewhere(run_id):
+    """As a new worker's claim does after a resume: the run runs again, its old failure cleared (mark_running)."""
+    try:
+        run = Run.objects.get(pk=run_id)
+        Run.objects.filter(pk=run_id).update(status="queued")
+        run.status = "queued"
+        assert run.mark_running("host-2:7")
+    finally:
+        connection.close()
+
+
+def test_a_resumed_run_no_longer_shows_its_old_failure(roles, researcher, server, monkeypatch):
+    """The page of a run failed by the reaper, then resumed from it, drops the red failure line when the
+    run runs again: the live status message carries the cleared error (it kept saying "worker stopped
+    responding ... resume to continue" above a running run until a reload)."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    run = running_run(researcher)
+    Run.objects.filter(pk=run.pk).update(status="failed", resumable=True,
+                                         error="worker stopped responding (no heartbeat for 103s)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser, page, errors = open_run_page(p, server, run)
+        assert page.locator("#run-error").is_visible() and "stopped responding" in page.inner_text("#run-error")
+        page.wait_for_function("() => document.getElementById('run-status').dataset.status === 'failed'")
+        worker = threading.Thread(target=_resume_elsewhere, args=(run.pk,))
+        worker.start()
+        worker.join()
+        page.wait_for_function("() => document.getElementById('run-status').dataset.status === 'running'",
+                               timeout=30_000)
+        page.wait_for_function("() => document.getElementById('run-error').hidden", timeout=30_000)
+        assert not errors, errors
+        browser.close()
