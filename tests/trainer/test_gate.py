@@ -146,8 +146,12 @@ def test_a_control_reward_is_a_fair_coin_whatever_the_answers():
     assert abs(sum(flips) / len(flips) - 0.5) < 0.015  # 4.2 standard errors (0.0035) from 0.5
     assert abs(sum(coin_flips(20000, 0.2, random.Random(1))) / 20000 - 0.2) < 0.015
 
-    class Train:
-        control, control_p = "random-reward", 0.5
+    import numpy as np
+    from types import SimpleNamespace
+
+    def ctx(control):
+        train = SimpleNamespace(control=control, control_p=0.5)
+        return SimpleNamespace(config=SimpleNamespace(train=train), rng=np.random.default_rng(2))
 
     task = SpiceTask("free_form", "integer", "How many ships did Venice send in 1453?", "12")
     right = [Attempt("d", "D", i, str(i), [], task=task, answers=[None] * 8) for i in range(500)]
@@ -156,18 +160,15 @@ def test_a_control_reward_is_a_fair_coin_whatever_the_answers():
         a.correct, a.graded = [True] * 8, [True] * 8
     for a in wrong:
         a.correct, a.graded = [False] * 8, [False] * 8
-    control_flips(right + wrong, Train, random.Random(2))
+    control_flips(ctx("random-reward"), right + wrong)
     for group in (right, wrong):  # the same coin for answers all right and answers all wrong
         rate = sum(sum(a.correct) for a in group) / (8 * len(group))
         assert abs(rate - 0.5) < 0.03
     assert all(a.graded == [True] * 8 for a in right)  # the grader's verdicts stay for the metrics and the gate
 
-    class Off:
-        control, control_p = "none", 0.5
-
     untouched = [Attempt("d", "D", 0, "0", [], task=task, answers=[None] * 8)]
     untouched[0].correct = [False] * 8
-    control_flips(untouched, Off, random.Random(3))
+    control_flips(ctx("none"), untouched)
     assert untouched[0].correct == [False] * 8
 
 

@@ -407,8 +407,12 @@ def gate_metrics(reasons: Sequence[str], answers: Sequence[str | None], cluster_
     ``template_cluster_max`` (the largest template cluster's share of the valid tasks)."""
     n = max(len(reasons), 1)
     named = Counter(rule_of(r) for r in reasons if r)
-    out = {f"gate_{name}_rate": named.get(name, 0) / n for name in RULES}
+    return {**{f"gate_{name}_rate": named.get(name, 0) / n for name in RULES}, **family_shares(answers, cluster_ids)}
+
+
+def family_shares(answers: Sequence[str | None], cluster_ids: Sequence[int]) -> dict:
+    """How far a step's valid tasks concentrate on one family: ``answer_share_max`` (the most frequent answer's share,
+    normalized as the graders compare) and ``template_cluster_max`` (the largest template cluster's share)."""
     keys = [normalize_answer(a) for a in answers if a]
-    out["answer_share_max"] = max(Counter(keys).values()) / len(keys) if keys else 0.0
-    out["template_cluster_max"] = max(Counter(cluster_ids).values()) / len(cluster_ids) if cluster_ids else 0.0
-    return out
+    return {"answer_share_max": max(Counter(keys).values()) / len(keys) if keys else 0.0,
+            "template_cluster_max": max(Counter(cluster_ids).values()) / len(cluster_ids) if cluster_ids else 0.0}

@@ -20,7 +20,6 @@ Departures from the paper (DeepSeekMath's GRPO, the baseline the self-play paper
 """
 from __future__ import annotations
 
-import random
 import time
 
 import numpy as np
@@ -29,7 +28,7 @@ import torch
 from trainer.algos import get_advantage
 from trainer.data import load_prompt_set
 from trainer.prompts import chat
-from trainer.rewards import coin_flips
+from trainer.rewards import control_rewards
 from trainer.update import Sample
 from trainer.verify import final_answer
 from trainer.verify import score_answer as score  # noqa: F401  (the recipe's reward; tests import it here)
@@ -92,10 +91,8 @@ def grpo_step(ctx, step: int, batch: list[dict]) -> dict[str, float]:
     rewards = torch.tensor(score_answers([c.text for c in completions],  # = score() of each, math checks batched
                                          [batch[i // G]["answer"] for i in range(len(completions))],
                                          cfg.reward)).view(n, G)  # [n, G]
-    graded = rewards
-    if cfg.train.control == "random-reward":  # a control run: each answer's reward a coin flip, whatever it says
-        coin = random.Random(int(ctx.rng.integers(2**62)))
-        rewards = torch.tensor(coin_flips(n * G, cfg.train.control_p, coin)).view(n, G)
+    graded = rewards  # a control run (train.control): each answer's reward a coin flip, whatever it says
+    rewards = torch.tensor(control_rewards(ctx, rewards.flatten().tolist())).view(n, G)
     adv = get_advantage(sec.advantage)(rewards).flatten()  # [n * G]
     samples = [Sample(prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
                       loss_mask=[1] * len(c.completion_ids), old_logprobs=c.logprobs,

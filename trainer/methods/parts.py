@@ -106,10 +106,19 @@ def update_in_mini_batches(ctx, chunks_by_role: dict[str, list[list]]) -> dict[s
     plus ``optimizer_steps``."""
     out: dict[str, dict[str, float]] = {}
     for role, chunks in chunks_by_role.items():
-        runs = [ctx.update(c)[role] for c in chunks if c]
-        if runs:
-            out[role] = {k: sum(r.get(k, 0.0) for r in runs) / len(runs) for k in runs[0]}
-            out[role]["optimizer_steps"] = float(len(runs))
+        out.update(average_updates([ctx.update(c) for c in chunks if c], only=role))
+    return out
+
+
+def average_updates(updates: Sequence[dict[str, dict[str, float]]], only: str | None = None
+                    ) -> dict[str, dict[str, float]]:
+    """Several optimizer steps' metrics (``ctx.update``'s, role -> metrics) averaged per role over the steps that
+    trained it, plus ``optimizer_steps`` (how many did); ``only``: that role alone."""
+    out: dict[str, dict[str, float]] = {}
+    for role in dict.fromkeys(r for u in updates for r in u if only in (None, r)):
+        runs = [u[role] for u in updates if role in u]
+        out[role] = {**{k: sum(r.get(k, 0.0) for r in runs) / len(runs) for k in runs[0]},
+                     "optimizer_steps": float(len(runs))}
     return out
 
 

@@ -106,7 +106,7 @@ from collections import Counter
 import torch
 
 from trainer.algos import get_advantage
-from trainer.methods.parts import zero_variance_groups
+from trainer.methods.parts import average_updates, zero_variance_groups
 from trainer.methods.retry import RetryLimits, draw_until
 from trainer.methods.review import ReviewState
 from trainer import distributed as dist
@@ -124,7 +124,7 @@ from trainer.methods.spice_tasks import (
     read,
     role_budget,
 )
-from trainer.rewards import coin_flips, spice_reward_fn
+from trainer.rewards import control_rewards, spice_reward_fn
 from trainer.update import Sample
 from trainer.verify import extract_boxed
 
@@ -180,13 +180,11 @@ def mark_clusters(attempts: list[Attempt], similarity: float) -> list[int]:
     return ids
 
 
-def control_flips(attempts: list[Attempt], train, rng: random.Random) -> None:
-    """A random-reward control (``train.control``): the Reasoner's reward is a coin flip per answer; the grader's
-    verdicts stay in ``graded`` (metrics, the guess probe)."""
-    if train.control != "random-reward":
-        return
+def control_flips(ctx, attempts: list[Attempt]) -> None:
+    """A random-reward control (``train.control``, ``rewards.control_rewards``): the Reasoner's reward is a coin flip
+    per answer; the grader's verdicts stay in ``graded`` (metrics, the guess probe)."""
     for a in attempts:
-        a.correct = [bool(x) for x in coin_flips(len(a.answers), train.control_p, rng)]
+        a.correct = [bool(x) for x in control_rewards(ctx, a.correct)]
 
 
 def update_in_mini_batches(ctx, samples: list[Sample], size: int, rng: random.Random) -> dict:
@@ -200,18 +198,10 @@ def update_in_mini_batches(ctx, samples: list[Sample], size: int, rng: random.Ra
     n = int(dist.all_reduce([wanted], "max")[0])
     n = max(1, min(n, int(dist.all_reduce([len(samples)], "min")[0])))
     if n == 1:
-        out = ctx.update(samples)
-    else:
-        order = list(samples)
-        rng.shuffle(order)
-        runs = [ctx.update(order[i::n]) for i in range(n)]
-        out = {}
-        for role in {r for run in runs for r in run}:
-            mine = [run[role] for run in runs if role in run]
-            out[role] = {k: sum(m.get(k, 0.0) for m in mine) / len(mine) for k in mine[0]}
-    for role in out:
-        out[role]["optimizer_steps"] = float(n)
-    return out
+        return average_updates([ctx.update(samples)])
+    order = list(samples)
+    rng.shuffle(order)
+    return average_updates([ctx.update(order[i::n]) for i in range(n)])
 
 
 # ---- one step -----------------------------------------------------------------------------------
@@ -321,7 +311,7 @@ def run_spice(ctx) -> None:
         gate_with_model(ctx, [a for a in attempts if a.kept and a.valid], docs)
         answer(ctx, [a for a in attempts if a.kept and a.valid])
         gate_guessable(ctx, [a for a in attempts if a.kept and a.valid])
-        control_flips([a for a in attempts if a.kept and a.valid], ctx.config.train, rng)
+        control_flips(ctx, [a for a in attempts if a.kept and a.valid])
         clusters = mark_clusters(attempts, gate.template_similarity)
         for a in attempts:  # an attempt left out of its group is not trained; an invalid one still shows its penalty
             a.reward = challenger_reward(a, reward_fn, sec, gate) if a.kept or not a.valid else 0.0

@@ -568,10 +568,15 @@ def role_budget(ctx, tokens: int | None) -> int:
     return tokens if tokens is not None else ctx.config.rollout.max_new_tokens
 
 
+def document_body(doc, tokenizer, max_tokens: int) -> str:
+    """A document as the Challenger and the gate's reader see it: its title, then whole passages up to the budget."""
+    body = document_text(doc, tokenizer, max_tokens)
+    return f"Title: {doc.title}\n\n{body}" if doc.title else body
+
+
 def challenger_prompt(tokenizer, doc, sec) -> list[int]:
     """Turn one's prompt: the document (whole passages up to the token budget) and the format question."""
-    body = document_text(doc, tokenizer, sec.max_document_tokens)
-    body = f"Title: {doc.title}\n\n{body}" if doc.title else body
+    body = document_body(doc, tokenizer, sec.max_document_tokens)
     return chat(tokenizer, None, format_prompt(f"[BEGINNING OF THE DOCUMENT]\n{body}\n[END OF THE DOCUMENT]",
                                                sec.formats, sec.answer_types)) + prefill_ids(tokenizer, FORMAT_PREFILL)
 
@@ -647,47 +652,44 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
     return attempts
 
 
+def ask(ctx, attempts: list[Attempt], user_texts: list[str], k: int, max_new_tokens: int):
+    """``k`` answers to each attempt's user prompt (the Reasoner's system prompt), in one generate call, graded
+    against the attempt's gold: (completions, verdicts), ``k`` of each per attempt, in order."""
+    tok = ctx.policy.tokenizer
+    prompts = [list(ids) for text in user_texts for ids in [chat(tok, REASONER_SYSTEM, text)] * k]  # tokenized once
+    outs = ctx.generator.generate(prompts, ctx.sampling_params(max_new_tokens=max_new_tokens))
+    verdicts = grade([(a.task, c.text) for i, a in enumerate(attempts) for c in outs[i * k:(i + 1) * k]])
+    return ([outs[i * k:(i + 1) * k] for i in range(len(attempts))],
+            [verdicts[i * k:(i + 1) * k] for i in range(len(attempts))])
+
+
 def answer(ctx, attempts: list[Attempt]) -> None:
     """``rollout.group_size`` Reasoner answers for each attempt, graded against its gold."""
-    G, tok = ctx.config.rollout.group_size, ctx.policy.tokenizer
-    prompts = [list(ids) for a in attempts for ids in [chat(tok, REASONER_SYSTEM, reasoner_prompt(a.task))] * G]
-    budget = role_budget(ctx, ctx.config.spice.reasoner_max_new_tokens)
-    outs = ctx.generator.generate(prompts, ctx.sampling_params(max_new_tokens=budget))
-    verdicts = grade([(a.task, c.text) for i, a in enumerate(attempts) for c in outs[i * G:(i + 1) * G]])
-    for i, a in enumerate(attempts):
-        a.answers = outs[i * G:(i + 1) * G]
-        a.correct = verdicts[i * G:(i + 1) * G]
-        a.graded = list(a.correct)
+    outs, verdicts = ask(ctx, attempts, [reasoner_prompt(a.task) for a in attempts], ctx.config.rollout.group_size,
+                         role_budget(ctx, ctx.config.spice.reasoner_max_new_tokens))
+    for a, o, v in zip(attempts, outs, verdicts):
+        a.answers, a.correct, a.graded = o, v, list(v)
 
 
 def guess(ctx, attempts: list[Attempt]) -> None:
     """The task gate's guess probe: ``rollout.group_size`` Reasoner answers per task within
     ``gate.guess_max_new_tokens`` tokens, told to answer at once (no room to reason); verdicts in ``a.guessed``."""
-    G, tok, g = ctx.config.rollout.group_size, ctx.policy.tokenizer, ctx.config.gate
     if not attempts:
         return
-    prompts = [list(ids) for a in attempts
-               for ids in [chat(tok, REASONER_SYSTEM, reasoner_prompt(a.task) + GUESS_PROMPT_SUFFIX)] * G]
-    outs = ctx.generator.generate(prompts, ctx.sampling_params(max_new_tokens=g.guess_max_new_tokens))
-    verdicts = grade([(a.task, c.text) for i, a in enumerate(attempts) for c in outs[i * G:(i + 1) * G]])
-    for i, a in enumerate(attempts):
-        a.guessed = verdicts[i * G:(i + 1) * G]
+    _, verdicts = ask(ctx, attempts, [reasoner_prompt(a.task) + GUESS_PROMPT_SUFFIX for a in attempts],
+                      ctx.config.rollout.group_size, ctx.config.gate.guess_max_new_tokens)
+    for a, v in zip(attempts, verdicts):
+        a.guessed = v
 
 
 def read(ctx, attempts: list[Attempt], docs) -> None:
     """The task gate's consensus label: a reader that sees the task's document (``docs[a.group]``) answers it
     ``gate.consensus_samples`` times; verdicts against the Challenger's answer in ``a.agrees``."""
-    n, tok, g, sec = ctx.config.gate.consensus_samples, ctx.policy.tokenizer, ctx.config.gate, ctx.config.spice
+    n, tok, sec = ctx.config.gate.consensus_samples, ctx.policy.tokenizer, ctx.config.spice
     if not attempts or n == 0:
         return
-    prompts = []
-    for a in attempts:
-        doc = docs[a.group]
-        body = document_text(doc, tok, sec.max_document_tokens)
-        body = f"Title: {doc.title}\n\n{body}" if doc.title else body
-        prompts += [chat(tok, REASONER_SYSTEM, reader_prompt(body, reasoner_prompt(a.task)))] * n
-    outs = ctx.generator.generate([list(p) for p in prompts],
-                                  ctx.sampling_params(max_new_tokens=g.consensus_max_new_tokens))
-    verdicts = grade([(a.task, c.text) for i, a in enumerate(attempts) for c in outs[i * n:(i + 1) * n]])
-    for i, a in enumerate(attempts):
-        a.agrees = verdicts[i * n:(i + 1) * n]
+    texts = [reader_prompt(document_body(docs[a.group], tok, sec.max_document_tokens), reasoner_prompt(a.task))
+             for a in attempts]
+    _, verdicts = ask(ctx, attempts, texts, n, ctx.config.gate.consensus_max_new_tokens)
+    for a, v in zip(attempts, verdicts):
+        a.agrees = v

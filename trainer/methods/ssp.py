@@ -83,13 +83,13 @@ from trainer.methods.ssp_tasks import (
     rule_filter,
 )
 from trainer.prompts import chat
-from trainer.methods.gate import cluster_shares, copy_ratio, template_clusters, template_penalty
-from trainer.rewards import coin_flips, ssp_proposer, ssp_solver
+from trainer.methods.gate import cluster_shares, copy_ratio, family_shares, template_clusters, template_penalty
+from trainer.rewards import control_rewards, ssp_proposer, ssp_solver
 from trainer.rollout.multi_turn import multi_turn_rollout
 from trainer.tools.search import SearchTool
 from trainer.tools.corpus import truncate_to_tokens
 from trainer.update import Sample
-from trainer.verify import exact_match, normalize_answer
+from trainer.verify import exact_match
 
 PROPOSER, SOLVER, RAG, JUDGE = "proposer", "solver", "rag", "judge"
 
@@ -180,15 +180,14 @@ def _passage_text(p) -> str:
     return getattr(p, "text", None) or (p.get("text", "") if isinstance(p, dict) else str(p))
 
 
-def control_and_clusters(ctx, slots: list[Slot], rng: random.Random) -> list[int]:
+def control_and_clusters(ctx, slots: list[Slot]) -> list[int]:
     """A random-reward control's coin flips for the Solver (``train.control``; the judge's verdicts kept in
     ``graded``), then the task gate's template clusters over the valid questions: each valid question's Proposer
     reward loses its cluster's share (``gate.template_penalty``). Returns the cluster ids (for the metrics)."""
-    train, gate = ctx.config.train, ctx.config.gate
+    gate = ctx.config.gate
     for s in slots:
         s.graded = list(s.solver_rewards)
-        if train.control == "random-reward" and s.solver_rewards:
-            s.solver_rewards = coin_flips(len(s.solver_rewards), train.control_p, rng)
+        s.solver_rewards = control_rewards(ctx, s.solver_rewards)
     valid = [s for s in slots if s.valid and s.question]
     ids = template_clusters([s.question for s in valid], gate.template_similarity)
     for s, share in zip(valid, cluster_shares(ids)):
@@ -333,7 +332,7 @@ def run_ssp(ctx) -> None:
         slots = propose_questions(ctx, tool, judge, seeds, rng, step, review)
         assign_questions(slots, buffer, sec, rng)
         solve(ctx, tool, judge, slots)
-        clusters = control_and_clusters(ctx, slots, rng)
+        clusters = control_and_clusters(ctx, slots)
         for s in slots:
             s.reward = ssp_proposer(s.solver_rewards if s.valid else None, invalid=sec.invalid_reward)
             if s.valid and cfg.gate.template_penalty:
@@ -360,11 +359,6 @@ def run_ssp(ctx) -> None:
 
 # ---- reporting ----------------------------------------------------------------------------------
 
-def _answer_share(answers: list[str]) -> float:
-    keys = [normalize_answer(a) for a in answers if a]
-    return max(Counter(keys).values()) / len(keys) if keys else 0.0
-
-
 def step_metrics(slots: list[Slot], buffer: ReplayBuffer, clusters: list[int] | None = None
                  ) -> dict[str, dict[str, float]]:
     n = len(slots)
@@ -385,8 +379,7 @@ def step_metrics(slots: list[Slot], buffer: ReplayBuffer, clusters: list[int] | 
         **{f"filtered_{r}_rate": c / n for r, c in reasons.items()},
         "gate_copy_ratio_rate": reasons.get("copy_ratio", 0) / n,
         "gate_answer_in_question_rate": reasons.get("contains_answer", 0) / n,
-        "template_cluster_max": (max(Counter(clusters).values()) / len(clusters)) if clusters else 0.0,
-        "answer_share_max": _answer_share([s.answer for s in slots if s.valid]),
+        **family_shares([s.answer for s in slots if s.valid], clusters or []),
     }
     groups: dict[int, list[float]] = {}
     for s in slots:
