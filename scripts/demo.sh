@@ -24,18 +24,8 @@ except OSError as e: sys.exit(1 if e.errno == errno.EADDRINUSE else 0)  # other 
 fi
 $PY manage.py migrate --noinput -v 0
 LOGIN=$($PY manage.py ensure_admin)
-pids=()
-cleanup() {
-  trap - EXIT INT TERM
-  echo; echo "stopping the web server and the workers..."
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  # An RQ worker's first signal waits for its job (the demo run takes hours); a second one, more
-  # than 1 s later, stops the job too. The run is then failed (resumable) by the next reaper.
-  sleep 2
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT INT TERM
+source scripts/children.sh
+trap stop_children EXIT INT TERM
 
 mkdir -p "$LOG"
 $PY manage.py serve --port "$PORT" > "$LOG/web.log" 2>&1 & pids+=($!)

@@ -7,9 +7,9 @@
 #   scripts/serve.sh worker QUEUE...  `manage.py rqworker QUEUE...` (e.g. `worker gpu cpu`: training runs)
 #
 # "Everything" is the web server, a worker on gpu and cpu (training runs; a worker that serves gpu on a
-# machine without an NVIDIA GPU says so in its log and on /runs/workers/) and a worker on short and
-# default with the scheduler (uploads, evaluations on the CPU, the run reaper), so those never wait behind
-# a training run. First, always: `manage.py services start` (the embedded Postgres + pgvector and Redis;
+# machine without an NVIDIA GPU says so in its log and on /runs/workers/), a worker on short and default
+# with the scheduler (uploads, the run reaper) and one on evals (evaluations on the CPU), so none of those
+# waits behind a training run or another. First, always: `manage.py services start` (the embedded Postgres + pgvector and Redis;
 # nothing to do when DATABASE_URL / REDIS_URL name servers, as in docker/compose.yml).
 # Knobs: HOST (default 127.0.0.1; 0.0.0.0 to serve other machines: also set ALLOWED_HOSTS), PORT (8000),
 # PY (default .venv/bin/python if it exists, else python3), and the variables of the README's Configuration.
@@ -41,21 +41,12 @@ case "$role" in
     LOGIN=$(web_setup)
     LOG=${SELFPLAY_DATA_DIR:-var}/log
     mkdir -p "$LOG"
-    pids=()
-    stop() {
-      trap - EXIT INT TERM
-      echo; echo "stopping the web server and the workers..."
-      for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-      # an RQ worker's first signal waits for its job; the second stops it (the run is then failed,
-      # resumable, by the reaper of the next start)
-      sleep 2
-      for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-      wait 2>/dev/null || true
-    }
-    trap stop EXIT INT TERM
+    source scripts/children.sh
+    trap stop_children EXIT INT TERM
     $PY manage.py serve --host "$HOST" --port "$PORT" > "$LOG/web.log" 2>&1 & pids+=($!)
     $PY manage.py rqworker gpu cpu > "$LOG/worker.log" 2>&1 & pids+=($!)
     $PY manage.py rqworker short default --with-scheduler > "$LOG/short.log" 2>&1 & pids+=($!)
+    $PY manage.py rqworker evals > "$LOG/evals.log" 2>&1 & pids+=($!)
     URL="http://$HOST:$PORT"
     for _ in $(seq 1 120); do
       curl -fs -o /dev/null "$URL/accounts/login/" 2>/dev/null && break
@@ -65,7 +56,7 @@ case "$role" in
     echo "  Selfplay is running at $URL/  (log in at $URL/accounts/login/)"
     echo "  $LOGIN"
     echo "  workers and their GPUs: $URL/runs/workers/   launch a run: $URL/runs/new/"
-    echo "  logs: $LOG/web.log, $LOG/worker.log (runs), $LOG/short.log (uploads, evaluations) — Ctrl-C to stop"
+    echo "  logs: $LOG/web.log, $LOG/worker.log (runs), $LOG/short.log (uploads, the reaper), $LOG/evals.log (evaluations) — Ctrl-C to stop"
     wait ;;
   *)
     echo "scripts/serve.sh: unknown part '$role' (expected nothing, 'web' or 'worker QUEUE...')" >&2
