@@ -70,6 +70,11 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 #   tta2       (GPU 1, after tta1): ours, seed 2, $TTA2_MIN minutes (a third seed over the early part of the curve)
 #   ttav       (GPU 0, after tta0 and once vLLM is staged): ours with rollout.backend=vllm for $TTAV_MIN minutes
 #   vllmb      (GPU 2) then runs after ttatrl
+# Issue 30 item 5 (task gate + random-reward controls, Qwen2.5-Coder-1.5B; on a 2-GPU machine a job's GPU is its
+# number modulo 2, so gs / gm / sg share card 0 and their controls gsc / gmc / sgc card 1):
+#   gs, gsc    SPICE over Wikipedia, then spice_eval (cross-play, GSM8K, cloze)
+#   gm, gmc    SPICE over GSM8K items 0-659 (problem + worked solution as documents), then GSM8K items 660-1318
+#   sg, sgc    SSP over Wikipedia, then the Solver on 300 held-out cloze items with search
 # spice05 / speval15 / speval05 / sspeval15 remain for a session that runs them on their own (GPU=N to choose).
 waitfor() {  # waitfor JOB: until JOB's process has ended
   while [ -f $LOGS/$1.pid ] && kill -0 "$(cat $LOGS/$1.pid)" 2>/dev/null; do sleep 5; done
@@ -82,8 +87,9 @@ spice_eval() {  # spice_eval RUN BASE [DOCS GSM8K NAME CLOZE TASKS]: cross-play 
 }
 
 ssp_cloze() {  # ssp_cloze RUN_NAME: the Solver (base + checkpoints) on 300 held-out cloze items, with search
-  python3 benchmarks/gpu/ssp_eval.py make-cloze --n 300 --out $A/ssp_cloze.jsonl
-  python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/$1 --bench $A/ssp_cloze.jsonl --name ssp-cloze
+  # (the items are seeded, the same for every run; one file per run, as two runs may make them at once)
+  python3 benchmarks/gpu/ssp_eval.py make-cloze --n 300 --out $A/ssp_cloze_$1.jsonl
+  python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/$1 --bench $A/ssp_cloze_$1.jsonl --name ssp-cloze
 }
 
 vllm_benches() {  # issue 22 item 2: the same 321M GRPO step (8 x 8 x 256 forced) four ways on one card; needs
@@ -190,6 +196,16 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
         gm|gmc) spice_eval $RUNS/$name $Q15 $A/gsm8k_docs_heldout.jsonl $A/gsm8k_heldout.jsonl gsm8k_heldout 0 64 ;;
       esac
       touch $RUNS/$name.done ;;
+    sg|sgc)  # issue 30 item 5c: SSP with the task gate's defaults (copy ratio against the search results, template
+             # penalty) and the Proposer's prompt showing a whole reply, Qwen2.5-Coder-1.5B over Wikipedia; sgc: the
+             # same config with --control random-reward (the Solver's reward a coin; the Proposer's from the coins)
+      local ctl=""
+      [ $name = sgc ] && ctl="--set train.control=random-reward"
+      python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml --run $RUNS/$name --minutes $min \
+        --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} --set model.name_or_path=$Q15 \
+        --set corpus.path=$A/wiki.jsonl $ctl
+      echo "== $name trained; held-out cloze with search"; ssp_cloze $name
+      touch $RUNS/$name.done ;;
     speval15) spice_eval $RUNS/spice15 $Q15 ;;
     speval05) spice_eval $RUNS/spice05 $Q05 ;;
     sspeval15) ssp_cloze ssp15; python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 --bench $A/ssp_heldout.jsonl --judged ;;
@@ -201,11 +217,12 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
     spice15|speval15|tta0|ttav|gs) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc) gpu=1 ;;
-    trl05|vllmb|ttatrl|gm) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc) gpu=3 ;;
+    trl05|vllmb|ttatrl|gm|sg) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
+  gpu=$((gpu % $(nvidia-smi -L | wc -l)))  # a 2-GPU machine: 2 -> 0, 3 -> 1 (gm and sg share card 0, their controls 1)
   mkdir -p $LOGS/$name
-  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc)
+  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|sg|sgc)
     rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"

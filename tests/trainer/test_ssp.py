@@ -533,3 +533,17 @@ def test_zero_variance_groups_counts_groups_of_two_or_more_with_equal_rewards():
 
     assert zero_variance_groups([[1, 1, 1], [0, 1, 0], [0.5, 0.5]]) == pytest.approx(2 / 3)
     assert zero_variance_groups([[1], [0, 1]]) == 0.0 and zero_variance_groups([]) == 0.0
+
+
+def test_the_proposer_prompt_shows_a_whole_reply_for_another_answer():
+    """A 1.5B Proposer without a shown reply wrote no <question>, or searched never or once, in most
+    trajectories (run ssp15): the prompt shows think / search / question in order, for an answer that
+    is not the one asked, and repeats the number of searches asked."""
+    from trainer.methods.ssp_tasks import PROPOSER_USER
+
+    text = PROPOSER_USER.format(answer="Castle Drogo", n=3)
+    at = 0
+    for tag in ("<think>", "<search>", "</search>", "<think>", "<search>", "</search>", "<question>", "</question>"):
+        at = text.index(tag, at) + len(tag)  # each in its turn, after the one before
+    assert text.count("</search>") == 2 and "Castle Drogo" not in text.split("The shape of your reply")[1]
+    assert "Make exactly 3 searches" in text

@@ -2,7 +2,10 @@
 
 Wording is ours, structure is the paper's (ssp.txt, Appendix D): the Proposer is told the
 answer and the number of searches and works backwards from the answer, searching with
-``<search>`` and ending with ``<question>``; the Solver is the Search-R1 prompt ending with
+``<search>`` and ending with ``<question>``; ours, not the paper's: the Proposer's prompt shows the
+shape of a whole reply (think, search, ..., question) for another answer, after run ssp15's
+1.5B Proposer wrote no ``<question>`` (26%), searched never or once (34%) or wrote under 10 words
+(25%) in 69 kept trajectories of 22 steps, and validated 3 questions; the Solver is the Search-R1 prompt ending with
 ``<answer>``; the RAG check asks for a short reasoning then ``Answer:`` (a reply without it is
 judged whole, as in the reference code).
 
@@ -68,6 +71,17 @@ answer fits."""
 
 PROPOSER_USER = """The answer is: {answer}
 Write a question that needs {n} searches.
+
+The shape of your reply, shown for another answer (Danube) and 2 searches; your searches and question will differ:
+<think> The Danube flows through Vienna. I search for a fact that leads to Vienna. </think>
+<search> city where Mozart's Requiem was composed </search>
+(the results come back here)
+<think> Mozart composed it in Vienna. Now a clue that needs this fact: the river of that city. </think>
+<search> river flowing through Vienna </search>
+(the results come back here)
+<think> The Danube flows through Vienna. The question names neither Vienna nor the Danube. </think>
+<question> Which river flows through the city where Mozart composed his unfinished Requiem mass? </question>
+Make exactly {n} searches, one <search> per turn, before the <question>.
 When you have enough information, first check that the question meets every rule, above all that it is not \
 too easy. Then give the final question inside <question> and </question>, for example: <question> Which \
 surname was most common among the presidents of the university founded in the same year as the city's first \
