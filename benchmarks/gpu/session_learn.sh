@@ -225,7 +225,12 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|sg|sgc)
     rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
+  # the code a job runs: /tmp/code, a snapshot of the committed tree (carried as .gpu_code, made HERE by
+  # `git archive HEAD trainer benchmarks/gpu ... | tar -x -C .gpu_code`), so that a later call's copy of a working
+  # tree with uncommitted edits never changes the modules of a running job
+  if [ -d .gpu_code/trainer ] && [ ! -d /tmp/code/trainer ]; then cp -r .gpu_code /tmp/code; fi
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
+  [ -d /tmp/code/trainer ] && pre="cd /tmp/code; export PYTHONPATH=/tmp/site:/tmp/code; $pre"
   detach $name ${GPU:-$gpu} bash -c "$(declare -f waitfor spice_eval ssp_cloze vllm_benches chain)
     $pre
     chain $name"
