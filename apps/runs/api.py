@@ -60,7 +60,8 @@ def run_dict(run: Run, full: bool = True, user=None) -> dict:
                     "controls": list(run.controls.order_by("pk").values_list("pk", flat=True)),
                     "checkpoint_path": server_path(run.checkpoint_path, user), "config": redact(run.config),
                     "overrides": redact_overrides(run.overrides),
-                    "checkpoints": [{"step": c.step, "path": server_path(c.path, user), "created": c.created}
+                    # the id is what POST evals/ and runs/<id>/crossplay/ take for a checkpoint
+                    "checkpoints": [{"id": c.pk, "step": c.step, "path": server_path(c.path, user), "created": c.created}
                                     for c in run.checkpoints.all()[:20]]})
     return out
 
@@ -90,7 +91,9 @@ _FULL_FIELDS = {
     "checkpoint_path": serializers.CharField(allow_null=True),
     "config": serializers.DictField(help_text="the resolved trainer config (secrets hidden)"),
     "overrides": serializers.DictField(help_text="what the launcher set (secrets hidden)"),
-    "checkpoints": inline_serializer("RunCheckpoint", {"step": serializers.IntegerField(), "path": serializers.CharField(),
+    "checkpoints": inline_serializer("RunCheckpoint", {"id": serializers.IntegerField(help_text=(
+        "what POST evals/ (checkpoint) and runs/<id>/crossplay/ (checkpoints) take")),
+                                                       "step": serializers.IntegerField(), "path": serializers.CharField(),
                                                        "created": serializers.DateTimeField()}, many=True),
 }
 RUN_FULL = inline_serializer("RunDetail", _FULL_FIELDS)
