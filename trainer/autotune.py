@@ -36,6 +36,12 @@ grid of prompt length x group size and prints the gain at the crossover: the val
   GPU's memory, rounded down to a power of two within [1,024, 16,384]: Qwen2.5-0.5B on an H100 16,384
   (ran), Qwen2.5-1.5B on an H100 4,096 (16,384 and 8,192 ran out of memory before the logits were
   chunked, 2,048 ran; on an H200 4,096 ran), on an H200 8,192 (not run), a 7B 1,024.
+- **overlap** (``pick_overlap``): ``train.overlap: one_step`` samples the next step's batch while this step's
+  update runs (trainer/overlap.py). auto turns it on only where the two halves can share the machine: a GPU
+  (the rollout on its own CUDA stream fills what the update leaves idle; on a CPU both halves want the same
+  cores, so it stays off), a method that supports it, the hf backend, one GPU, no ZeRO-3 and no rollout PPO
+  reference set in the config, and at least ``OVERLAP_MIN_ROWS`` sequences a step (a tiny batch's rollout is
+  a few milliseconds of kernel launches: the thread, the weight copy and the stale batch would buy nothing).
 """
 from __future__ import annotations
 
@@ -143,8 +149,46 @@ def engine_reason(requested: str, device_type: str, deepspeed_importable: bool, 
     return "ZeRO-3 cannot run LoRA or model.compile"
 
 
+# overlap: auto. Sequences a step (train.prompts_per_step x rollout.group_size) from which a GPU run overlaps its
+# rollout with its update: the 321M GRPO benchmark's shape (8 prompts x 8). A threshold of ours, not yet measured
+# as a crossover (benchmarks/gpu/bench_overlap.py measures the step with and without overlap at a given shape).
+OVERLAP_MIN_ROWS = 64
+OVERLAP_IS_CAP = 2.0  # the behaviour weight's cap under overlap when train.rollout_is_cap is 0
+
+
+def pick_overlap(requested: str, *, supported: bool, device_type: str, rows: int, backend: str = "hf",
+                 gpus: int = 1, zero_stage: int | None = None, old_logprobs: str = "auto") -> tuple[bool, str]:
+    """``train.overlap``: (on, why). one_step / off as set; auto = on only for a method that supports it, on a GPU,
+    with the hf backend, one GPU, no ZeRO-3, no rollout PPO reference set, and >= OVERLAP_MIN_ROWS sequences a step.
+    pick_overlap("auto", supported=True, device_type="cuda", rows=64) = (True, ...); rows=32 -> off; "cpu" -> off."""
+    if requested != "auto":
+        return requested == "one_step", "set in the config"
+    if not supported:
+        return False, "the method does not overlap its rollout (grpo does)"
+    if device_type != "cuda":
+        return False, "no GPU (on a CPU generation and update want the same cores)"
+    if backend != "hf":
+        return False, f"rollout.backend={backend} (one_step is built for the hf backend)"
+    if gpus > 1:
+        return False, "several GPUs (one_step runs on one)"
+    if zero_stage == 3:
+        return False, "ZeRO-3 partitions the weights one_step copies"
+    if old_logprobs == "rollout":
+        return False, "train.old_logprobs=rollout (a stale rollout cannot be the PPO reference)"
+    if rows < OVERLAP_MIN_ROWS:
+        return False, f"{rows} sequences a step, under {OVERLAP_MIN_ROWS} (too little to overlap)"
+    return True, f"a GPU and {rows} sequences a step (>= {OVERLAP_MIN_ROWS})"
+
+
+def overlap_is_cap(rollout_is_cap: float) -> float:
+    """The cap of the behaviour weight min(pi_trainer / pi_sampled, cap) under overlap: train.rollout_is_cap, or
+    OVERLAP_IS_CAP where that is 0."""
+    return rollout_is_cap if rollout_is_cap > 0 else OVERLAP_IS_CAP
+
+
 def describe(train, device_type: str, engine: str, deepspeed_importable: bool,
-             compiled: bool = False, n_params: int = 0, gpu_memory_bytes: int | None = None) -> tuple[str, dict]:
+             compiled: bool = False, n_params: int = 0, gpu_memory_bytes: int | None = None,
+             overlap: tuple[bool, str] | None = None) -> tuple[str, dict]:
     """The ``auto_settings`` event of a run: a sentence and the data (what each setting became)."""
     packing = pick_packing(train.packing, device_type)
     tokens = pick_micro_batch_tokens(train.micro_batch_tokens, n_params, gpu_memory_bytes)
@@ -165,10 +209,14 @@ def describe(train, device_type: str, engine: str, deepspeed_importable: bool,
             "micro_batch_tokens": tokens if packing else None,
             "requested": {"engine": train.engine, "packing": train.packing,
                           "share_prompt_prefix": train.share_prompt_prefix,
-                          "micro_batch_tokens": train.micro_batch_tokens}}
+                          "micro_batch_tokens": train.micro_batch_tokens,
+                          "overlap": getattr(train, "overlap", "off")}}
+    if overlap is not None:
+        data["overlap"], data["overlap_reason"] = ("one_step" if overlap[0] else "off"), overlap[1]
     engine_text = engine + (f" ZeRO-{train.zero_stage}" if engine == "deepspeed" else "")
     message = (f"speed settings on {device_type}: engine {engine_text} ({data['engine_reason']}); "
                f"packing {'on' if packing else 'off'} ({data['packing_reason']}"
                + (f"; {tokens} tokens a micro-batch" if packing else "") + "); "
-               f"shared prompt {share_text}")
+               f"shared prompt {share_text}"
+               + (f"; overlap {data['overlap']} ({data['overlap_reason']})" if overlap is not None else ""))
     return message, data

@@ -163,13 +163,24 @@ class TrainConfig(Section):
     rollout_is_cap: float = Field(
         0.0, ge=0, description="Truncated importance sampling between the rollout engine's log-probs and the "
         "trainer's: each token's loss is weighted by min(pi_trainer / pi_rollout, cap), with the trainer's own "
-        "log-probs as the PPO reference (0 = off: the rollout's log-probs are the reference). For rollout.backend=vllm.")
+        "log-probs as the PPO reference (0 = off: the rollout's log-probs are the reference). For rollout.backend=vllm, "
+        "and the cap of train.overlap one_step (where 0 means 2).")
     old_logprobs: Literal["auto", "rollout", "trainer"] = Field(
         "auto", description="The PPO reference ('old') log-probs: 'rollout' = the rollout engine's, 'trainer' = the "
         "trainer's own of the pre-update weights (exact: one optimizer step per batch, so the ratio starts at 1), "
         "which also spares the rollout engine from computing log-probs; 'auto' = trainer with rollout.backend=vllm "
         "(its bf16 kernels differ from the trainer's), rollout with hf (same model, same kernels) and for ssp and "
         "score, whose step makes several optimizer steps on one rollout (trainer is refused there).")
+    overlap: Literal["auto", "off", "one_step"] = Field(
+        "auto", description="Generation and update in flight together (ours, after verl's one-step off-policy recipe): "
+        "one_step = while step t's update runs, a thread (its own CUDA stream on a GPU) samples step t+1's batch "
+        "from a copy of the weights before that update (step t-1's), so each batch trains one optimizer step after "
+        "the weights that sampled it (logged per step as staleness). The loss corrects for that: the PPO reference "
+        "is the trainer's own pre-update log-probs and each token's advantage is weighted by min(pi_trainer / "
+        "pi_sampled, cap), the cap train.rollout_is_cap or 2 where that is 0 (AReaL's decoupled PPO with a capped "
+        "behaviour weight). Costs one more copy of the trained weights in memory. auto = one_step for methods that "
+        "support it (grpo), on a GPU with at least 64 sequences a step and the hf backend, else off "
+        "(trainer/autotune.py).")
     control: Literal["none", "random-reward"] = Field(
         "none", description="A control run: 'random-reward' replaces the answering role's reward (GRPO's policy, "
         "SPICE's Reasoner, SSP's Solver, SCOPE's Solver, SCORE's report writer, pi-Play's student) by a coin flip, "
@@ -383,6 +394,8 @@ class _SharedConfig(BaseModel):
         if self.train.rollout_is_cap > 0 and self.train.old_logprobs == "rollout":
             problems.append(("train.old_logprobs", "train.rollout_is_cap > 0 takes the trainer's log-probs as the "
                              "PPO reference; set train.old_logprobs to auto or trainer, or rollout_is_cap to 0"))
+        if self.train.overlap == "one_step":
+            problems += self._overlap_problems()
         # a method whose step makes several optimizer steps on one rollout: from the second on, the
         # trainer's own log-probs are no longer those of the weights that sampled
         if self.train.old_logprobs == "trainer" and SECTIONS[self.method].multi_update:
@@ -396,6 +409,28 @@ class _SharedConfig(BaseModel):
         if problems:
             raise _CrossCheckError(problems)
         return self
+
+    def _overlap_problems(self) -> list[tuple[str, str]]:
+        """train.overlap: one_step runs where it is built: methods that support it, hf rollouts, one GPU."""
+        supported = [m for m, s in SECTIONS.items() if s.overlap]
+        problems = []
+        if not SECTIONS[self.method].overlap:
+            problems.append(("train.overlap", f"one_step is supported for {', '.join(supported)}, not {self.method}; "
+                             "set train.overlap to off (or auto)"))
+        if self.rollout.backend != "hf":
+            problems.append(("train.overlap", "one_step samples from a copy of the weights with the hf backend; "
+                             "with rollout.backend=vllm set train.overlap to off (or auto)"))
+        if self.train.gpus > 1:
+            problems.append(("train.overlap", "one_step runs on one GPU (train.gpus: 1); set train.overlap to off "
+                             "(or auto) to train on several"))
+        if self.train.engine == "deepspeed" and self.train.zero_stage == 3:
+            problems.append(("train.overlap", "one_step copies the whole weights, which ZeRO-3 partitions; use "
+                             "zero_stage 2 or train.overlap off"))
+        if self.train.old_logprobs == "rollout":
+            problems.append(("train.old_logprobs", "train.overlap one_step samples with weights one step older than "
+                             "the update's, so the PPO reference is the trainer's own log-probs; set "
+                             "train.old_logprobs to auto or trainer, or train.overlap to off"))
+        return problems
 
     def _separate_policy_problems(self) -> list[tuple[str, str]]:
         roles = self.section.roles if self.section is not None else ()
@@ -416,14 +451,14 @@ class _SharedConfig(BaseModel):
     def trainer_reference(self) -> bool:
         """The update takes the trainer's own pre-update log-probs as the PPO reference."""
         t = self.train
-        if t.rollout_is_cap > 0 or t.old_logprobs == "trainer":
+        if t.rollout_is_cap > 0 or t.old_logprobs == "trainer" or t.overlap == "one_step":
             return True
         return t.old_logprobs == "auto" and self.rollout.backend == "vllm" and not SECTIONS[self.method].multi_update
 
     @property
     def rollout_logprobs(self) -> bool:
         """The rollout engine must report the sampled tokens' log-probs (the reference, or the IS weights)."""
-        return self.train.rollout_is_cap > 0 or not self.trainer_reference
+        return self.train.rollout_is_cap > 0 or self.train.overlap == "one_step" or not self.trainer_reference
 
     @property
     def section(self) -> MethodSection:

@@ -46,6 +46,7 @@ class RecipeContext:
     stopped: bool = False
     verdicts: list[Verdict] = field(default_factory=list)
     harness: dict | None = None
+    overlap: Any = None  # trainer.overlap.OneStepOverlap where train.overlap resolved to one_step
     _pending: dict = field(default_factory=dict)
     _records: list = field(default_factory=list)
     _update_costs: dict = field(default_factory=lambda: {"update_tokens": 0, "update_seconds": 0.0})
@@ -144,6 +145,9 @@ class RecipeContext:
         steps, so outside ``step_seconds``; ``save_write_seconds``: background writes that finished)."""
         take = getattr(self.generator, "take", None)
         costs = take() if callable(take) else {}
+        if self.overlap is not None:  # the rollouts sampled beside the update (train.overlap)
+            extra = self.overlap.take_costs()
+            costs = {k: costs.get(k, 0) + extra.get(k, 0) for k in {**costs, **extra}}
         if costs or self._update_costs["update_seconds"]:
             self.log(step, SYSTEM, {**costs, **self._update_costs})
         self._update_costs = {"update_tokens": 0, "update_seconds": 0.0}
@@ -160,7 +164,8 @@ class RecipeContext:
     def update(self, samples, extra_loss=None) -> dict[str, dict[str, float]]:
         self._progress(self._last_step + 1, "update")
         t0 = time.perf_counter()
-        out = policy_update(self.policy, self.engine, samples, self.config, extra_loss=extra_loss)
+        is_cap = self.overlap.is_cap if self.overlap is not None else None  # samples one step stale: reweighted
+        out = policy_update(self.policy, self.engine, samples, self.config, extra_loss=extra_loss, is_cap=is_cap)
         self._update_costs["update_seconds"] += time.perf_counter() - t0
         self._update_costs["update_tokens"] += sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
         return out
@@ -170,7 +175,7 @@ class RecipeContext:
 
         r = self.config.rollout
         base = dict(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                    min_new_tokens=r.min_new_tokens, logprobs=self.config.rollout_logprobs)
+                    min_new_tokens=r.min_new_tokens, logprobs=self.config.rollout_logprobs or self.overlap is not None)
         return SamplingParams(**{**base, **overrides})
 
     def checkpoint(self, step: int, extra_state: dict | None = None) -> str | None:
@@ -182,6 +187,8 @@ class RecipeContext:
             return None
         state = {**self.state, **(extra_state or {}), "_numpy_rng": self.rng.bit_generator.state,
                  "_train_seconds": self.train_seconds}
+        if self.overlap is not None:  # the next step's rollout, in flight: waited for and stored
+            state.update(self.overlap.state())
         if getattr(self.config.checkpoint, "background", False):
             if self._saver is None:
                 self._saver = BackgroundSaver()

@@ -14,7 +14,7 @@ the web read them from (``SECTIONS[method].needs_corpus``, or ``cfg.section`` fo
 what it trains on (``needs_corpus`` / ``needs_prompt_set``), the ``roles`` that may each have a
 policy of their own (and the ``answer_role`` an evaluation loads), whether a step makes
 several optimizer steps on one rollout (``multi_update``), whether it shards a step over several
-GPUs (``multi_rank``), whether a person may edit its evaluator harness (``has_harness``), and
+GPUs (``multi_rank``), whether it runs ``train.overlap: one_step`` (``overlap``), whether a person may edit its evaluator harness (``has_harness``), and
 whether a role is judged by the frozen base (``judged_by_frozen_base()``, which may read the
 section's own values), and the per-step metrics of its run-page panel (``panel_metrics``). A new
 method states them in its section and nowhere else; ``Config`` gets one field per entry of
@@ -109,6 +109,7 @@ class MethodSection(Section):
     needs_prompt_set: ClassVar[bool] = False  # trains on a JSONL prompt set (data.path) checked by the `reward` verifier
     multi_update: ClassVar[bool] = False  # several optimizer steps on samples drawn before the first of them
     multi_rank: ClassVar[bool] = False  # shards a step's inputs over ranks (train.gpus > 1)
+    overlap: ClassVar[bool] = False  # runs train.overlap one_step (samples the next batch during the update)
     has_harness: ClassVar[bool] = False  # an evaluator harness a person may edit during the run
     # (role, metric name, column label): the per-step metrics of the run page's method panel (a
     # column the run never reported is left out; the panel is the template runs/_method_<name>.html)
@@ -159,6 +160,7 @@ class GrpoSection(MethodSection):
     needs_corpus: ClassVar[bool] = False
     needs_prompt_set: ClassVar[bool] = True
     multi_rank: ClassVar[bool] = True
+    overlap: ClassVar[bool] = True
 
     shared_defaults: ClassVar[dict[str, object]] = {
         "train.lr": 1e-6, "rollout.group_size": 8, "train.kl_coef": 0.0, "train.prompts_per_step": 8,

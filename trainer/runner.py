@@ -27,6 +27,8 @@ from trainer.engine import make_engine
 from trainer.method_configs import SECTIONS
 from trainer.methods import get_recipe
 from trainer.models import data_dir, load_policy
+from trainer.overlap import STATE_KEY as OVERLAP_STATE_KEY
+from trainer.overlap import OneStepOverlap, resolve_overlap
 from trainer.sink import JsonlSink, MultiSink, NullSink
 
 
@@ -191,14 +193,23 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
         loaded = load_checkpoint(checkpoint, cfg, policy, engine)
         ctx.restore(loaded["recipe"], loaded["step"])
         _seed_rank_sampling(cfg.seed, loaded["step"])
+    overlap = resolve_overlap(cfg, policy.device.type, engine)
+    if overlap[0]:  # after the checkpoint's weights are in: the snapshot copies them
+        ctx.overlap = OneStepOverlap(policy, cfg)
+        ctx.overlap.restore(ctx.state)
+    else:  # a run checkpointed with overlap, resumed without: its stored rollout is not used
+        ctx.state.pop(OVERLAP_STATE_KEY, None)
     if dist.is_main():
-        sinks.samples(ctx.start_step, [auto_settings_event(cfg, policy, engine, ctx.start_step)])
+        sinks.samples(ctx.start_step, [auto_settings_event(cfg, policy, engine, ctx.start_step, overlap)])
     try:
         get_recipe(cfg.method)(ctx)
     except BaseException:
         with contextlib.suppress(Exception):  # a background write in flight completes: an earlier, whole step
             ctx.wait_for_saves()
         raise
+    finally:
+        if ctx.overlap is not None:
+            ctx.overlap.close()
     ctx.finish_saves()
     final = ctx.final_checkpoint or (str(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None)
     if dist.wanted():  # the ranks leave their group before the process exits (a group's worker thread still
@@ -208,9 +219,9 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
                      metrics=recorder.rows, saves=dict(ctx.save_totals))
 
 
-def auto_settings_event(cfg: Config, policy, engine, step: int = 0) -> dict:
+def auto_settings_event(cfg: Config, policy, engine, step: int = 0, overlap: tuple[bool, str] | None = None) -> dict:
     """The run's ``event`` record saying what the speed settings became (``auto`` resolved by
-    trainer/autotune.py, or as set): engine, packing, shared prompt, and why."""
+    trainer/autotune.py, or as set): engine, packing, shared prompt, overlap, and why."""
     from trainer.autotune import describe
     from trainer.engine import deepspeed_importable
 
@@ -220,7 +231,8 @@ def auto_settings_event(cfg: Config, policy, engine, step: int = 0) -> dict:
     from trainer.update import gpu_memory, model_size
 
     message, data = describe(cfg.train, device, picked, importable, compiled=cfg.model.compile,
-                             n_params=model_size(policy.base_model()), gpu_memory_bytes=gpu_memory(policy.device))
+                             n_params=model_size(policy.base_model()), gpu_memory_bytes=gpu_memory(policy.device),
+                             overlap=overlap)
     return {"kind": "event", "key": f"{step}:auto_settings", "step": step, "message": message,
             "data": {"what": "auto_settings", **data}}
 

@@ -234,7 +234,7 @@ class _RoleStats:
 
 
 def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraLoss | None = None,
-                  step: bool = True) -> dict[str, dict[str, float]]:
+                  step: bool = True, is_cap: float | None = None) -> dict[str, dict[str, float]]:
     """Micro-batched forward/backward over ``samples`` and one optimizer step.
 
     Returns {role: metrics}: loss, pg_loss, kl, entropy, entropy_sampled, clip_frac (token means
@@ -243,19 +243,22 @@ def policy_update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraL
     prompt_shared (share of the run samples whose group's prompt ran once).
     Separate policies (``policy.roles``): each role's samples update its own adapter with its own
     optimizer, the role's adapter active (its own loss denominator: the roles are separate models).
+    ``is_cap``: weight each token by min(pi_trainer / pi_sampled, is_cap) against the samples' log-probs, with the
+    trainer's own pre-update log-probs as the PPO reference (``rollout_is``), whatever ``train.rollout_is_cap``
+    says: ``train.overlap`` one_step, whose samples come from the weights one step older (trainer/overlap.py).
     """
     if not getattr(policy, "roles", ()):
-        return _update(policy, engine, samples, cfg, extra_loss, step)
+        return _update(policy, engine, samples, cfg, extra_loss, step, is_cap)
     out = {}
     for role in dict.fromkeys(s.role for s in samples):
         with policy.acting(role):
             out.update(_update(policy, engine.for_role(role), [s for s in samples if s.role == role], cfg,
-                               extra_loss, step))
+                               extra_loss, step, is_cap))
     return out
 
 
 def _update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraLoss | None,
-            step: bool) -> dict[str, dict[str, float]]:
+            step: bool, is_cap: float | None = None) -> dict[str, dict[str, float]]:
     """``policy_update`` of one policy (one engine)."""
     t = cfg.train
     device = policy.device
@@ -269,7 +272,7 @@ def _update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraLoss | 
     run = [s for s in samples if not (skip_zero and s.advantage == 0.0) and s.n_trained > 0]
     stats: dict[str, _RoleStats] = defaultdict(_RoleStats)
     ran = {id(s) for s in run}
-    needs_rollout_lp = cfg.rollout_logprobs  # the PPO reference, or the rollout_is weights
+    needs_rollout_lp = cfg.rollout_logprobs or bool(is_cap)  # the PPO reference, or the rollout_is weights
     for s in samples:
         st = stats[s.role]
         st.add("samples", 1)
@@ -299,7 +302,7 @@ def _update(policy, engine, samples: list[Sample], cfg, extra_loss: ExtraLoss | 
         idle = _missing_micro_batches(len(plan), engine)  # agreed BEFORE any backward: ZeRO reduces in each
         for group, shared in plan:
             mb = make_micro_batch(group, cfg.rollout.temperature, device, shared, packed=packing)
-            loss, parts = _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss)
+            loss, parts = _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss, is_cap)
             engine.backward(loss)
             st = stats[group[0].role]
             st.add("shared_samples", len(group) if shared else 0)
@@ -445,8 +448,9 @@ def chunked_logprobs_and_entropy(head, x: torch.Tensor, ids: torch.Tensor, temp:
     return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
 
 
-def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
-    """Loss of one micro-batch (already divided by the step's global denominator) and metric sums."""
+def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss, is_cap=None):
+    """Loss of one micro-batch (already divided by the step's global denominator) and metric sums.
+    ``is_cap``: see ``policy_update`` (it replaces train.rollout_is_cap)."""
     t = cfg.train
     with policy.autocast():
         x, is_logits = trained_hidden_or_logits(lm, mb, policy.device)  # [N, H] (or [N, V] for odd models)
@@ -462,7 +466,7 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
         logp_flat, ent = _logprobs_and_entropy(logits, ids, mb.temp, t.entropy_coef > 0, cfg.model.compile)
     logp = _scatter(logp_flat, mb.mask)  # [B, C]
     n = int(mb.mask.sum())
-    cap = t.rollout_is_cap
+    cap = is_cap or t.rollout_is_cap
     if cap > 0:
         reference, adv, is_parts = rollout_is(logp, mb.old_logp, mb.adv, mb.mask, cap)
     elif cfg.trainer_reference:  # one optimizer step per batch: this forward runs the pre-update weights
@@ -474,7 +478,7 @@ def _micro_loss(policy, lm, mb, cfg, kl_fn, denom, max_len, extra_loss):
     loss = pg
     parts = {"pg_sum": float(pg.detach()) * denom, "clip_sum": clip["clip_frac"] * n, "run_tokens": n,
              "ratio_max": clip["ratio_max"], "ratio_min": clip["ratio_min"], **is_parts}
-    if not cfg.rollout_logprobs:  # no rollout log-probs: entropy_sampled is the trainer's -log p
+    if not (cfg.rollout_logprobs or is_cap):  # no rollout log-probs: entropy_sampled is the trainer's -log p
         parts["run_neg_logprob"] = float(-(reference * mb.mask).sum())
     parts["entropy_sum"] = float(ent.detach().sum())
     if t.entropy_coef > 0:

@@ -16,7 +16,13 @@ Departures from the paper (DeepSeekMath's GRPO, the baseline the self-play paper
 - outcome reward only (no process supervision), from the verifier named by ``reward``;
 - the system prompt asks for a boxed answer (ours), and with the math verifier a numeric gold is
   compared with the last number of an answer that boxed nothing (GSM8K's usual reading);
-- the answer budget is ``rollout.max_new_tokens`` (512 by default; ours, the paper gives 1024).
+- the answer budget is ``rollout.max_new_tokens`` (512 by default; ours, the paper gives 1024);
+- ``train.overlap: one_step`` (ours; auto turns it on on a GPU with >= 64 sequences a step, trainer/autotune.py):
+  step t+1's batch is sampled by the weights before step t's update, while that update runs (trainer/overlap.py),
+  so each batch trains one optimizer step after the weights that sampled it (``staleness`` 1 from the second
+  step). The loss then takes the trainer's own pre-update log-probs as the PPO reference and weights each token's
+  advantage by min(pi_trainer / pi_sampled, cap) (cap ``train.rollout_is_cap``, 2 where that is 0): AReaL's
+  decoupled PPO with a capped behaviour weight. The paper samples and trains with the same weights.
 """
 from __future__ import annotations
 
@@ -72,21 +78,53 @@ def reward_stats(rewards: torch.Tensor) -> dict[str, float]:
 def run_grpo(ctx) -> None:
     cfg, sec = ctx.config, ctx.config.grpo
     data = load_prompt_set(cfg.data.path, sec.prompt_key, sec.answer_key, cfg.data.limit)
+    if ctx.overlap is not None:
+        return _run_overlapped(ctx, data)
     for step in ctx.steps():
         grpo_step(ctx, step, next_batch(ctx, data, cfg.train.prompts_per_step))
 
 
-def grpo_step(ctx, step: int, batch: list[dict]) -> dict[str, float]:
-    """One GRPO step on ``batch`` (records with prompt and answer); returns the logged metrics."""
-    cfg, sec = ctx.config, ctx.config.grpo
-    mine = ctx.shard(range(len(batch)))  # several GPUs: each rank samples its share of the prompts
-    batch = [batch[i] for i in mine]
-    G, n = cfg.rollout.group_size, len(batch)
-    prompts = [chat(ctx.policy.tokenizer, sec.system_prompt, row["prompt"]) for row in batch]
+def _run_overlapped(ctx, data: list[dict]) -> None:
+    """train.overlap one_step: take step t's batch (sampled while step t-1 updated), copy the weights W_{t-1}
+    into the snapshot, start sampling step t+1's batch with them, then update on step t's batch."""
+    cfg, overlap = ctx.config, ctx.overlap
+    for step in ctx.steps():
+        if not overlap.has(step):  # the run's first step (or a resume without a stored rollout): sample it now
+            overlap.refresh(step - 1)
+            _submit(ctx, step, next_batch(ctx, data, cfg.train.prompts_per_step))
+        rollout = overlap.take(step)
+        overlap.refresh(step - 1)  # one optimizer step per GRPO step: the live weights are W_{step-1}
+        if step < cfg.train.steps:
+            _submit(ctx, step + 1, next_batch(ctx, data, cfg.train.prompts_per_step))
+        grpo_step(ctx, step, rollout.batch, rollout=rollout)
 
-    t0 = time.perf_counter()
-    completions = ctx.generator.generate([p for p in prompts for _ in range(G)], ctx.sampling_params())
-    gen_seconds = time.perf_counter() - t0
+
+def _submit(ctx, step: int, batch: list[dict]) -> None:
+    mine = ctx.shard(range(len(batch)))
+    batch = [batch[i] for i in mine]
+    G = ctx.config.rollout.group_size
+    prompts = [chat(ctx.policy.tokenizer, ctx.config.grpo.system_prompt, row["prompt"]) for row in batch]
+    ctx.overlap.submit(step, batch, list(mine), [p for p in prompts for _ in range(G)], ctx.sampling_params())
+
+
+def grpo_step(ctx, step: int, batch: list[dict], rollout=None) -> dict[str, float]:
+    """One GRPO step on ``batch`` (records with prompt and answer); returns the logged metrics.
+    ``rollout`` (train.overlap): the batch's completions, sampled already (``batch`` is then this rank's)."""
+    cfg, sec = ctx.config, ctx.config.grpo
+    overlap_metrics = {}
+    if rollout is None:
+        mine = ctx.shard(range(len(batch)))  # several GPUs: each rank samples its share of the prompts
+        batch = [batch[i] for i in mine]
+        prompts = [chat(ctx.policy.tokenizer, sec.system_prompt, row["prompt"]) for row in batch]
+        t0 = time.perf_counter()
+        completions = ctx.generator.generate([p for p in prompts for _ in range(cfg.rollout.group_size)],
+                                             ctx.sampling_params())
+        gen_seconds = time.perf_counter() - t0
+    else:
+        mine, completions, gen_seconds = rollout.index, rollout.completions, rollout.gen_seconds
+        # optimizer steps between the weights that sampled the batch and those the update starts from
+        overlap_metrics = {"staleness": (step - 1) - rollout.version, "gen_wait_seconds": rollout.wait_seconds}
+    G, n = cfg.rollout.group_size, len(batch)
 
     rewards = torch.tensor(score_answers([c.text for c in completions],  # = score() of each, math checks batched
                                          [batch[i // G]["answer"] for i in range(len(completions))],
@@ -108,7 +146,7 @@ def grpo_step(ctx, step: int, batch: list[dict]) -> dict[str, float]:
         "accuracy": float(graded.mean()),  # the verifier's verdicts (= reward_mean unless a control flips coins)
         "response_length": gen_tokens / len(completions),
         "gen_tokens_per_s": gen_tokens / max(gen_seconds, 1e-9),
-        "gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
+        "gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1, **overlap_metrics,
     }
     ctx.log(step, ROLE, metrics)
     ctx.samples(step, _records(step, batch, completions, rewards, sec.log_samples, G, mine))
