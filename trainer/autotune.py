@@ -40,8 +40,10 @@ grid of prompt length x group size and prints the gain at the crossover: the val
   update runs (trainer/overlap.py). auto turns it on only where the two halves can share the machine: a GPU
   (the rollout on its own CUDA stream fills what the update leaves idle; on a CPU both halves want the same
   cores, so it stays off), a method that supports it, the hf backend, one GPU, no ZeRO-3 and no rollout PPO
-  reference set in the config, and at least ``OVERLAP_MIN_ROWS`` sequences a step (a tiny batch's rollout is
-  a few milliseconds of kernel launches: the thread, the weight copy and the stale batch would buy nothing).
+  reference set in the config, at least ``OVERLAP_MIN_ROWS`` sequences a step (a tiny batch's rollout is
+  a few milliseconds of kernel launches: the thread, the weight copy and the stale batch would buy nothing), and
+  weights small beside the GPU (at most ``OVERLAP_MAX_WEIGHT_SHARE`` of its memory: the snapshot is one more copy,
+  and the rollout's KV cache then shares the GPU with the update's activations).
 """
 from __future__ import annotations
 
@@ -153,13 +155,22 @@ def engine_reason(requested: str, device_type: str, deepspeed_importable: bool, 
 # rollout with its update: the 321M GRPO benchmark's shape (8 prompts x 8). A threshold of ours, not yet measured
 # as a crossover (benchmarks/gpu/bench_overlap.py measures the step with and without overlap at a given shape).
 OVERLAP_MIN_ROWS = 64
+# The snapshot's weights may take at most this share of the GPU's memory under auto (0.5B in float32: 2 GB of an
+# 80 GB H100, 2.5%; 1.5B: 7.7%; 7B: 35%, off). Ours, not measured.
+OVERLAP_MAX_WEIGHT_SHARE = 0.1
+# Share of the GPU memory free when the overlap starts (weights and optimizer loaded) that the overlapped rollout's
+# KV cache may take: it decodes while the update holds its activations, so not the 0.6 of the memory free at call
+# time that a rollout alone gets (trainer/rollout/hf.py KV_BUDGET_FRACTION); a bigger batch decodes in chunks.
+OVERLAP_KV_FRACTION = 0.25
 OVERLAP_IS_CAP = 2.0  # the behaviour weight's cap under overlap when train.rollout_is_cap is 0
 
 
 def pick_overlap(requested: str, *, supported: bool, device_type: str, rows: int, backend: str = "hf",
-                 gpus: int = 1, zero_stage: int | None = None, old_logprobs: str = "auto") -> tuple[bool, str]:
+                 gpus: int = 1, zero_stage: int | None = None, old_logprobs: str = "auto",
+                 weight_bytes: int = 0, gpu_memory_bytes: int | None = None) -> tuple[bool, str]:
     """``train.overlap``: (on, why). one_step / off as set; auto = on only for a method that supports it, on a GPU,
-    with the hf backend, one GPU, no ZeRO-3, no rollout PPO reference set, and >= OVERLAP_MIN_ROWS sequences a step.
+    with the hf backend, one GPU, no ZeRO-3, no rollout PPO reference set, >= OVERLAP_MIN_ROWS sequences a step and
+    trained weights of at most OVERLAP_MAX_WEIGHT_SHARE of the GPU's memory (when it is known).
     pick_overlap("auto", supported=True, device_type="cuda", rows=64) = (True, ...); rows=32 -> off; "cpu" -> off."""
     if requested != "auto":
         return requested == "one_step", "set in the config"
@@ -177,6 +188,9 @@ def pick_overlap(requested: str, *, supported: bool, device_type: str, rows: int
         return False, "train.old_logprobs=rollout (a stale rollout cannot be the PPO reference)"
     if rows < OVERLAP_MIN_ROWS:
         return False, f"{rows} sequences a step, under {OVERLAP_MIN_ROWS} (too little to overlap)"
+    if gpu_memory_bytes and weight_bytes > OVERLAP_MAX_WEIGHT_SHARE * gpu_memory_bytes:
+        return False, (f"the weights ({weight_bytes / 2**30:.1f} GiB) are over {OVERLAP_MAX_WEIGHT_SHARE:.0%} of the "
+                       "GPU's memory (a second copy would crowd the update)")
     return True, f"a GPU and {rows} sequences a step (>= {OVERLAP_MIN_ROWS})"
 
 

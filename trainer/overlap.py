@@ -16,7 +16,11 @@ whose batch is sampled before any update). ``OneStepOverlap`` holds:
   update may draw from is not touched);
 - one worker thread, and on a GPU its own CUDA stream: the rollout's kernels queue beside the update's. The
   stream waits for the weight copy (an event recorded after it); the next copy waits for the rollout (the main
-  thread takes its result first).
+  thread takes its result first). The rollout's KV cache gets ``OVERLAP_KV_FRACTION`` of the GPU memory free when
+  the overlap starts (the update's activations need the rest); a batch that needs more decodes in chunks.
+
+The step's ``rollout_seconds`` (role system) then overlap its ``update_seconds``: ``overhead_ratio`` = step /
+(rollout + update) falls below 1 by as much as the two ran at once.
 
 A checkpoint taken while a rollout is in flight waits for it and stores it (token ids, log-probs, texts, the
 batch's records; ``state()``): a resumed run trains exactly the batch the uninterrupted run would have, with
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from trainer.autotune import overlap_is_cap, pick_overlap
+from trainer.autotune import OVERLAP_KV_FRACTION, overlap_is_cap, pick_overlap
 from trainer.method_configs import SECTIONS
 from trainer.rollout.types import Completion
 
@@ -68,12 +72,17 @@ class Rollout:
                    index=list(state["index"]))
 
 
-def resolve_overlap(cfg, device_type: str, engine=None) -> tuple[bool, str]:
+def resolve_overlap(cfg, device_type: str, engine=None, policy=None) -> tuple[bool, str]:
     """``train.overlap`` for this run: (on, why), by ``trainer.autotune.pick_overlap``."""
     t = cfg.train
+    weight_bytes, gpu_bytes = 0, None
+    if policy is not None and device_type == "cuda":
+        weight_bytes = sum(p.numel() * p.element_size() for p in policy.model.parameters())
+        gpu_bytes = torch.cuda.get_device_properties(policy.device).total_memory
     return pick_overlap(t.overlap, supported=SECTIONS[cfg.method].overlap, device_type=device_type,
                         rows=t.prompts_per_step * cfg.rollout.group_size, backend=cfg.rollout.backend, gpus=t.gpus,
-                        zero_stage=getattr(engine, "zero_stage", None), old_logprobs=t.old_logprobs)
+                        zero_stage=getattr(engine, "zero_stage", None), old_logprobs=t.old_logprobs,
+                        weight_bytes=weight_bytes, gpu_memory_bytes=gpu_bytes)
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -101,10 +110,13 @@ class OneStepOverlap:
         self.snapshot.eval()
         # the parameters an update changes, and their copies (frozen ones are copied once, by deepcopy)
         self.pairs = [(s, p) for s, p in zip(self.snapshot.parameters(), self.live.parameters()) if p.requires_grad]
+        self.device = policy.device
+        kv_budget = None  # a CPU: no limit, as a rollout alone
+        if self.device.type == "cuda":  # the update's activations share the GPU while this rollout decodes
+            kv_budget = max(1, int(OVERLAP_KV_FRACTION * torch.cuda.mem_get_info(self.device)[0]))
         self.generator = MeteredGenerator(HFGenerator(
             self.snapshot, copy.deepcopy(policy.tokenizer), autocast_dtype=getattr(policy, "autocast_dtype", None),
-            cuda_graphs=cfg.rollout.cuda_graphs, seed=cfg.seed))
-        self.device = policy.device
+            cuda_graphs=cfg.rollout.cuda_graphs, seed=cfg.seed, kv_budget_bytes=kv_budget))
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.is_cap = overlap_is_cap(cfg.train.rollout_is_cap)
         self.version = -1  # optimizer steps of the weights in the snapshot (-1: not copied yet)

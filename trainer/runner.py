@@ -193,7 +193,7 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
         loaded = load_checkpoint(checkpoint, cfg, policy, engine)
         ctx.restore(loaded["recipe"], loaded["step"])
         _seed_rank_sampling(cfg.seed, loaded["step"])
-    overlap = resolve_overlap(cfg, policy.device.type, engine)
+    overlap = resolve_overlap(cfg, policy.device.type, engine, policy)
     if overlap[0]:  # after the checkpoint's weights are in: the snapshot copies them
         ctx.overlap = OneStepOverlap(policy, cfg)
         ctx.overlap.restore(ctx.state)

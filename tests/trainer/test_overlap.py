@@ -11,7 +11,7 @@ import trainer
 from tests.trainer.test_rollout_is import _with_rollout_logprobs
 from tests.trainer.test_update import _cfg, _group, _reference_logp
 from trainer.algos import policy_loss
-from trainer.autotune import OVERLAP_IS_CAP, OVERLAP_MIN_ROWS, overlap_is_cap, pick_overlap
+from trainer.autotune import OVERLAP_IS_CAP, OVERLAP_MAX_WEIGHT_SHARE, OVERLAP_MIN_ROWS, overlap_is_cap, pick_overlap
 from trainer.config import ConfigError, load_config
 from trainer.engine import make_engine
 from trainer.models import load_policy
@@ -94,12 +94,14 @@ def test_the_update_weights_stale_samples_by_the_capped_ratio(tiny_config, ratio
     (dict(device_type="cuda", rows=512, zero_stage=3), False),
     (dict(device_type="cuda", rows=512, zero_stage=2), True),
     (dict(device_type="cuda", rows=512, old_logprobs="rollout"), False),
+    (dict(device_type="cuda", rows=512, weight_bytes=int(2e9), gpu_memory_bytes=int(85.5e9)), True),  # 0.5B fp32
+    (dict(device_type="cuda", rows=512, weight_bytes=int(28e9), gpu_memory_bytes=int(85.5e9)), False),  # 7B fp32
 ])
 def test_the_auto_rule(kwargs, on):
     kwargs = {"supported": True, **kwargs}
     picked, reason = pick_overlap("auto", **kwargs)
     assert picked is on and reason
-    assert OVERLAP_MIN_ROWS == 64
+    assert OVERLAP_MIN_ROWS == 64 and OVERLAP_MAX_WEIGHT_SHARE == 0.1
     assert pick_overlap("off", **kwargs) == (False, "set in the config")
     assert pick_overlap("one_step", **kwargs) == (True, "set in the config")
 
