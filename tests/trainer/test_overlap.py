@@ -238,3 +238,19 @@ def test_a_cpu_run_with_auto_overlap_runs_as_before(tiny_config, tmp_path):
     events = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     auto = [e for e in events if e.get("kind") == "event" and e["data"].get("what") == "auto_settings"][0]
     assert auto["data"]["overlap"] == "off" and auto["data"]["overlap_reason"].startswith("no GPU")
+
+
+def test_a_lora_run_copies_only_its_adapters(tiny_config, tmp_path, monkeypatch):
+    """With LoRA the snapshot is refreshed by copying the adapters (the frozen base never changes)."""
+    monkeypatch.setitem(VERIFIERS, "exact", lambda pred, gold: len(pred) % 3 == 0)
+    cfg = load_config(_run_config(tiny_config, 2, lr=1e-2) | {"model": {**tiny_config()["model"], "lora": {"r": 4}}})
+    policy = load_policy(cfg)
+    overlap = OneStepOverlap(policy, cfg)
+    try:
+        trained = {id(p) for p in policy.model.parameters() if p.requires_grad}
+        assert overlap.pairs and all(id(src) in trained for _, src in overlap.pairs)
+        assert len(overlap.pairs) < len(list(policy.model.parameters()))
+    finally:
+        overlap.close()
+    result = trainer.run(cfg, run_dir=tmp_path / "run")
+    assert [r["staleness"] for r in result.metrics if r["role"] == "solver"] == [0, 1]
