@@ -175,6 +175,9 @@ def test_the_rollout_samples_the_snapshot_while_the_live_weights_change(tiny_con
         with pytest.raises(RuntimeError, match="step 4"):
             overlap.submit(4, [], [], prompts, params)
             overlap.take(5)
+        overlap.submit(5, [], [], [[10**9]], params)  # a token id outside the vocabulary: the thread's error
+        with pytest.raises(ValueError, match="vocab"):
+            overlap.take(5)
     finally:
         overlap.close()
 
