@@ -71,7 +71,9 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 #   ttav       (GPU 0, after tta0 and once vLLM is staged): ours with rollout.backend=vllm for $TTAV_MIN minutes
 #   vllmb      (GPU 2) then runs after ttatrl
 # Issue 30 item 5 (task gate + random-reward controls, Qwen2.5-Coder-1.5B; on a 2-GPU machine a job's GPU is its
-# number modulo 2, so gs / gm / sg share card 0 and their controls gsc / gmc / sgc card 1):
+# number modulo 2, so gs / gm / sg share card 0 and their controls gsc / gmc / sgc card 1). Each keeps one checkpoint,
+# its last (checkpoint.every=0): a 1.5B checkpoint with its optimizer state is ~18 GB, and on 2026-11-28 four runs
+# with SSP's every-10-steps checkpoints filled the disk, so gmc's final checkpoint could not be written:
 #   gs, gsc    SPICE over Wikipedia, then spice_eval (cross-play, GSM8K, cloze)
 #   gm, gmc    SPICE over GSM8K items 0-659 (problem + worked solution as documents), then GSM8K items 660-1318
 #   sg, sgc    SSP over Wikipedia, then the Solver on 300 held-out cloze items with search
@@ -203,7 +205,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       [ $name = sgc ] && ctl="--set train.control=random-reward"
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} --set model.name_or_path=$Q15 \
-        --set corpus.path=$A/wiki.jsonl $ctl
+        --set corpus.path=$A/wiki.jsonl --set checkpoint.every=0 $ctl
       echo "== $name trained; held-out cloze with search"; ssp_cloze $name
       touch $RUNS/$name.done ;;
     speval15) spice_eval $RUNS/spice15 $Q15 ;;
@@ -230,7 +232,10 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   # tree with uncommitted edits never changes the modules of a running job
   if [ -d .gpu_code/trainer ] && [ ! -d /tmp/code/trainer ]; then cp -r .gpu_code /tmp/code; fi
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
-  [ -d /tmp/code/trainer ] && pre="cd /tmp/code; export PYTHONPATH=/tmp/site:/tmp/code; $pre"
+  # (the assets' relative defaults, .gpu_assets/..., resolve there through a link: 2026-11-28's SSP evaluations
+  # failed on `make-cloze --docs .gpu_assets/wiki_heldout.jsonl` run from /tmp/code without it)
+  [ -d /tmp/code/trainer ] && { ln -sfn $PWD/.gpu_assets /tmp/code/.gpu_assets
+                                pre="cd /tmp/code; export PYTHONPATH=/tmp/site:/tmp/code; $pre"; }
   detach $name ${GPU:-$gpu} bash -c "$(declare -f waitfor spice_eval ssp_cloze vllm_benches chain)
     $pre
     chain $name"

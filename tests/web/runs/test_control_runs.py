@@ -180,3 +180,25 @@ def test_a_shipped_control_folder_links_itself_to_its_run_and_its_page_shows_bot
 
     cross = CrossPlay.objects.get(run=run)  # imported with the folder: its scores, not the tasks behind them
     assert "kept the matrix's scores, not the tasks" in client.get(f"/evals/crossplay/{cross.pk}/").content.decode()
+
+
+@pytest.mark.parametrize("name, shown", [
+    ("ssp-gate-wiki-qwen15", ("-14.0", "-2.7")),  # held-out cloze: under the base, and under its control
+    ("spice-gate-gsm8kdocs-qwen15", ("+4.2",)),  # GSM8K held-out over the base; the control has no evaluation
+])
+def test_the_shipped_ssp_and_gsm8k_pairs_show_their_paired_gains(client, django_user_model, name, shown):
+    """The 2026-11-28 pairs of issue 30 item 5b / 5c, imported as make demo does (the control first): linked, and the
+    run page shows what they measured, a loss where there was one, and says so where the control was not evaluated."""
+    import io
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3] / "examples" / "runs"
+    for folder in (f"{name}-control", name):
+        call_command("import_run", str(root / folder), stdout=io.StringIO())
+    run = Run.objects.get(imported_from=str((root / name).resolve()))
+    assert Run.objects.get(imported_from=str((root / f"{name}-control").resolve())).control_of == run
+    admin = django_user_model.objects.create_superuser(f"{name[:20]}-admin", "a@example.com", "pw-Long-enough-1")
+    client.force_login(admin)
+    page = client.get(f"/runs/{run.pk}/").content.decode().replace("\u2212", "-")
+    for text in shown:
+        assert text in page
