@@ -146,10 +146,14 @@ def _pending_restart(server) -> list[str]:
 
 
 class _StartLock:
-    """One process at a time initialises and tunes the embedded server's data directory."""
+    """One process at a time initialises and tunes the embedded Postgres's data directory (``pg.lock``), or looks
+    for and starts the embedded Redis (``redis.lock``)."""
+
+    def __init__(self, name: str = "pg"):
+        self.name = name
 
     def __enter__(self):
-        self.handle = open(config.data_dir() / "pg.lock", "w")
+        self.handle = open(config.data_dir() / f"{self.name}.lock", "w")
         fcntl.flock(self.handle, fcntl.LOCK_EX)
         return self
 
@@ -228,14 +232,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
 def redis_start() -> Status:
+    """REDIS_URL's server, else the one we started (its URL in the state file), else one on the default port, else a
+    new ``redis-server``. Under a file lock: `scripts/serve.sh web` and `scripts/serve.sh worker gpu` started together
+    (each runs `services start`) started two servers, and the web and the worker, each reading the state file at a
+    different moment, could talk to different ones: runs queued by the web that no worker saw."""
     explicit = os.environ.get("REDIS_URL")
     if explicit:
         return redis_status()
+    with _StartLock("redis"):
+        return _redis_start_locked()
+
+
+def _redis_start_locked() -> Status:
     state = config.redis_state_file()
     if state.exists() and _redis_ping(state.read_text().strip()):
         return redis_status()
-    default = "redis://127.0.0.1:6379/0"
+    default = DEFAULT_REDIS_URL
     if _redis_ping(default):
         state.unlink(missing_ok=True)
         return Status("redis", True, False, default, "(found on the default port)")
