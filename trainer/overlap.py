@@ -9,8 +9,9 @@ so batch t+1 is sampled by W_{t-1} while the update of step t turns W_{t-1} into
 starting from W_t: one optimizer step of staleness (``staleness`` in the step's metrics; 0 at a run's first step,
 whose batch is sampled before any update). ``OneStepOverlap`` holds:
 
-- the snapshot: a copy of the trained model (``copy.deepcopy`` once; afterwards only the parameters that train
-  are copied into it, so a LoRA run copies its adapters, a full fine-tune its weights: one more copy in memory);
+- the snapshot: a copy of the trained model (``copy.deepcopy`` once, without the module hooks an engine put on
+  the original; afterwards only the parameters that train are copied into it, so a LoRA run copies its adapters,
+  a full fine-tune its weights: one more copy in memory);
 - an ``HFGenerator`` over the snapshot with its own tokenizer copy and its own sampling RNG, seeded per step from
   ``seed`` and the step, so a step's batch does not depend on when the thread ran (the global RNG the
   update may draw from is not touched);
@@ -43,6 +44,10 @@ from trainer.method_configs import SECTIONS
 from trainer.rollout.types import Completion
 
 STATE_KEY = "_overlap_rollout"  # the checkpointed rollout in flight (recipe state)
+# A module's hooks, which the snapshot drops: the engine's (DeepSpeed's forward pre/post hooks call its timers and
+# ZeRO bookkeeping), copied along by deepcopy, must not run from the rollout thread.
+_HOOKS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
+          "_forward_hooks_always_called", "_backward_hooks", "_backward_pre_hooks")
 
 
 @dataclass
@@ -103,9 +108,11 @@ class OneStepOverlap:
         self.live = policy.model
         with torch.no_grad():
             self.snapshot = copy.deepcopy(policy.model)
-        for module in self.snapshot.modules():  # model.compile: the copy runs eagerly (the generator has its own path)
-            if getattr(module, "_compiled_call_impl", None) is not None:
+        for module in self.snapshot.modules():
+            if getattr(module, "_compiled_call_impl", None) is not None:  # model.compile: the copy runs eagerly
                 module._compiled_call_impl = None
+            for hooks in _HOOKS:  # DeepSpeed hooks the trained module's forward into its engine: not from this thread
+                getattr(module, hooks, {}).clear()
         self.snapshot.requires_grad_(False)
         self.snapshot.eval()
         # the parameters an update changes, and their copies (frozen ones are copied once, by deepcopy)

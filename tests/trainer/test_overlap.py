@@ -141,6 +141,8 @@ def test_the_rollout_samples_the_snapshot_while_the_live_weights_change(tiny_con
     cfg = load_config(tiny_config(train={"device": "cpu", "overlap": "one_step"}))
     policy = load_policy(cfg)
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    engine_calls = []  # an engine's hook on the trained module (DeepSpeed's forward prologue): the copy drops it
+    policy.model.register_forward_pre_hook(lambda module, args: engine_calls.append(module))
     overlap = OneStepOverlap(policy, cfg)
     try:
         params = SamplingParams(temperature=1.0, max_new_tokens=6)
@@ -152,6 +154,7 @@ def test_the_rollout_samples_the_snapshot_while_the_live_weights_change(tiny_con
                 p.add_(torch.randn_like(p) * 0.5)
         got = overlap.take(2)
         assert got.version == 0 and got.step == 2 and len(got.completions) == 4
+        assert engine_calls == []
         # the recorded log-probs are those of the weights before the change
         old = load_policy(cfg)
         old.model.load_state_dict(before)
