@@ -265,6 +265,10 @@ class GateConfig(Section):
     copy_ratio: float = Field(
         0.8, gt=0, le=1, description="A question sharing more than this share of its character 6-grams with its "
         "document is invalid, a lookup (DARC: 0.8). 1 turns it off.")
+    example_copy_ratio: float = Field(
+        0.5, gt=0, le=1, description="A question sharing more than this share of its character 6-grams with one of "
+        "the example questions of its writer's prompt is invalid: it restates the example (SSP's Proposer; SPICE has "
+        "its own worked-example rule). 1 turns it off.")
     template_similarity: float = Field(
         0.5, gt=0, le=1, description="Questions whose templates (names and numbers masked) share at least this "
         "word-bigram Jaccard are one cluster; a valid task's writer reward loses its cluster's share of the step's "

@@ -366,6 +366,11 @@ class SspSection(MethodSection):
         1024, ge=8, description="Token budget of one Correct/Wrong verdict (the reference code gives its one-word "
         "judge 10; ours 1024, so a thinking judge can reason before the verdict: a one-word judge stops at its end "
         "of sequence anyway).")
+    judge_needs_shared_word: bool = Field(
+        True, description="An answer sharing no content word (name, term, number) with the reference answer is Wrong "
+        "without asking the judge (ours, not the paper's: the frozen 1.5B base accepted 14 of 38 Solver answers "
+        "that shared no word with their reference, e.g. a river's name for the answer 'Semen'). Off for a judge "
+        "trusted with aliases that share no word ('USA' for 'United States').")
     judge_endpoint: str | None = Field(None, description="Base URL of an OpenAI-compatible judge (judge=endpoint).")
     judge_model: str | None = Field(None, description="Model name sent to the judge endpoint.")
     judge_api_key: str | None = Field(

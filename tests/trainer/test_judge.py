@@ -158,6 +158,8 @@ class JudgeServer:
             time.sleep(0.2)
         if mode == "garbage":
             return self.reply(handler, 200, "Hmm, let me think about it... maybe?")
+        if mode == "lenient" and "Reference answer:" in user:  # says Correct to anything, as the 1.5B base often did
+            return self.reply(handler, 200, "Correct")
         if mode == "thinker":  # a thinking judge cut at max_tokens before its verdict
             return self.reply(handler, 200, "<think>The reference says", finish="length")
         self.reply(handler, 200, self.answer(user))
@@ -320,3 +322,23 @@ def test_a_thinking_judge_cut_at_its_budget_is_counted_as_truncated(server):
     assert judge.equivalent("q?", "Paris", ["Paris, France", "Lyon"]) == [None, None]
     assert server.requests[-1]["max_tokens"] == 1024
     assert judge.step_metrics() == {"calls": 2.0, "truncated_rate": 1.0}
+
+
+def test_ssp_asks_the_judge_only_about_answers_sharing_a_word_with_the_gold(server):
+    """SSP's RAG check and Solver rewards (run sg, 2026-11-28): a lenient judge accepted answers sharing no word with
+    their gold. With ``ssp.judge_needs_shared_word`` (default) such an answer is Wrong without a call; an answer
+    sharing a word, and any answer to a gold without content words ("1"), still goes to the judge."""
+    from trainer.methods.ssp import judged, shares_a_word
+
+    judge = Judge.from_endpoint(server.url, "lenient", timeout=5)
+    items = [("Which river flows through the city where Mozart composed his Requiem?",
+              "The Dnieper River flows through the city where Mozart composed his Requiem Mass.", "Semen"),
+             ("Which organ system distributes water and nutrients?",
+              "The lymphatic system is known for it.", "Lymphatic system"),
+             ("How many moons?", "one", "1"),
+             ("Which country?", "Cabo Verde", "Cape Verde")]
+    assert judged(judge, items) == [True, True, True, True]  # the lenient judge alone accepts all four
+    asked = len(server.requests)
+    assert judged(judge, items, needs_shared_word=True) == [False, True, True, True]
+    assert len(server.requests) - asked == 3  # the Dnieper answer never reached the judge
+    assert not shares_a_word("Vienna", "Documentary film") and shares_a_word("the Danube", "Danube")

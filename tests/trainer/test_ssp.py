@@ -547,3 +547,24 @@ def test_the_proposer_prompt_shows_a_whole_reply_for_another_answer():
         at = text.index(tag, at) + len(tag)  # each in its turn, after the one before
     assert text.count("</search>") == 2 and "Castle Drogo" not in text.split("The shape of your reply")[1]
     assert "Make exactly 3 searches" in text
+
+
+def test_a_question_restating_the_proposers_example_is_refused():
+    """Run sg (2026-11-28): the 1.5B Proposer wrote its prompt's example question word for word for unrelated
+    answers; 38 of 99 rule-passing questions of its first 9 steps shared more than half their 6-grams with the
+    prompt. A question written from the answer passes."""
+    from trainer.methods.gate import copies_prompt_example
+    from trainer.methods.ssp_tasks import PROPOSER_EXAMPLES, PROPOSER_SYSTEM, PROPOSER_USER
+
+    assert len(PROPOSER_EXAMPLES) == 5 and all(e in PROPOSER_SYSTEM + PROPOSER_USER for e in PROPOSER_EXAMPLES)
+    copies = ["Which river flows through the city where Mozart composed his unfinished Requiem mass?",  # gold: Documentary film
+              "Which river flows through the capital of the country where the inventor of the first practical "
+              "telephone exchange switchboard was born?",  # gold: Discus throw
+              "Which city hosted the 1932 Summer Olympics where the inventor of the first practical telephone "
+              "switchboard was born?"]  # gold: Collard
+    assert all(copies_prompt_example(q, PROPOSER_EXAMPLES) for q in copies)
+    healthy = ["Which organ system is known for its role in maintaining the circulatory system and distributing "
+               "water and nutrients?",  # gold: Lymphatic system, validated in the same run
+               "Which archipelago off West Africa was named after the westernmost point of the continent?"]
+    assert not any(copies_prompt_example(q, PROPOSER_EXAMPLES) for q in healthy)
+    assert not copies_prompt_example(copies[0], PROPOSER_EXAMPLES, limit=1.0)  # 1 turns the rule off

@@ -13,7 +13,10 @@ Rules that need no model (``check_task``, ``python -m trainer gate`` without --m
 - ``refers_to_document``: "the text", "the passage", "as mentioned" (the solver never sees it);
 - ``not_grounded``: no content word (name, term, number) in common with the document;
 - ``copy_ratio``: more than ``gate.copy_ratio`` of the question's character 6-grams appear in the document
-  (DARC, arXiv 2601.13761: 0.8): a sentence of the document turned into a question is a lookup.
+  (DARC, arXiv 2601.13761: 0.8): a sentence of the document turned into a question is a lookup;
+- ``copies_example``: the question restates an example question of its writer's prompt (SSP:
+  ``copies_prompt_example``, more than ``gate.example_copy_ratio`` of its 6-grams; SPICE: its own
+  ``spice_tasks.copies_example``, which also catches rewordings of its worked examples).
 Rules over a step's tasks (training only):
 - ``repeated``: one question written for several documents; ``repeated_answer``: one answer for many documents
   (``mark_repeated`` / ``mark_repeated_answers``);
@@ -239,6 +242,16 @@ def copy_ratio(question: str, document: str, n: int = 6) -> float:
     0 for a question shorter than ``n`` characters."""
     q = _grams(question, n)
     return len(q & _grams(document, n)) / len(q) if q else 0.0
+
+
+def copies_prompt_example(question: str, examples: Sequence[str], limit: float = 0.5) -> bool:
+    """Does ``question`` restate one of the example questions of its writer's own prompt? More than ``limit`` of
+    its character 6-grams found in one example (``copy_ratio``). SSP's 1.5B Proposer wrote "Which river flows through
+    the city where Mozart composed his unfinished Requiem mass?" (its prompt's example, word for word) for the
+    answers "Documentary film" and "Amusement park": 38 of the 99 questions that passed SSP's rule filter in the
+    first 9 steps of run sg (2026-11-28) shared more than half their 6-grams with the prompt. An example shows the
+    form of a reply, not its content; a copy is not written from the writer's answer or its search results."""
+    return any(copy_ratio(question, ex) > limit for ex in examples if ex)
 
 
 def task_failures(task: GateTask, *, max_copy_ratio: float = 0.8, require_grounding: bool = True,

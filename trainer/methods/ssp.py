@@ -48,6 +48,13 @@ Departures from the paper (and its reference code, Alibaba-Quark/SSP):
 - loss: token mean over each mini-batch (``train.loss_agg``), where Eq. 4 averages each
   trajectory's tokens, then the group; the Solver's advantage is Eq. 4's r - group mean
   (``solver_advantage``; the appendix's "GRPO" would divide by the std in verl);
+- the task gate refuses a question restating one of the prompt's example questions (``copies_example``,
+  ``gate.example_copy_ratio``) or copying its search results (``copy_ratio``): ours, after run sg's
+  Proposer wrote the prompt's example word for word for unrelated answers;
+- an answer sharing no content word with its gold is Wrong without asking the judge
+  (``judge_needs_shared_word``, on by default; ours): the frozen 1.5B base judge accepted such answers
+  ("The Dnieper River flows ..." for "Semen"), so most of run sg's "valid" questions and 14 of the
+  Solver's 38 accepted answers were the judge's false positives;
 - a replayed question fills at most ``replay_max_repeats`` (2) slots of one Solver batch (ours; the
   paper's buffer has no cap): slots beyond it stay empty (``empty_slots``). The periodically reset
   buffer itself is the paper's main setting (Table 5, "Replay Buffer (Periodic Reset)"), not a
@@ -68,6 +75,7 @@ from trainer.methods.parts import mini_batches, truncated_rate, update_in_mini_b
 from trainer.methods.replay import ReplayBuffer
 from trainer.methods.review import ReviewState
 from trainer.methods.ssp_tasks import (
+    PROPOSER_EXAMPLES,
     PROPOSER_SYSTEM,
     PROPOSER_USER,
     RAG_PROMPT,
@@ -83,7 +91,15 @@ from trainer.methods.ssp_tasks import (
     rule_filter,
 )
 from trainer.prompts import chat
-from trainer.methods.gate import cluster_shares, copy_ratio, family_shares, template_clusters, template_penalty
+from trainer.methods.gate import (
+    cluster_shares,
+    content_words,
+    copies_prompt_example,
+    copy_ratio,
+    family_shares,
+    template_clusters,
+    template_penalty,
+)
 from trainer.rewards import control_rewards, ssp_proposer, ssp_solver
 from trainer.rollout.multi_turn import multi_turn_rollout
 from trainer.tools.search import SearchTool
@@ -147,16 +163,28 @@ def draw_answers(ctx, n: int, rng: random.Random, answer_list: list[str] | None)
 
 # ---- equivalence: exact match, then the judge ---------------------------------------------------
 
-def judged(judge, items: list[tuple[str, str | None, str]]) -> list[bool]:
+def judged(judge, items: list[tuple[str, str | None, str]], needs_shared_word: bool = False) -> list[bool]:
     """(question, prediction, gold) -> correct: normalized exact match first, the judge for the rest
-    (a judge that fails to answer counts as Wrong)."""
+    (a judge that fails to answer counts as Wrong). With ``needs_shared_word`` a prediction sharing no content
+    word (name, term, number: ``gate.content_words``) with a gold that has some is Wrong without asking."""
     out = [pred is not None and exact_match(pred, gold) for _, pred, gold in items]
     ask = [i for i, (_, pred, _) in enumerate(items) if not out[i] and pred and pred.strip()]
+    if needs_shared_word:
+        ask = [i for i in ask if shares_a_word(items[i][1], items[i][2])]
     if ask and judge is not None:
         verdicts = judge.equivalent_batch([(items[i][0], items[i][2], items[i][1]) for i in ask])
         for i, v in zip(ask, verdicts):
             out[i] = v is True
     return out
+
+
+def shares_a_word(prediction: str, gold: str) -> bool:
+    """Does ``prediction`` hold a content word of ``gold`` (True when the gold has none: "1", "Ur")? The frozen
+    1.5B base, asked as judge, accepted "The Dnieper River flows through the city where Mozart composed his
+    Requiem" for the gold "Semen": 14 of the 38 Solver answers it accepted in run sg (2026-11-28, first 9 steps)
+    shared no word with their gold."""
+    words = content_words(gold)
+    return not words or bool(words & content_words(prediction))
 
 
 # ---- the phases of one step ---------------------------------------------------------------------
@@ -171,9 +199,13 @@ def propose(ctx, tool, slots: list[Slot]) -> None:
         s.filter = rule_filter(s.question, s.answer, t.queries, len(t.passages), min_chars=sec.question_min_chars,
                                max_chars=sec.question_max_chars, min_words=sec.question_min_words,
                                min_searches=sec.min_searches)
-        limit = getattr(getattr(ctx.config, "gate", None), "copy_ratio", 1.0)  # a loaded model's ctx has no gate
+        gate = getattr(ctx.config, "gate", None)  # a loaded model's ctx has no gate
+        limit = getattr(gate, "copy_ratio", 1.0)
         if s.filter.ok and limit < 1 and copy_ratio(s.question, " ".join(_passage_text(p) for p in t.passages)) > limit:
             s.filter = FilterResult(False, "copy_ratio")  # the task gate: a sentence of its search results, a lookup
+        example_limit = getattr(gate, "example_copy_ratio", 1.0)
+        if s.filter.ok and example_limit < 1 and copies_prompt_example(s.question, PROPOSER_EXAMPLES, example_limit):
+            s.filter = FilterResult(False, "copies_example")  # the task gate: the prompt's example, not a question
 
 
 def _passage_text(p) -> str:
@@ -230,7 +262,7 @@ def rag_check(ctx, judge, slots: list[Slot], rng: random.Random) -> None:
     outs = ctx.generator.generate(prompts, params)
     for s, c in zip(todo, outs):
         s.rag, s.rag_answer = c, parse_rag_answer(c.text)
-    verdicts = judged(judge, [(s.question, s.rag_answer, s.answer) for s in todo])
+    verdicts = judged(judge, [(s.question, s.rag_answer, s.answer) for s in todo], sec.judge_needs_shared_word)
     for s, ok in zip(todo, verdicts):
         s.rag_ok = ok
 
@@ -283,7 +315,7 @@ def solve(ctx, tool, judge, slots: list[Slot]) -> None:
     trajs = multi_turn_rollout(ctx.generator, tok, prompts, ctx.sampling_params(), tool, max_turns=sec.max_turns,
                                query_tag="search", final_tag="answer")
     correct = judged(judge, [(todo[i // G].solve["question"], t.final, todo[i // G].solve["answer"])
-                             for i, t in enumerate(trajs)])
+                             for i, t in enumerate(trajs)], sec.judge_needs_shared_word)
     for i, s in enumerate(todo):
         s.solver = trajs[i * G:(i + 1) * G]
         s.solver_rewards = [ssp_solver(c, t.n_answer_tags, sec.answer_tag_limit, sec.answer_tag_divisor)
@@ -378,6 +410,7 @@ def step_metrics(slots: list[Slot], buffer: ReplayBuffer, clusters: list[int] | 
         "buffer_size": float(len(buffer)),
         **{f"filtered_{r}_rate": c / n for r, c in reasons.items()},
         "gate_copy_ratio_rate": reasons.get("copy_ratio", 0) / n,
+        "gate_copies_example_rate": reasons.get("copies_example", 0) / n,
         "gate_answer_in_question_rate": reasons.get("contains_answer", 0) / n,
         **family_shares([s.answer for s in slots if s.valid], clusters or []),
     }

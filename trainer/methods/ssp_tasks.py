@@ -111,7 +111,12 @@ class FilterResult:
 
 
 FILTER_REASONS = ("no_question", "too_short", "too_long", "too_few_words", "contains_answer", "no_materials",
-                  "too_few_searches", "duplicate_queries", "flagged", "copy_ratio")
+                  "too_few_searches", "duplicate_queries", "flagged", "copy_ratio", "copies_example")
+
+# The example questions the Proposer's prompts show (the task gate refuses a question restating one:
+# ``gate.copies_prompt_example``); each appears in PROPOSER_SYSTEM or PROPOSER_USER word for word.
+PROPOSER_EXAMPLES = tuple(m.strip() for m in re.findall(
+    r"(?:Question \d: |<question> )((?:Which|In what|What)[^<?]*\?)", PROPOSER_SYSTEM + "\n" + PROPOSER_USER))
 
 
 def rule_filter(question: str | None, answer: str, queries: Sequence[str], n_passages: int, *,
