@@ -1,8 +1,9 @@
 """A client that drops an export download: the project's real ASGI application serves a real export
 (``selfplay_web.asgi.application``, called in process the way daphne calls it) to a client whose
-``receive()`` answers ``http.disconnect`` once the first body chunk has been sent. Within ~2 s the
-read-ahead thread has exited and its database session is gone, whether the thread was waiting to
-hand over a page or in the middle of a page query; the event loop keeps running meanwhile."""
+``receive()`` answers ``http.disconnect`` once the first body chunk has been sent. The read-ahead
+thread exits and its database session is gone, whether the thread was waiting to hand over a page or
+in the middle of a page query (cancelled: well before the slowed query would end); the event loop
+keeps running meanwhile."""
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +19,8 @@ from django.db import connection, connections
 from apps.export import fetch as export_fetch, stream as export
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+SLOW_QUERY = 20  # seconds: the page query slowed with pg_sleep, which a stopped download must not wait out
 
 
 @pytest_asyncio.fixture(autouse=True)
@@ -100,7 +103,7 @@ async def _drop_download(run, user, fmt: str) -> tuple[DroppingClient, float, fl
     dropped = time.monotonic()
     await asyncio.wait_for(app, 10)
     while _readers() or (await sync_to_async(_sessions)()) - before:
-        if time.monotonic() - dropped > 2:
+        if time.monotonic() - dropped > SLOW_QUERY / 4:  # a query left to run would take SLOW_QUERY
             break
         await asyncio.sleep(0.02)
     gone = time.monotonic() - dropped
@@ -158,29 +161,42 @@ def _slow_after_first_page(monkeypatch) -> list:
     def slow_fetch(sql, params):
         calls.append(threading.current_thread().name)
         if len(calls) > 1:
-            real_fetch("SELECT pg_sleep(20)", [])
+            real_fetch(f"SELECT pg_sleep({SLOW_QUERY})", [])
         return real_fetch(sql, params)
 
     monkeypatch.setattr(export, "fetch", slow_fetch)
     return calls
 
 
+def _slow_queries_running() -> int:
+    """Other sessions of the test database running the slowed page query (pg_sleep) now."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                    "pid <> pg_backend_pid() AND state = 'active' AND query LIKE %s", [f"%pg_sleep({SLOW_QUERY})%"])
+        return cur.fetchone()[0]
+
+
 def _wait_for_a_page_query_in_flight(timeout: float = 10.0) -> None:
     """Until another session of the test database runs the slowed page query (pg_sleep)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with connection.cursor() as cur:
-            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
-                        "pid <> pg_backend_pid() AND state = 'active' AND query LIKE %s", ["%pg_sleep(20)%"])
-            if cur.fetchone()[0]:
-                return
+        if _slow_queries_running():
+            return
         time.sleep(0.02)
     raise AssertionError(f"no page query in flight after {timeout} s")
 
 
 def test_closing_the_stream_or_setting_stop_ends_a_reader_in_a_page_query(filled_run, monkeypatch):
     """Outside ASGI (WSGI, manage.py export): closing the generator, or setting its stop event from
-    another thread, ends the reader while its page query runs (cancelled), in well under its 20 s."""
+    another thread, ends the reader while its page query runs: the query is cancelled (one cancel
+    request, the query gone from pg_stat_activity), not waited out."""
+    real_cancel, cancels = export_fetch._cancel, []
+
+    def counted_cancel(conn):
+        cancels.append(threading.current_thread().name)
+        real_cancel(conn)
+
+    monkeypatch.setattr(export_fetch, "_cancel", counted_cancel)
     monkeypatch.setattr(export, "PAGE", 5)
     _slow_after_first_page(monkeypatch)
     p = export.plan("attempts", filled_run, export.parse_filters("attempts", {}))
@@ -188,16 +204,28 @@ def test_closing_the_stream_or_setting_stop_ends_a_reader_in_a_page_query(filled
     assert next(chunks) and len(_readers()) == 1
     _wait_for_a_page_query_in_flight()  # the reader is in its second page query now (seen in pg_stat_activity)
     began = time.monotonic()
-    chunks.close()
-    assert not _readers() and time.monotonic() - began < 2
+    chunks.close()  # waits for the reader (at most 5 s: a query left to run would outlast that)
+    took = time.monotonic() - began
+    assert not _readers() and not _slow_queries_running()
+    assert len(cancels) == 1 and took < SLOW_QUERY / 4
 
     stop = threading.Event()
     chunks = export.stream(p, "parquet", stop)
-    threading.Timer(0.5, stop.set).start()
+
+    def stop_in_the_slow_query():  # another thread (a download's disconnect) sets stop, mid-query
+        _wait_for_a_page_query_in_flight()
+        connection.close()  # this thread's own connection
+        stop.set()
+
+    stopper = threading.Thread(target=stop_in_the_slow_query)
+    stopper.start()
     began = time.monotonic()
     with pytest.raises(export_fetch.Stopped):
         b"".join(chunks)
-    assert not _readers() and time.monotonic() - began < 2.5
+    took = time.monotonic() - began
+    stopper.join()
+    assert not _readers() and not _slow_queries_running()
+    assert len(cancels) == 2 and took < SLOW_QUERY / 4
 
 
 def test_a_reader_stopped_between_two_pages_starts_no_further_page_query(filled_run, monkeypatch):
