@@ -163,6 +163,9 @@ OVERLAP_MAX_WEIGHT_SHARE = 0.1
 # time that a rollout alone gets (trainer/rollout/hf.py KV_BUDGET_FRACTION); a bigger batch decodes in chunks.
 OVERLAP_KV_FRACTION = 0.25
 OVERLAP_IS_CAP = 2.0  # the behaviour weight's cap under overlap when train.rollout_is_cap is 0
+# Whether one_step has been measured faster than the plain step on a GPU (benchmarks/gpu/bench_overlap.py). Until it
+# has, auto leaves it off everywhere: the shipped default stays the measured plain step, and one_step is an opt-in.
+OVERLAP_MEASURED_ON_GPU = False
 
 
 def pick_overlap(requested: str, *, supported: bool, device_type: str, rows: int, backend: str = "hf",
@@ -171,7 +174,8 @@ def pick_overlap(requested: str, *, supported: bool, device_type: str, rows: int
     """``train.overlap``: (on, why). one_step / off as set; auto = on only for a method that supports it, on a GPU,
     with the hf backend, one GPU, no ZeRO-3, no rollout PPO reference set, >= OVERLAP_MIN_ROWS sequences a step and
     trained weights of at most OVERLAP_MAX_WEIGHT_SHARE of the GPU's memory (when it is known).
-    pick_overlap("auto", supported=True, device_type="cuda", rows=64) = (True, ...); rows=32 -> off; "cpu" -> off."""
+    pick_overlap("auto", supported=True, device_type="cuda", rows=64) = (True, ...); rows=32 -> off; "cpu" -> off;
+    and off wherever it would be on while OVERLAP_MEASURED_ON_GPU is False (no GPU measurement yet)."""
     if requested != "auto":
         return requested == "one_step", "set in the config"
     if not supported:
@@ -191,6 +195,9 @@ def pick_overlap(requested: str, *, supported: bool, device_type: str, rows: int
     if gpu_memory_bytes and weight_bytes > OVERLAP_MAX_WEIGHT_SHARE * gpu_memory_bytes:
         return False, (f"the weights ({weight_bytes / 2**30:.1f} GiB) are over {OVERLAP_MAX_WEIGHT_SHARE:.0%} of the "
                        "GPU's memory (a second copy would crowd the update)")
+    if not OVERLAP_MEASURED_ON_GPU:
+        return False, ("not yet measured faster than the plain step on a GPU (benchmarks/gpu/bench_overlap.py); "
+                       "train.overlap: one_step turns it on")
     return True, f"a GPU and {rows} sequences a step (>= {OVERLAP_MIN_ROWS})"
 
 

@@ -178,9 +178,9 @@ class TrainConfig(Section):
         "the weights that sampled it (logged per step as staleness). The loss corrects for that: the PPO reference "
         "is the trainer's own pre-update log-probs and each token's advantage is weighted by min(pi_trainer / "
         "pi_sampled, cap), the cap train.rollout_is_cap or 2 where that is 0 (AReaL's decoupled PPO with a capped "
-        "behaviour weight). Costs one more copy of the trained weights in memory. auto = one_step for methods that "
-        "support it (grpo), on a GPU with at least 64 sequences a step, the hf backend and weights under a tenth of "
-        "the GPU's memory, else off (trainer/autotune.py).")
+        "behaviour weight). Costs one more copy of the trained weights in memory. auto = off until one_step is "
+        "measured faster on a GPU; the rule it will then apply (grpo, a GPU, at least 64 sequences a step, the hf "
+        "backend, weights under a tenth of the GPU's memory) is in trainer/autotune.py.")
     control: Literal["none", "random-reward"] = Field(
         "none", description="A control run: 'random-reward' replaces the answering role's reward (GRPO's policy, "
         "SPICE's Reasoner, SSP's Solver, SCOPE's Solver, SCORE's report writer, pi-Play's student) by a coin flip, "

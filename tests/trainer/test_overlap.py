@@ -97,8 +97,13 @@ def test_the_update_weights_stale_samples_by_the_capped_ratio(tiny_config, ratio
     (dict(device_type="cuda", rows=512, weight_bytes=int(2e9), gpu_memory_bytes=int(85.5e9)), True),  # 0.5B fp32
     (dict(device_type="cuda", rows=512, weight_bytes=int(28e9), gpu_memory_bytes=int(85.5e9)), False),  # 7B fp32
 ])
-def test_the_auto_rule(kwargs, on):
+def test_the_auto_rule(kwargs, on, monkeypatch):
     kwargs = {"supported": True, **kwargs}
+    picked, reason = pick_overlap("auto", **kwargs)  # no GPU measurement yet: off wherever it would be on
+    assert picked is False and reason
+    if on:
+        assert "not yet measured" in reason
+    monkeypatch.setattr("trainer.autotune.OVERLAP_MEASURED_ON_GPU", True)  # the rule once a measurement says so
     picked, reason = pick_overlap("auto", **kwargs)
     assert picked is on and reason
     assert OVERLAP_MIN_ROWS == 64 and OVERLAP_MAX_WEIGHT_SHARE == 0.1
@@ -106,13 +111,15 @@ def test_the_auto_rule(kwargs, on):
     assert pick_overlap("one_step", **kwargs) == (True, "set in the config")
 
 
-def test_auto_is_the_default_and_a_cpu_run_leaves_it_off(tiny_config):
+def test_auto_is_the_default_and_a_cpu_run_leaves_it_off(tiny_config, monkeypatch):
     cfg = load_config(tiny_config())
     assert cfg.train.overlap == "auto"
     assert not cfg.trainer_reference  # hf + auto: the rollout's log-probs stay the reference when it is off
     assert resolve_overlap(cfg, "cpu") == (False, "no GPU (on a CPU generation and update want the same cores)")
     assert resolve_overlap(cfg, "cuda")[0] is False  # 2 prompts x 4 answers: under 64 sequences
     big = load_config(tiny_config(train={"prompts_per_step": 16}, rollout={"group_size": 4}))
+    assert resolve_overlap(big, "cuda")[0] is False  # the shipped default until a GPU measurement
+    monkeypatch.setattr("trainer.autotune.OVERLAP_MEASURED_ON_GPU", True)
     assert resolve_overlap(big, "cuda")[0] is True
     with pytest.raises(ConfigError, match="train.overlap"):
         load_config(tiny_config(train={"overlap": "two_step"}))
