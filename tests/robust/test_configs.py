@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from django.core.management import CommandError, call_command
+from django.utils.html import escape
 from rest_framework.test import APIClient
 
 from apps.runs.models import Run
@@ -141,7 +142,9 @@ def test_the_launch_form_shows_the_error_at_the_field(client, researcher, kept_c
     assert response.status_code == 400
     errors = response.context["form"].errors
     assert field in errors and any(needle in e for e in errors[field]), errors
-    assert "Traceback" not in response.content.decode()
+    page = response.content.decode()
+    assert escape(needle) in page and 'class="card launch-form"' in page  # the form again, with the error on it
+    assert "Traceback" not in page
     assert not Run.objects.exists()
 
 

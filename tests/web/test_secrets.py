@@ -110,6 +110,7 @@ def _texts(run) -> str:
 def test_the_key_is_stored_sealed_not_plain(ssp_run):
     stored = ssp_run.config["ssp"]["judge_api_key"]
     assert stored.startswith("sealed:") and KEY not in _texts(ssp_run)
+    assert stored in _texts(ssp_run)  # the texts read are those that hold the key, sealed
     assert ssp_run.overrides["config"]["ssp"]["judge_api_key"].startswith("sealed:")
 
 
@@ -130,6 +131,7 @@ def test_no_page_api_answer_or_export_shows_the_key(ssp_run, researcher, tmp_pat
         assert response.status_code == 200
         body = b"".join(response.streaming_content) if response.streaming else response.content
         assert KEY.encode() not in body and sealed.encode() not in body, response.request["PATH_INFO"]
+        assert b"secret-corpus" in body, response.request["PATH_INFO"]  # the run is shown, its key is not
         bodies.append(body)
     exported = json.loads(bodies[2])
     assert json.loads(exported["config"])["ssp"]["judge_api_key"] == "<hidden>"
@@ -160,7 +162,9 @@ def test_a_set_override_and_the_launch_command_seal_the_key_too(researcher, rq_q
                      "--set", "score.meta_harness=endpoint", "--set", f"score.harness_endpoint={url}",
                      "--set", f"score.harness_api_key={HARNESS_KEY}")
     run = Run.objects.latest("id")
-    assert HARNESS_KEY not in _texts(run) and HARNESS_KEY not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert HARNESS_KEY not in _texts(run) and HARNESS_KEY not in out
+    assert run.config["score"]["harness_api_key"] in _texts(run) and out.split() == [str(run.pk)]  # it printed the id
     assert run.config["score"]["harness_api_key"].startswith("sealed:")
     assert any(s.startswith("score.harness_api_key=sealed:") for s in run.overrides["set"])
     cfg = load_config(_config_for_worker(run))

@@ -59,7 +59,7 @@ def test_page_and_api_uploads_queue_a_generated_path(admin_user, rq_queues, djan
         response = api.post(f"/api/v1/corpora/{corpus.pk}/documents/",
                             {"file": SimpleUploadedFile("../../evil.txt", b"owls at night\n")}, format="multipart")
     assert response.status_code == 202, response.content
-    assert "stored" not in response.json()  # the server's path is not told
+    assert "stored" not in response.json() and response.json()["job_id"]  # the server's path is not told
     page = Client()
     page.force_login(admin_user)
     with django_capture_on_commit_callbacks(execute=True):

@@ -75,11 +75,11 @@ def _pages(w) -> dict[str, tuple[str, dict]]:
         f"/runs/{run.pk}/attempts/{w['attempt'].key}/": ({}, ["question", "answer", "turn", "tool", "ptitle", "passage"]),
         "/runs/": ({}, []),
         f"/review/?item={w['item'].pk}": ({}, ["question", "rubric", "reason", "suspicious", "judge"]),
-        f"/review/runs/{run.pk}/panel/": (htmx, []),
+        f"/review/runs/{run.pk}/panel/": (htmx, ["reason"]),
         f"/corpora/{corpus.pk}/documents/{w['doc'].pk}/": ({}, ["title", "document"]),
         f"/corpora/{corpus.pk}/": ({}, ["title"]),
         f"/corpora/{corpus.pk}/search/?q=owls&mode=lexical&k=5": (htmx, ["title"]),
-        "/corpora/": ({}, []),
+        "/corpora/": ({}, ["description"]),
         f"/evals/jobs/{w['job'].pk}/?benchmark=xss-bench": ({}, ["evalq", "gold", "prediction", "output", "evalerror"]),
         f"/evals/jobs/{w['job'].pk}/": (htmx, ["evalerror"]),
         "/": ({}, []),
@@ -91,6 +91,10 @@ def test_model_text_is_escaped_on_every_page_and_fragment(world, researcher, rev
     user = researcher
     user.groups.add(*reviewer.groups.all())  # the review queue too
     client.force_login(user)
+    run = world["run"].pk
+    # pages that show no model text here: what they must show instead, so that an empty page cannot pass
+    shown = {f"/runs/{run}/controls/": 'id="run-status" class="badge failed"', "/runs/": f'href="/runs/{run}/"',
+             "/": "<title>Home · Selfplay</title>"}
     problems = []
     for url, (headers, tags) in _pages(world).items():
         response = client.get(url, **headers)
@@ -98,6 +102,8 @@ def test_model_text_is_escaped_on_every_page_and_fragment(world, researcher, rev
         if response.status_code != 200:
             problems.append(f"{url}: {response.status_code}")
             continue
+        if url in shown and shown[url].encode() not in body:
+            problems.append(f"{url}: the page lacks {shown[url]!r}")
         for raw in RAW:
             if raw in body:
                 at = body.index(raw)

@@ -36,7 +36,8 @@ def test_detail_shows_documents_progress_and_searches_through_htmx(client, reade
     partial = client.get(f"/corpora/{corpus.pk}/progress/").content.decode()
     assert "3 / 10 documents" in partial or "0 / 10 documents" in partial
     corpus.finish_ingest()
-    assert "every 1s" not in client.get(f"/corpora/{corpus.pk}/progress/").content.decode()  # polling stops
+    partial = client.get(f"/corpora/{corpus.pk}/progress/").content.decode()
+    assert "every 1s" not in partial and f"{corpus.doc_count} documents · " in partial  # polling stops
     results = client.get(f"/corpora/{corpus.pk}/search/?q=chess+opening&mode=hybrid&k=2").content.decode()
     assert results.index("The Sicilian Defence") < results.index("#1 · by meaning: #")  # its rank, not a score
     bad = client.get(f"/corpora/{corpus.pk}/search/?q=chess&mode=fuzzy")

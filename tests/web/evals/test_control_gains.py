@@ -100,4 +100,5 @@ def test_a_control_not_evaluated_yet_leaves_its_differences_empty_and_a_run_with
     assert "no checkpoint evaluated on cloze-heldout yet" in html
     control.delete()
     assert control_gains(control_pairs(Run.objects.get(pk=run.pk))) == []
-    assert 'class="control-gain"' not in client.get(f"/runs/{run.pk}/").content.decode()
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'class="control-gain"' not in html and 'id="evals-panel"' in html  # the panel, without the control rows

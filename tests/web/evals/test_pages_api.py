@@ -162,7 +162,8 @@ def test_the_run_page_shows_the_panel_and_launches_with_htmx(transactional_db, r
     assert 'id="eval-error"' in response.content.decode() and "no checkpoint" in response.content.decode()
     client.force_login(reader)
     assert client.post("/evals/launch/", {"run": run.pk, "target": "base:x", "benchmarks": ["gsm8k"]}).status_code == 403
-    assert 'id="eval-launch"' not in client.get(f"/runs/{run.pk}/").content.decode()  # no form without the role
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="eval-launch"' not in html and 'id="evals-panel"' in html  # the panel, no form without the role
 
 
 def test_evals_pages_render(reader, run, client, data_dir):
@@ -199,7 +200,8 @@ def test_compare_base_vs_checkpoints_vs_runs(reader, run, researcher, client):
     assert response.status_code == 400 and "run must be run ids" in response.json()["error"]
     assert client.get("/evals/compare/?run=999999").status_code == 400
     # the form sent with nothing picked says so (the first visit, without ?go=1, does not)
-    assert 'id="compare-error"' not in client.get("/evals/compare/").content.decode()
+    first = client.get("/evals/compare/").content.decode()
+    assert 'id="compare-error"' not in first and 'id="cmp-runs"' in first
     empty = client.get("/evals/compare/?go=1")
     assert empty.status_code == 400 and "Pick one or more runs to compare" in empty.content.decode()
     # the run picker names imported runs by their folders (ours and TRL's runs of one model look alike otherwise)

@@ -139,7 +139,8 @@ def test_an_imported_checkpoint_shows_its_paired_difference_from_the_base_model(
     # the checkpoint evaluation's page; the base model's has no such column
     job = client.get(f"/evals/jobs/{after.job_id}/").content.decode()
     assert _fragment(job) == shown and "vs base model (paired, points)" in job
-    assert "vs base" not in client.get(f"/evals/jobs/{base.job_id}/").content.decode()
+    base_page = client.get(f"/evals/jobs/{base.job_id}/").content.decode()
+    assert "vs base" not in base_page and "<strong>13.0%</strong>" in base_page  # its score, no paired column
     print("\ncompare view cell:", page.split('id="compare-table"')[1].split("</tr>")[2].strip())
     print("run page panel row:", panel.split("</tr>")[1].strip())
 

@@ -211,6 +211,7 @@ def test_runs_without_evaluations_have_no_wallclock_card(client, researcher):
     a, b = _run(researcher, reward_mean=0.1), _run(researcher, reward_mean=0.2)
     client.force_login(researcher)
     html = client.get(f"/runs/compare/?ids={a.pk},{b.pk}").content.decode()
+    assert 'id="compare-chart"' in html and f'<tr data-run="{a.pk}">' in html and f'<tr data-run="{b.pk}">' in html
     assert "compare-wallclock" not in html
 
 

@@ -111,7 +111,8 @@ def test_an_imported_runs_ledger_says_which_steps_its_samples_cover(client, rese
     whole = _run(researcher, imported_from="/x/examples/runs/whole", current_step=2)
     for step in (1, 2):
         Task.objects.create(run=whole, key=f"{step}:0", step=step, question="q?", answer="a")
-    assert 'id="ledger-coverage"' not in client.get(f"/runs/{whole.pk}/").content.decode()
+    page = client.get(f"/runs/{whole.pk}/").content.decode()
+    assert 'id="ledger-coverage"' not in page and '<span class="num" id="ledger-tasks">2</span>' in page  # the ledger
     Run.objects.filter(pk=run.pk).update(queue="imported", corpus_name="wiki.jsonl")  # as import_run stores it
     row = client.get("/runs/?method=ssp").content.decode()
     assert "imported: <code>ssp</code>" in row and "· imported</span>" not in row  # said once, not twice

@@ -41,6 +41,7 @@ def test_the_grpo_form_starts_launchable_with_its_fields_first(researcher, clien
 def test_the_spice_form_has_no_grpo_only_fields(researcher, client, run_env):
     client.force_login(researcher)
     html = client.get("/runs/new/?method=spice").content.decode()
+    assert 'name="cfg__spice__formats"' in html and 'name="cfg__train__steps"' in html  # SPICE's form and the shared one
     assert 'name="cfg__reward"' not in html and 'name="cfg__data__path"' not in html
     assert "Verifier for method grpo" not in html
 

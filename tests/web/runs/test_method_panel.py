@@ -125,4 +125,5 @@ def test_scope_pool_decisions_follow_the_gates_and_the_window(roles, researcher,
 def test_other_methods_have_no_panel(roles, researcher, client):
     run = Run.objects.create(method="grpo", model_name="tiny", total_steps=1, config={"method": "grpo"})
     assert method_panel.panel(run) is None
-    assert 'id="method-panel"' not in page(client, researcher, run)
+    html = page(client, researcher, run)
+    assert 'id="method-panel"' not in html and f'id="run-title">Run {run.pk} · grpo</h1>' in html

@@ -146,4 +146,5 @@ def test_the_run_page_has_the_live_elements_and_escapes_model_text(client, resea
     assert "<script>alert(2)</script>" not in html and "&lt;script&gt;alert(2)&lt;/script&gt;" in html
     assert "<img src=x" not in html
     assert ">Pause<" in html and ">Cancel<" in html
-    assert "plotly" not in client.get("/runs/").content.decode()  # only the run page loads plotly
+    runs = client.get("/runs/").content.decode()
+    assert "plotly" not in runs and f'href="/runs/{run.pk}/"' in runs  # only the run page loads plotly
