@@ -315,6 +315,11 @@ def test_spice_runs_three_steps_on_a_random_model_and_reports_every_task(tiny_co
     metrics = _rows(tmp_path / "run", "metrics.jsonl")
     chal = [m for m in metrics if m["role"] == "challenger"]
     assert [m["step"] for m in chal] == [1, 2, 3] and all(m["reward_mean"] == pytest.approx(-1.0) for m in chal)  # gate.format_penalty
+    # where a step's generation went: the Challenger's rounds, the consensus reader, the Reasoner, the guess probe
+    phases = ("challenger_seconds", "consensus_seconds", "reasoner_seconds", "guess_probe_seconds")
+    for m in chal:
+        assert all(m[k] >= 0 for k in phases) and sum(m[k] for k in phases) <= m["gen_seconds"]
+        assert m["challenger_seconds"] > 0  # a random model's garbage still took its rounds
 
 
 def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_model_dir, tmp_path):

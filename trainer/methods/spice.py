@@ -308,9 +308,14 @@ def run_spice(ctx) -> None:
         by_doc, retries = challenge_until_valid(ctx, docs, step, [draws[i] for i in mine], review)
         attempts = [a for row in by_doc for a in row]
         select(by_doc, sec, review, rng)
+        phases = {"challenger_seconds": time.perf_counter() - t0}  # where a step's generation goes (issue 33)
+        t = time.perf_counter()
         gate_with_model(ctx, [a for a in attempts if a.kept and a.valid], docs)
+        phases["consensus_seconds"], t = time.perf_counter() - t, time.perf_counter()
         answer(ctx, [a for a in attempts if a.kept and a.valid])
+        phases["reasoner_seconds"], t = time.perf_counter() - t, time.perf_counter()
         gate_guessable(ctx, [a for a in attempts if a.kept and a.valid])
+        phases["guess_probe_seconds"] = time.perf_counter() - t
         control_flips(ctx, [a for a in attempts if a.kept and a.valid])
         clusters = mark_clusters(attempts, gate.template_similarity)
         for a in attempts:  # an attempt left out of its group is not trained; an invalid one still shows its penalty
@@ -323,7 +328,7 @@ def run_spice(ctx) -> None:
         for role, values in step_metrics(attempts, clusters).items():
             ctx.log(step, role, {**updated.get(role, {}), **values})
         dropped = sum(not any(a.valid for a in row) for row in by_doc)  # no valid task: no Reasoner group
-        ctx.log(step, CHALLENGER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1,
+        ctx.log(step, CHALLENGER, {"gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1, **phases,
                                    "documents_dropped": dropped, **retries.metrics(sum(a.valid for a in attempts))})
         ctx.samples(step, records(step, [a for a in attempts if a.kept or a.valid or a.round == 0]))  # not every retry
         ctx.state["review"] = review.state_dict()
