@@ -132,7 +132,10 @@ def test_a_run_with_background_saves_reports_them_and_its_end_waits_for_the_last
     assert [json.loads(line)["step"] for line in (tmp_path / "checkpoints.jsonl").read_text().splitlines()] == [1, 2, 3]
     assert result.saves["saves"] == 3 and result.saves["write_seconds"] > 0
     system = [r for r in result.metrics if r["role"] == "system" and "save_blocked_seconds" in r]
-    assert system and all(r["save_write_seconds"] >= 0 for r in system)
+    # a step's row counts the writes that finished since the step before (a row is logged only then); the
+    # last write may finish after the last row, so the rows add up to at most the run's total
+    assert system and all(r["save_write_seconds"] > 0 for r in system)
+    assert sum(r["save_write_seconds"] for r in system) <= result.saves["write_seconds"] + 1e-9
     events = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     [totals] = [e for e in events if e.get("data", {}).get("what") == "checkpoint_saves"]
     assert totals["data"]["saves"] == 3 and totals["data"]["background"] is True

@@ -90,7 +90,10 @@ def test_scoring_reads_the_boxed_answer_or_the_last_number():
     assert score("she sells 1,234 eggs, then 18.", "18", "math") == 1.0  # last number, numerically
     assert score("first 18, then 20", "18", "math") == 0.0
     assert score("no number here", "4", "math") == 0.0
-    assert score("\\boxed{\\frac{1}{2}}", "0.5", "math") == 1.0  # boxed answers go to math-verify
+    assert score("\\boxed{\\frac{1}{2}}", "0.5", "math") == 1.0  # a fraction of whole numbers, read exactly
+    # a boxed expression goes to math-verify (the fraction above no longer does: it is compared as a number;
+    # the last number here, 4, would be wrong)
+    assert score("\\boxed{\\sqrt{4}}", "2", "math") == 1.0 and score("\\boxed{\\sqrt{4}}", "4", "math") == 0.0
     assert score("The answer is (C)", "C", "mcq") == 1.0 and score("<answer>Paris</answer>", "paris", "exact") == 1.0
 
 

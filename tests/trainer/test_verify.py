@@ -127,11 +127,15 @@ def test_it_rejects_wrong_or_malformed_math_without_raising(pred):
     assert math_equal(pred, "42") is False
 
 
-def test_it_gives_up_on_a_slow_check_and_recovers():
+def test_it_gives_up_on_a_slow_check_and_recovers(monkeypatch):
     slow = "+".join(f"x^{{{i}}}" for i in range(250))  # sympy needs far more than 1 ms
     assert math_equal(slow, "1", timeout=0.001) is False
     assert verify._WORKER._proc is None  # the hung helper was killed
-    assert math_equal("2", "2.0")  # and a fresh helper answers the next call
+    # and a fresh helper answers the next call: a pair that needs sympy ("2" = "2.0" is read as two
+    # numbers, without a helper), not remembered from an earlier test
+    monkeypatch.setattr(verify, "_VERDICTS", {})
+    assert math_equal("x+1", "1+x")
+    assert verify._WORKER._proc is not None and verify._WORKER._proc.poll() is None
 
 
 def test_it_registers_the_verifiers_by_reward_name():
