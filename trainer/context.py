@@ -6,7 +6,7 @@ A recipe is ``def run_<method>(ctx) -> None``::
     for step in ctx.steps():          # resumes after the last checkpoint; stops on request
         ...generate, reward...
         metrics = ctx.update(samples)  # {role: {...}}
-        ctx.log(step, "solver", {...}) # flushed at the end of the step with step_seconds
+        ctx.log(step, "solver", {...}) # flushed at the end of the step with step_seconds, wall_clock
         ctx.state["cursor"] = ...      # saved in every checkpoint, restored on resume
 
 ``ctx.state`` is the recipe's own resumable state (plain python values and tensors);
@@ -108,8 +108,9 @@ class RecipeContext:
             self._records = []
         if SYSTEM in pending:
             pending[SYSTEM] = with_overhead(with_rates(pending[SYSTEM]), seconds)
+        now = time.time()  # the step's end on the wall clock: the compare view's "wall time" axis
         for role, values in pending.items():
-            self.sink.metrics(step, role, {**values, "step_seconds": seconds})
+            self.sink.metrics(step, role, {**values, "step_seconds": seconds, "wall_clock": now})
         self._pending = {}
 
     def _control(self):

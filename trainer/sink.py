@@ -106,7 +106,8 @@ class ConsoleSink(NullSink):
         self._t0 = time.monotonic()
 
     def metrics(self, step, role, values):
-        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(values.items()) if isinstance(v, (int, float)))
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(values.items())
+                          if isinstance(v, (int, float)) and k != "wall_clock")  # the line starts with the time
         total = f"/{self.total}" if self.total else ""
         print(f"[step {step}{total} {time.monotonic() - self._t0:7.1f}s] {role}: {shown}", file=self.stream)
 

@@ -332,6 +332,13 @@ class CrossPlay(JobMixin):
         return len(self.checkpoints) * len(self.columns)
 
     @property
+    def reading(self) -> str:
+        """The heatmap's one-line reading (apps/evals/crossplay_reading.py)."""
+        from apps.evals.crossplay_reading import reading
+        rows, columns = self.labels
+        return reading(self.matrix or [], rows, columns)
+
+    @property
     def imported(self) -> bool:
         return self.queue == "imported"
 

@@ -5,8 +5,12 @@ page shows it with a 400 instead of a traceback.
 """
 from __future__ import annotations
 
+import json
+
+from django.db import connection
+
 from apps.runs import metrics as run_metrics
-from apps.runs.models import Run
+from apps.runs.models import Metric, Run
 
 MIN_RUNS, MAX_RUNS = 2, 8
 
@@ -48,7 +52,7 @@ def runs_to_compare(raw: list[str]) -> list[Run]:
 
 def metric_choices(runs: list[Run]) -> list[str]:
     """Every metric name any of the runs reports, reward names first."""
-    names = sorted({n for r in runs for n in run_metrics.metric_names(r.pk)})
+    names = sorted({n for r in runs for n in run_metrics.metric_names(r.pk)} - set(run_metrics.AXIS_ONLY))
     first = [n for n in run_metrics.REWARD_NAMES if n in names]
     return first + [n for n in names if n not in first]
 
@@ -60,3 +64,107 @@ def pick_metric(requested: str | None, choices: list[str]) -> str:
                                f"choose one of: {', '.join(choices[:30]) or 'none yet'}.")
         return requested
     return choices[0] if choices else run_metrics.REWARD_NAMES[0]
+
+
+AXES = ("step", "wall", "train")  # the compare chart's x axes: step, wall time, training time
+AXIS_POINTS = 2000  # at most this many (step, time) pairs per run; the chart interpolates between them
+
+
+def time_axes(runs: list[Run], points: int = AXIS_POINTS) -> dict[int, dict]:
+    """Per run, what turns a step into time for the compare chart's x axis:
+    ``{"steps", "train", "wall"}``, ``train`` the training seconds up to the end of each step (the sum of
+    ``step_seconds``, W&B's "process" time: pauses and queueing left out) and ``wall`` the seconds from the
+    run's first step's start to each step's end on the wall clock (the ``wall_clock`` stamp the trainer logs;
+    pauses included), or None for a run that logged no stamps (imported folders written before the trainer
+    logged them). At most ``points`` steps, evenly strided, the last kept; the chart interpolates between.
+
+    A step's seconds are one number for all its roles (every role of a step gets the same ``step_seconds``),
+    so each step counts once (its largest value).
+    """
+    table = Metric._meta.db_table
+    sql = f"""
+        WITH per_step AS (
+            SELECT step, MAX(value) FILTER (WHERE name = 'step_seconds') AS secs,
+                   MAX(value) FILTER (WHERE name = 'wall_clock') AS wall
+            FROM {table} WHERE run_id = %s AND name IN ('step_seconds', 'wall_clock') GROUP BY step),
+        summed AS (
+            SELECT step, SUM(COALESCE(secs, 0)) OVER (ORDER BY step) AS train, wall, secs,
+                   ROW_NUMBER() OVER (ORDER BY step) AS i, COUNT(*) OVER () AS n
+            FROM per_step)
+        SELECT step, train, wall, secs FROM summed
+        WHERE (i - 1) %% GREATEST(1, CEIL(n::float / %s)::int) = 0 OR i = n ORDER BY step"""
+    out = {}
+    with connection.cursor() as cur:
+        for run in runs:
+            cur.execute(sql, [run.pk, points])
+            rows = cur.fetchall()
+            steps = [r[0] for r in rows]
+            train = [round(float(r[1]), 3) for r in rows]
+            wall = None
+            if rows and all(r[2] is not None for r in rows):
+                start = rows[0][2] - (rows[0][3] or 0.0)  # the first step's end minus its length
+                wall = [round(r[2] - start, 3) for r in rows]
+            out[run.pk] = {"steps": steps, "train": train, "wall": wall}
+    return out
+
+
+# Config keys that say how long or where a run went, not what it trained: seeds of one config may differ in them.
+NOT_THE_CONFIG = ("seed", "train.time_limit_minutes", "train.steps", "checkpoint", "output_dir", "run_dir")
+
+
+def _config_key(config: dict) -> str:
+    def strip(value, prefix=""):
+        if not isinstance(value, dict):
+            return value
+        return {k: strip(v, f"{prefix}{k}.") for k, v in value.items() if f"{prefix}{k}" not in NOT_THE_CONFIG}
+    return json.dumps(strip(config or {}), sort_keys=True, default=str)
+
+
+def seed_groups(runs: list[Run]) -> list[dict]:
+    """Runs drawn as one band on the compare chart: ``[{"label", "runs": [pk, ...], "by"}]``, each of 2+ runs.
+
+    Two runs are seeds of one group when they share a ``group:<name>`` tag (``by`` "tag"), else when their configs
+    are the same apart from ``seed`` and how long they ran (``NOT_THE_CONFIG``: the time limit, the step count,
+    checkpointing, paths; ``by`` "config"). A run belongs to one group at most, tags first.
+    """
+    taken: set[int] = set()
+    groups: list[dict] = []
+    tagged: dict[str, list[Run]] = {}
+    for run in runs:
+        for tag in run.tags or []:
+            if isinstance(tag, str) and tag.startswith("group:") and tag[6:].strip():
+                tagged.setdefault(tag[6:].strip(), []).append(run)
+                break
+    for name, members in tagged.items():
+        if len(members) >= 2:
+            groups.append({"label": name, "runs": [r.pk for r in members], "by": "tag"})
+            taken.update(r.pk for r in members)
+    same: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.pk not in taken:
+            same.setdefault(_config_key(run.config), []).append(run)
+    for members in same.values():
+        if len(members) >= 2:
+            seeds = [str((r.config or {}).get("seed", "?")) for r in members]
+            groups.append({"label": f"{members[0].method} · {_common_name(members)} · seeds {', '.join(seeds)}",
+                           "runs": [r.pk for r in members], "by": "config"})
+    return groups
+
+
+def _common_name(runs: list[Run]) -> str:
+    """The runs' names' common start without a trailing seed ("grpo-tta-seed0", "grpo-tta-seed1" -> "grpo-tta").
+
+    >>> class R:
+    ...     def __init__(self, name): self.name, self.imported_name = name, ""
+    >>> _common_name([R("grpo-tta-seed0"), R("grpo-tta-seed1")])
+    'grpo-tta'
+    >>> _common_name([R("a"), R("b")])
+    'same config'
+    """
+    labels = [r.name or r.imported_name for r in runs]
+    prefix = labels[0]
+    for label in labels[1:]:
+        while not label.startswith(prefix):
+            prefix = prefix[:-1]
+    prefix = prefix.rstrip("0123456789").removesuffix("seed").rstrip("-_ ·")
+    return prefix or "same config"

@@ -22,6 +22,8 @@ REWARD_NAMES = ("reward_mean", "reward/mean", "reward")
 # Reasoner logs `accuracy`, pi-Play's Student `exact_match`, SCORE's Evaluator `consistency`).
 CURVE_NAMES = (*REWARD_NAMES, "accuracy", "exact_match", "consistency")
 NOT_A_PLAYER = "system"  # the run's own costs (trainer/context.py SYSTEM)
+# Not a curve of its own: each step's end on the wall clock (trainer/context.py), the compare view's time axis.
+AXIS_ONLY = ("wall_clock",)
 
 
 def minmax_downsample(steps: list[int], values: list[float], points: int) -> tuple[list[int], list[float]]:
@@ -257,7 +259,7 @@ def latest_values(run: Run) -> list[dict]:
         ORDER BY p.role, p.name"""
     with connection.cursor() as cur:
         cur.execute(sql, [run.pk, run.pk, run.pk])
-        return [{"role": r, "name": n, "step": st, "value": v} for r, n, st, v in cur.fetchall()]
+        return [{"role": r, "name": n, "step": st, "value": v} for r, n, st, v in cur.fetchall() if n not in AXIS_ONLY]
 
 
 # The run page's metric tabs: label -> the names that mean it, first found wins (methods and

@@ -314,4 +314,7 @@ def compare(request):
         "ids": ",".join(str(r.pk) for r in runs), "run_ids": [r.pk for r in runs], "compared": runs,
         "run_labels": [r.label for r in runs],
         "metric": metric, "choices": choices,
+        "time_axes": {str(k): v for k, v in run_compare.time_axes(runs).items()},
+        "seed_groups": run_compare.seed_groups(runs),
+        "axis": request.GET.get("x") if request.GET.get("x") in run_compare.AXES else "step",
     })
