@@ -3,11 +3,13 @@ model on a benchmark, by the paired difference on the items both scored (``compa
 without item samples is compared by its score alone, and says so).
 
 Reads every complete checkpoint result of every run (at most ``MAX_RESULTS``, newest first); a gain
-counts as learned when its 95% interval lies above zero.
+counts as learned when its 95% interval lies above zero. A control run (``Run.control_of``: the same config with a
+random reward) is never a method's "run that learned"; a run that has one also shows its gain over that control on
+the same benchmark (``compare.control_gains``: paired on the same items, at the latest step both evaluated).
 """
 from __future__ import annotations
 
-from apps.evals.compare import pair_all, base_results
+from apps.evals.compare import base_results, control_gains, pair_all
 from apps.evals.models import EvalResult
 
 MAX_RESULTS = 400
@@ -17,7 +19,7 @@ def runs_that_learned() -> list[dict]:
     """[{"method", "run", "label", "benchmark", "step", "diff", "low", "high", "n", "paired", "learned"}] in
     method order: each method's best gain (points as fractions)."""
     results = list(EvalResult.objects.filter(complete=True, job__run__isnull=False, job__step__isnull=False,
-                                             score__isnull=False)
+                                             score__isnull=False, job__run__control_of__isnull=True)
                    .select_related("job__run", "benchmark").order_by("-job__finished_at", "-id")[:MAX_RESULTS])
     by_run: dict[int, list[EvalResult]] = {}
     for r in results:
@@ -28,8 +30,9 @@ def runs_that_learned() -> list[dict]:
         base = base_results(run, sorted({r.benchmark.name for r in rs}))
         pairs += [(base.get(r.benchmark.name), r) for r in rs if base.get(r.benchmark.name) is not None]
     best: dict[str, dict] = {}
+    runs = {}
     for (base, r), p in zip(pairs, pair_all(pairs)):
-        run = r.job.run
+        run = runs.setdefault(r.job.run_id, r.job.run)
         if p is not None:
             row = {"diff": p["diff"], "low": p["low"], "high": p["high"], "n": p["n"], "paired": True}
         else:
@@ -42,7 +45,26 @@ def runs_that_learned() -> list[dict]:
     for row in best.values():  # as the page prints them: "+9.7 [+6.1, +13.4]" points
         row["text"] = _points(row["diff"])
         row["interval"] = f"[{_points(row['low'])}, {_points(row['high'])}]" if row["paired"] else ""
+        row["vs_control"] = _over_control(runs[row["run"]], row["benchmark"])
     return [best[m] for m in sorted(best)]
+
+
+def _over_control(run, benchmark: str) -> dict | None:
+    """The run's paired gain over its linked control on ``benchmark``: {"control", "control_label", "step",
+    "same_step", "diff", "low", "high", "n", "text", "interval"}, or None (no control, or the control's checkpoint
+    not evaluated on it, or no item samples to pair)."""
+    controls = list(run.controls.order_by("pk"))
+    if not controls:
+        return None
+    for row in control_gains([(run, c) for c in controls]):
+        p = row["vs_control"]
+        if row["benchmark"] != benchmark or p is None:
+            continue
+        return {"control": row["control"], "control_label": row["control_label"], "step": row["step"],
+                "control_step": row["control_step"], "same_step": row["same_step"], "diff": p["diff"],
+                "low": p["low"], "high": p["high"], "n": p["n"], "text": _points(p["diff"]),
+                "interval": f"[{_points(p['low'])}, {_points(p['high'])}]", "learned": p["low"] > 0}
+    return None
 
 
 def _points(fraction: float) -> str:
