@@ -77,6 +77,17 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 #   gs, gsc    SPICE over Wikipedia, then spice_eval (cross-play, GSM8K, cloze)
 #   gm, gmc    SPICE over GSM8K items 0-659 (problem + worked solution as documents), then GSM8K items 660-1318
 #   sg, sgc    SSP over Wikipedia, then the Solver on 300 held-out cloze items with search
+# Issue 31 item 3 (SCOPE, SCORE, pi-Play on Qwen2.5-Coder-1.5B, each beside its random-reward control; ~37-45 GB a
+# run, two fit one H100/H200): on 4 cards sc + so share card 0, their controls scc + soc card 1, pp card 2, ppc card
+# 3; on 2 cards all three runs would share card 0 (start two methods at a time there). Each keeps one checkpoint
+# (checkpoint.every=0), trains $MIN minutes, then benchmarks/gpu/method_eval.py measures base vs the last checkpoint
+# on items built from wiki_heldout.jsonl only (seeded: the same files for a run and its control):
+#   sc, scc    SCOPE (learn_scope.yaml): 200 open-ended tasks graded rubric by rubric by the frozen base
+#              (scope-open), then 300 cloze items answered with search (scope-cloze)
+#   so, soc    SCORE (learn_score.yaml): reports on 200 held-out queries, a fixed 5-criterion rubric, frozen-base
+#              grader (score-reports)
+#   pp, ppc    pi-Play (learn_piplay.yaml): 200 2-hop bridge questions, answered with search (piplay-multihop)
+#   e.g. `MIN=12 ... join qwen2.5-coder-1.5b-instruct sc scc so soc pp ppc` (4 x H100), then watch calls
 # spice05 / speval15 / speval05 / sspeval15 remain for a session that runs them on their own (GPU=N to choose).
 waitfor() {  # waitfor JOB: until JOB's process has ended
   while [ -f $LOGS/$1.pid ] && kill -0 "$(cat $LOGS/$1.pid)" 2>/dev/null; do sleep 5; done
@@ -208,6 +219,25 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
         --set corpus.path=$A/wiki.jsonl --set checkpoint.every=0 $ctl
       echo "== $name trained; held-out cloze with search"; ssp_cloze $name
       touch $RUNS/$name.done ;;
+    sc|scc|so|soc|pp|ppc)  # issue 31 item 3 (header): method + its random-reward control, then method_eval.py
+      local m ctl="" E="python3 benchmarks/gpu/method_eval.py" H=$A/wiki_heldout.jsonl
+      case $name in sc*) m=scope ;; so*) m=score ;; pp*) m=piplay ;; esac
+      case $name in scc|soc|ppc) ctl="--set train.control=random-reward" ;; esac
+      python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_$m.yaml --run $RUNS/$name --minutes $min \
+        --deadline 1500 --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl --set checkpoint.every=0 $ctl
+      echo "== $name trained; held-out evaluation (base, last checkpoint)"
+      local S="--search $A/wiki.jsonl --search $H"
+      case $m in
+        scope) $E make-scope --docs $H --n 200 --out $A/me_scope_open.jsonl
+               $E eval --run $RUNS/$name --bench $A/me_scope_open.jsonl --name scope-open $S
+               $E make-cloze --docs $H --n 300 --out $A/me_cloze.jsonl
+               $E eval --run $RUNS/$name --bench $A/me_cloze.jsonl --name scope-cloze $S ;;
+        score) $E make-score --docs $H --n 200 --out $A/me_score_reports.jsonl
+               $E eval --run $RUNS/$name --bench $A/me_score_reports.jsonl --name score-reports $S ;;
+        piplay) $E make-multihop --docs $H --n 200 --out $A/me_piplay_multihop.jsonl
+                $E eval --run $RUNS/$name --bench $A/me_piplay_multihop.jsonl --name piplay-multihop $S ;;
+      esac
+      touch $RUNS/$name.done ;;
     speval15) spice_eval $RUNS/spice15 $Q15 ;;
     speval05) spice_eval $RUNS/spice05 $Q05 ;;
     sspeval15) ssp_cloze ssp15; python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 --bench $A/ssp_heldout.jsonl --judged ;;
@@ -218,13 +248,13 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15|tta0|ttav|gs) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc) gpu=1 ;;
-    trl05|vllmb|ttatrl|gm|sg) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc) gpu=3 ;;
+    spice15|speval15|tta0|ttav|gs|sc|so) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|scc|soc) gpu=1 ;;
+    trl05|vllmb|ttatrl|gm|sg|pp) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|ppc) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   gpu=$((gpu % $(nvidia-smi -L | wc -l)))  # a 2-GPU machine: 2 -> 0, 3 -> 1 (gm and sg share card 0, their controls 1)
   mkdir -p $LOGS/$name
-  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|sg|sgc)
+  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|sg|sgc|sc|scc|so|soc|pp|ppc)
     rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
   # the code a job runs: /tmp/code, a snapshot of the committed tree (carried as .gpu_code, made HERE by

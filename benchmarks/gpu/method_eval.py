@@ -1,0 +1,378 @@
+"""Held-out measures of SCOPE, SCORE and pi-Play (issue 31 item 3), each taken from its paper's evaluation and
+computed with the product's evaluator (``trainer.evaluate``: scoring, bootstrap intervals) and judge
+(``trainer.judge``: the frozen base grading against a rubric). Run from the repository root, CPU or GPU, no
+Postgres, no internet (BM25 in memory over JSONL files):
+
+    python benchmarks/gpu/method_eval.py make-scope --out .gpu_assets/scope_open.jsonl        # no model needed
+    python benchmarks/gpu/method_eval.py make-score --out .gpu_assets/score_reports.jsonl
+    python benchmarks/gpu/method_eval.py make-multihop --out .gpu_assets/piplay_multihop.jsonl
+    python benchmarks/gpu/method_eval.py make-cloze --out .gpu_assets/method_cloze.jsonl
+    python benchmarks/gpu/method_eval.py eval --run /tmp/runs/sc --bench .gpu_assets/scope_open.jsonl --name scope-open
+
+Item sets, all built WITHOUT a model from ``--docs`` (default .gpu_assets/wiki_heldout.jsonl: documents 3000-3999,
+never trained on; the runs train on wiki.jsonl, 0-2999), seeded: the same seed and documents give the same file,
+byte for byte, so a run and its control (or two runs making the file at once) are measured on the same items.
+
+- ``make-scope`` (SCOPE, the paper's open-ended evaluation: long-form questions graded by a judge against per-task
+  rubrics): one task per document, of SCOPE's task types that a document can ground (long-form QA and
+  summarisation; planning and writing tasks have no document-checkable content), the title named; 3 rubrics, each a
+  fact the document states ("The response states, in substance, that ..."), plus one that the response is about
+  that subject. Ours: the paper's rubrics are written by its judge; these are taken from the document, so they do
+  not depend on the base model and are the same for every run.
+- ``make-score`` (SCORE, the paper's report evaluation with a fixed evaluator and a fixed rubric): a research query
+  per document (SCORE's own templated query, ``trainer.methods.score.title_query``) and a fixed rubric of five
+  criteria: factuality x2 (facts of the document), comprehensiveness, coherence, citation.
+- ``make-multihop`` (pi-Play, the paper's multi-hop QA with search): 2-hop bridge questions from pairs of held-out
+  documents (A, B) where A's text names B's title: a sentence of A with B's title replaced by X identifies X, and the
+  answer is a span (a name or number of 1-3 words) blanked in a sentence of B about X. Scored by exact match (the
+  Student's reward). Caveat: BM25 on B's sentence can find B without the first hop.
+- ``make-cloze`` (SCOPE's cloze set with search, as ssp_eval.py's): ``trainer.evaluate.cloze_items``.
+
+``eval``: the base (step 0) and the run's checkpoint(s) (default: every checkpoint of RUN/checkpoints; with
+checkpoint.every=0 the last) answer every item greedily in the run's answering role, with the run's own prompt
+(SCOPE's Solver, SCORE's report writer with the rubric's dimensions named, pi-Play's Student), search over
+``--search`` (default the training corpus AND the held-out documents, so held-out facts can be found), the run's
+turn and tool budgets and ``rollout.max_new_tokens``. A checkpoint of separate policies loads its answering role's
+adapter (``meta.json`` answer_role). Rubric items: the final ``<answer>`` (else the trajectory without the
+retrieved passages) is graded on each criterion separately by the frozen base (``trainer.judge.Judge.grade_batch``,
+strict 0/1, temperature 0 so the grader is fixed), the item's score the mean (SCOPE's mean rubric score); exact
+items: ``trainer.evaluate.score_batch`` (SQuAD-normalized exact match). Results: RUN/evals.jsonl (``append_eval``,
+the 95% bootstrap interval) and RUN/eval_samples/<name>-step<N>.jsonl (every item: what ``benchmarks/paired_runs.py``
+and ``manage.py import_run`` read); (step, benchmark) pairs already recorded are skipped, so a cut-off evaluation
+resumes; a table is printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import emit  # noqa: E402
+from ssp_eval import HELDOUT, TRAIN_CORPUS, UsageError, load, search_tool, table, targets  # noqa: E402
+
+from trainer.runfolder import BENCHMARK_NAME, append_eval, read_evals, write_eval_samples  # noqa: E402
+
+METHODS = ("scope", "score", "piplay")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+_INFO = re.compile(r"<information>.*?</information>", re.DOTALL)
+SCOPE_TASKS = {  # SCOPE's task types a document can ground (scope_prompts.TASK_TYPES: long_form_qa, summarisation)
+    "long_form_qa": "What is {title}, and what are the most important facts about it? Give a detailed, "
+                    "well-organised answer.",
+    "summarisation": "Write a concise summary of what is known about {title}: what it is, and its notable details "
+                     "(people, places, dates, numbers).",
+}
+SCORE_DIMENSIONS = (("factuality", 0.4), ("comprehensiveness", 0.2), ("coherence", 0.2), ("citation", 0.2))
+
+
+def read_docs(path: str):
+    from trainer.tools.corpus import CorpusError, read_jsonl_corpus
+
+    if not Path(path).is_file():
+        raise UsageError(f"--docs {path} does not exist (benchmarks/gpu/learn_assets.sh writes {HELDOUT})")
+    try:
+        return read_jsonl_corpus(path)
+    except CorpusError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def facts(text: str, min_words: int = 6, max_words: int = 45) -> list[str]:
+    """The document's sentences that can stand as a checkable fact (6-45 words), in order."""
+    return [s.strip() for s in _SENTENCE.split(text or "") if min_words <= len(s.split()) <= max_words]
+
+
+def fact_rubric(sentence: str) -> str:
+    return f"The response states, in substance, that: {sentence}"
+
+
+def shuffled(docs, seed: int) -> list:
+    docs = sorted(docs, key=lambda d: str(d.id))  # the file's order does not matter, only its documents
+    random.Random(seed).shuffle(docs)
+    return docs
+
+
+def scope_items(docs, n: int, seed: int = 0) -> list:
+    """Open-ended SCOPE tasks with document-grounded rubrics (module docstring); at most one per document."""
+    from trainer.evaluate import Item
+
+    rng, items, kinds = random.Random(seed), [], sorted(SCOPE_TASKS)
+    for doc in shuffled(docs, seed):
+        if len(items) >= n:
+            break
+        found = facts(doc.text)
+        if len(found) < 3 or not doc.title:
+            continue
+        chosen = [found[0]] + rng.sample(found[1:], 2)  # the defining first sentence and two others
+        kind = kinds[len(items) % len(kinds)]
+        criteria = [fact_rubric(s) for s in chosen] + [
+            f"The response is about {doc.title} specifically and does not describe a different subject."]
+        items.append(Item(id=f"scope-{doc.id}", question=SCOPE_TASKS[kind].format(title=doc.title),
+                          answer=doc.title, rubric="\n".join(criteria), scoring="judge",
+                          meta={"document_id": str(doc.id), "task_type": kind, "criteria": criteria}))
+    return items
+
+
+def score_items(docs, n: int, seed: int = 0) -> list:
+    """SCORE research queries with one fixed rubric of five criteria (module docstring)."""
+    from trainer.evaluate import Item
+    from trainer.methods.score import title_query
+
+    rng, items = random.Random(seed), []
+    for doc in shuffled(docs, seed):
+        if len(items) >= n:
+            break
+        found = facts(doc.text)
+        if len(found) < 2 or not doc.title:
+            continue
+        chosen = [found[0], found[1 + rng.randrange(len(found) - 1)]]
+        criteria = [f"Factuality: the report states, consistently with the source, that: {s}" for s in chosen] + [
+            f"Comprehensiveness: the report covers what {doc.title} is, its background and key facts, and why it "
+            "matters, as the query asks.",
+            "Coherence: the report is organised and readable, without contradictions, repetition or unfinished "
+            "sentences.",
+            "Citation: the report attributes its key claims to sources (it names the article or passage they "
+            "come from)."]
+        items.append(Item(id=f"score-{doc.id}", question=title_query(doc.title), answer=doc.title,
+                          rubric="\n".join(criteria), scoring="judge",
+                          meta={"document_id": str(doc.id), "criteria": criteria}))
+    return items
+
+
+def multihop_items(docs, n: int, seed: int = 0) -> list:
+    """2-hop bridge questions over pairs of documents of ``docs`` (module docstring); at most one per bridge
+    document A and one per target document B."""
+    from trainer.evaluate import Item, _candidates
+
+    rng = random.Random(seed)
+    by_title = {d.title: d for d in sorted(docs, key=lambda d: str(d.id)) if d.title and len(d.title) >= 5}
+    patterns = {t: re.compile(r"\b" + re.escape(t) + r"\b") for t in by_title}
+    items, used_b = [], set()
+    for a in shuffled(docs, seed):
+        if len(items) >= n:
+            break
+        a_facts = facts(a.text)
+        options = []
+        for title, b in by_title.items():
+            if b.id == a.id or b.id in used_b or title.lower() in (a.title or "").lower():
+                continue
+            bridge = [s for s in a_facts if patterns[title].search(s)]
+            if not bridge:
+                continue
+            for s in facts(b.text):
+                for span in _candidates(s, title):
+                    if span.lower() not in bridge[0].lower():
+                        options.append((b, title, bridge[0], s, span))
+        if not options:
+            continue
+        b, title, bridge, sentence, span = options[rng.randrange(len(options))]
+        used_b.add(b.id)
+        a_line = patterns[title].sub("X", bridge)
+        b_line = patterns[title].sub("X", sentence).replace(span, "____", 1)
+        question = (f'X is named in this sentence of the encyclopedia article about {a.title}: "{a_line}" '
+                    f'Fill in the blank (____), 1 to 3 words, in this sentence of the article about X: "{b_line}"')
+        items.append(Item(id=f"hop2-{a.id}-{b.id}", question=question, answer=span, scoring="exact",
+                          meta={"document_id": str(b.id), "bridge_document_id": str(a.id), "bridge_title": title,
+                                "hops": 2, "source": sentence}))
+    return items
+
+
+def cmd_make(args) -> None:
+    from trainer.evaluate import cloze_items, write_jsonl
+
+    docs = read_docs(args.docs)
+    build = {"make-scope": scope_items, "make-score": score_items, "make-multihop": multihop_items,
+             "make-cloze": cloze_items}[args.cmd]
+    items = build(docs, args.n, seed=args.seed)
+    if not items:
+        raise UsageError(f"no item could be made from {args.docs}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{time.time_ns()}.tmp")  # two jobs may write the same file at once
+    write_jsonl(items, tmp)
+    tmp.replace(out)
+    emit(args.cmd.replace("-", "_"), {"out": str(out), "items": len(items), "documents": len(docs), "seed": args.seed})
+
+
+# ---- eval --------------------------------------------------------------------------------------
+
+def run_config(run: Path, path: str | None):
+    from trainer.config import ConfigError, load_config
+
+    cfg_path = path or (str(run / "config.yaml") if (run / "config.yaml").is_file() else None)
+    if cfg_path is None:
+        raise UsageError(f"{run} has no config.yaml; give --config benchmarks/gpu/learn_<method>.yaml")
+    try:
+        cfg = load_config(cfg_path, [])
+    except ConfigError as exc:
+        raise UsageError(f"config {cfg_path}: {exc}") from None
+    if cfg.method not in METHODS:
+        raise UsageError(f"config {cfg_path} is method {cfg.method!r}; method_eval.py measures {', '.join(METHODS)}")
+    return cfg
+
+
+def answering(cfg):
+    """(prompt(item) -> (system, user), max_turns, top_k, max_tool_tokens) of the run's answering role."""
+    sec = getattr(cfg, cfg.method)
+    if cfg.method == "scope":
+        from trainer.methods.scope_prompts import solver_prompt
+
+        searches = max(sec.max_turns - 1, 1)  # as ScopeRecipe's Solver rollouts
+        return (lambda it: (None, solver_prompt(it.question, searches))), sec.max_turns, sec.top_k, sec.max_tool_tokens
+    if cfg.method == "score":
+        from trainer.methods.score_prompts import SOLVER_SYSTEM
+
+        judged_on = "Your report will be judged on: " + ", ".join(f"{d} (weight {w:.2f})" for d, w in SCORE_DIMENSIONS)
+        return ((lambda it: (SOLVER_SYSTEM, f"{it.question}\n\n{judged_on}" if it.rubric else it.question)),
+                sec.max_tool_calls, sec.top_k, sec.max_tool_tokens)
+    from trainer.methods.piplay_parts import student_prompt
+
+    return (lambda it: (None, student_prompt(it.question))), sec.max_turns, sec.top_k, sec.max_tool_tokens
+
+
+def response_of(traj) -> str:
+    """What the grader reads: the final <answer>, else the model's own text (retrieved passages removed)."""
+    if traj.final and traj.final.strip():
+        return traj.final.strip()
+    return _INFO.sub("", traj.text or "").strip()
+
+
+def measure(loaded, items, cfg, sampling, tool, batch_size: int, judge) -> tuple[list[dict], float]:
+    from trainer.evaluate import extract_prediction, question_text, score_batch
+    from trainer.prompts import chat
+    from trainer.rollout import multi_turn_rollout
+
+    prompt, max_turns, _, _ = answering(cfg)
+    samples, t0 = [], time.perf_counter()
+    for start in range(0, len(items), batch_size):
+        batch = items[start:start + batch_size]
+        trajs = multi_turn_rollout(loaded.generator, loaded.tokenizer, [chat(loaded.tokenizer, *prompt(it))
+                                                                        for it in batch],
+                                   sampling, tool, max_turns=max_turns)
+        rubric = [i for i, it in enumerate(batch) if it.rubric]
+        plain = [i for i, it in enumerate(batch) if not it.rubric]
+        scores, preds, grades = [0.0] * len(batch), [None] * len(batch), [None] * len(batch)
+        if rubric:
+            flat = [(i, question_text(batch[i]), response_of(trajs[i]), c)
+                    for i in rubric for c in batch[i].rubric.split("\n")]
+            got = []  # in chunks of batch_size conversations: one call of 4-5 x batch_size rows would hold a
+            for c0 in range(0, len(flat), batch_size):  # static KV cache beside a co-tenant run's training
+                got += judge.grade_batch([(q, r, c) for _, q, r, c in flat[c0:c0 + batch_size]])
+            for i in rubric:
+                grades[i] = [int(g) for (j, *_), g in zip(flat, got) if j == i]
+                scores[i] = sum(grades[i]) / len(grades[i])
+                preds[i] = response_of(trajs[i])
+        if plain:
+            sub = [batch[i] for i in plain]
+            p = [extract_prediction(trajs[i].text, "exact", trajs[i].final) for i in plain]
+            for i, pred, s in zip(plain, p, score_batch(sub, p, [trajs[i].text for i in plain], "exact")):
+                scores[i], preds[i] = s, pred
+        for k, (it, t) in enumerate(zip(batch, trajs)):
+            samples.append({"index": start + k, "id": it.id, "question": question_text(it), "gold": it.answer,
+                            "prediction": preds[k], "output": t.text, "score": scores[k], "correct": scores[k] >= 1.0,
+                            "scoring": "judge" if it.rubric else "exact", "grades": grades[k],
+                            "searches": t.n_searches, "turns": t.turns, "truncated": bool(getattr(t, "truncated", 0)),
+                            "answered": bool(t.final and t.final.strip()),
+                            **({"document_id": it.meta["document_id"]} if "document_id" in it.meta else {})})
+        print(f"  {len(samples)}/{len(items)} items, {time.perf_counter() - t0:.0f} s", flush=True)
+    return samples, time.perf_counter() - t0
+
+
+def cmd_eval(args) -> None:
+    import torch
+
+    from trainer.evaluate import BenchmarkError, bootstrap_ci, default_batch_size, frozen_judge, read_jsonl
+    from trainer.rollout import SamplingParams
+
+    run = Path(args.run)
+    if not BENCHMARK_NAME.fullmatch(args.name):
+        raise UsageError(f"--name {args.name!r} must be lowercase letters, digits, - and _")
+    try:
+        items = read_jsonl(args.bench)
+    except BenchmarkError as exc:
+        raise UsageError(str(exc)) from None
+    items = items[: args.limit] if args.limit else items
+    cfg = run_config(run, args.config)
+    _, max_turns, top_k, tool_tokens = answering(cfg)
+    max_new = args.max_new_tokens or cfg.rollout.max_new_tokens
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new, logprobs=False)
+    rubric_items = sum(bool(it.rubric) for it in items)
+    for step, spec in targets(run, args.model):
+        if (step, args.name) in {(r["step"], r["benchmark"]) for r in read_evals(run)}:
+            print(f"step {step} ({spec}): already recorded, skipped", flush=True)
+            continue
+        loaded = load(spec)
+        tool, n_docs = search_tool(args.search or [TRAIN_CORPUS, HELDOUT], loaded.tokenizer, top_k)
+        tool.max_tokens = tool_tokens  # the run's tool budget (ssp_eval's tool keeps SSP's default)
+        judge = None
+        if rubric_items:  # the fixed grader: the frozen base, greedy
+            judge = frozen_judge(loaded, max_tokens={"grade": args.judge_max_new_tokens},
+                                 temperature={"grade": 0.0})
+        print(f"step {step}: {spec} on {len(items)} items of {args.bench}, search over {n_docs} documents",
+              flush=True)
+        samples, seconds = measure(loaded, items, cfg, sampling, tool,
+                                   args.batch_size or default_batch_size(loaded), judge)
+        values = [s["score"] for s in samples]
+        lo, hi = bootstrap_ci(values)
+        n = max(len(samples), 1)
+        row = {"step": step, "checkpoint": spec, "benchmark": args.name,
+               "scoring": "judge" if rubric_items else "exact", "n": len(samples), "score": sum(values) / n,
+               "ci_low": lo, "ci_high": hi, "seconds": round(seconds, 1),
+               "correct": sum(s["correct"] for s in samples),
+               "answered_rate": round(sum(s["answered"] for s in samples) / n, 3),
+               "truncated_rate": round(sum(s["truncated"] for s in samples) / n, 3),
+               "searches_mean": round(sum(s["searches"] for s in samples) / n, 2),
+               "max_new_tokens": max_new, "max_turns": max_turns, "n_docs_searched": n_docs}
+        if judge is not None:
+            row["judge_format_failures"] = judge.stats["grade_format_failures"]
+            row["judge_truncated"] = judge.stats["truncated"]
+        emit("eval", append_eval(run, row))
+        write_eval_samples(run, args.name, step, samples)
+        del loaded, judge
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    table(run, [args.name])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for name, n, help_ in (("make-scope", 100, "SCOPE: open-ended tasks with document-grounded rubrics"),
+                           ("make-score", 100, "SCORE: research queries with a fixed rubric"),
+                           ("make-multihop", 200, "pi-Play: 2-hop bridge questions (exact answers)"),
+                           ("make-cloze", 300, "cloze items (trainer.evaluate.cloze_items), answered with search")):
+        m = sub.add_parser(name, help=help_)
+        m.add_argument("--docs", default=HELDOUT, help="JSONL documents the items come from (never trained on)")
+        m.add_argument("--n", type=int, default=n)
+        m.add_argument("--seed", type=int, default=0)
+        m.add_argument("--out", required=True)
+    e = sub.add_parser("eval", help="the run's answering role on held-out items, recorded in RUN/evals.jsonl")
+    e.add_argument("--run", required=True, help="the run folder (evals.jsonl and eval_samples/ are written there)")
+    e.add_argument("--bench", required=True, help="a make-* file")
+    e.add_argument("--name", required=True, help="the benchmark name recorded (e.g. scope-open)")
+    e.add_argument("--model", action="append", default=[], help="base:<name> or a checkpoint folder (repeat); "
+                   "default: the run's base model and its checkpoints")
+    e.add_argument("--config", help="default: RUN/config.yaml")
+    e.add_argument("--search", action="append", help=f"JSONL corpora searched (default {TRAIN_CORPUS} and {HELDOUT})")
+    e.add_argument("--limit", type=int, help="the first N items only")
+    e.add_argument("--max-new-tokens", type=int, help="default: the run's rollout.max_new_tokens")
+    e.add_argument("--judge-max-new-tokens", type=int, default=512, help="the grader's tokens per criterion")
+    e.add_argument("--batch-size", type=int, help="default: 256 on a GPU, 16 on the CPU")
+    args = parser.parse_args(argv)
+    if args.cmd.startswith("make-") and args.n < 1:
+        parser.error("--n must be >= 1")
+    try:
+        cmd_eval(args) if args.cmd == "eval" else cmd_make(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
