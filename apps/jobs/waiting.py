@@ -84,6 +84,31 @@ def no_worker_warning(queue: str) -> str | None:
     return f"no live worker serves the {queue} queue, so this waits until one starts: {start_hint(queue)}"
 
 
+def launch_warning(queue: str) -> str | None:
+    """The launch form's warning: ``no_worker_warning``, else, when every live worker of ``queue`` is busy, what holds
+    them and how many jobs already wait there ("the only cpu worker is busy with run 12 (and 1 job waits): this
+    starts after them"); None when a worker is free (or Redis cannot say)."""
+    missing = no_worker_warning(queue)
+    if missing:
+        return missing
+    try:
+        from rq import Queue
+
+        connection = _connection()
+        workers = serving_workers(queue, connection)
+        busy = [jid for jid in (w.get_current_job_id() for w in workers) if jid]
+        waiting = len(Queue(queue, connection=connection).get_job_ids())
+        if not workers or (len(busy) < len(workers) and not waiting):
+            return None
+        holding = ", ".join(_describe_id(jid, connection) for jid in busy) or "other jobs"
+    except Exception as exc:
+        log.info("could not list the workers: %s", exc)
+        return None
+    where = f"the only {queue} worker is" if len(workers) == 1 else f"all {len(workers)} {queue} workers are"
+    queued = f" (and {waiting} job{'s' if waiting != 1 else ''} already wait{'s' if waiting == 1 else ''} there)" if waiting else ""
+    return f"{where} busy with {holding}{queued}: this starts after them"
+
+
 def wait_reason(job_id: str, queue: str | None = None) -> str:
     """Why the queued job ``job_id`` has not started yet ("" when it cannot be told)."""
     if not job_id:

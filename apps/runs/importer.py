@@ -163,7 +163,7 @@ def _import(folder: Path, cfg, user) -> ImportSummary:
     fields = {"method": cfg.method, "model_name": cfg.model.name_or_path[:500], "config": cfg.to_dict(),
               "overrides": {"imported_from": str(folder)}, "status": Status.FINISHED, "requested": "",
               "resumable": False, "total_steps": cfg.train.steps, "queue": IMPORTED_QUEUE, "worker_name": "",
-              "run_dir": str(folder), "error": "", "started_at": None, "finished_at": None,
+              "run_dir": str(folder), "error": "", "started_at": None, "first_started_at": None, "finished_at": None,
               "heartbeat_at": None,  # unknown: a folder's file times are those of its last copy
               "corpus_name": Path(cfg.corpus.path).name[:200] if cfg.corpus.path else ""}
     run = Run.objects.select_for_update().filter(imported_from=str(folder)).first()

@@ -18,6 +18,8 @@ import logging
 
 from django.conf import settings
 from django.db import models, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.jobs.models import JobRow
@@ -95,6 +97,8 @@ class Run(JobRow):
                                                                   "charts); an imported run's folder name.")
     tags = models.JSONField(default=list, blank=True, help_text="Short labels to filter runs by.")
     notes = models.TextField(blank=True, help_text="What it was and what it showed (an imported folder's notes.md).")
+    first_started_at = models.DateTimeField(null=True, blank=True, help_text="When a worker first started it; "
+                                            "started_at is the latest start (a resume moves it, not this).")
     control_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="controls",
         help_text="The run this one is a control of (the same config with train.control set, launched with it).")
@@ -111,6 +115,13 @@ class Run(JobRow):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE
+
+    @property
+    def heartbeat_stale(self) -> bool:
+        """Running, but its worker silent for longer than the reaper allows (RUN_HEARTBEAT_SECONDS)."""
+        if self.status != Status.RUNNING or self.heartbeat_at is None:
+            return False
+        return (timezone.now() - self.heartbeat_at).total_seconds() > settings.RUN_HEARTBEAT_SECONDS
 
     @property
     def imported(self) -> bool:
@@ -232,7 +243,7 @@ class Run(JobRow):
         now = timezone.now()
         claimed = Run.objects.filter(pk=self.pk, status=Status.QUEUED).update(
             status=Status.RUNNING, started_at=now, heartbeat_at=now, worker_name=worker, requested="", error="",
-            resumable=False)
+            resumable=False, first_started_at=Coalesce(F("first_started_at"), Value(now)))
         if claimed != 1:
             return False
         self.refresh_from_db()

@@ -13,6 +13,7 @@ urlpatterns = [
     path("<int:run_id>/", views.detail, name="detail"),
     path("<int:run_id>/controls/", views.controls, name="controls"),
     path("<int:run_id>/describe/", views.describe, name="describe"),
+    path("<int:run_id>/when/", views.when, name="when"),
     path("<int:run_id>/samples/", views.samples, name="samples"),
     path("<int:run_id>/ledger/", views.ledger, name="ledger"),
     path("<int:run_id>/attempts/<path:key>/", views.trajectory, name="trajectory"),

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from apps.accounts.roles import can, can_control_run, role_required, run_refusal, shown_model
 from apps.episodes.models import Attempt, Task
 from apps.jobs.lifecycle import QueueUnavailable
-from apps.jobs.waiting import no_worker_warning
+from apps.jobs.waiting import launch_warning, no_worker_warning
 from apps.runs import compare as run_compare
 from apps.runs import ledger as run_ledger
 from apps.runs import method_panel
@@ -107,6 +107,13 @@ def describe(request, run_id: int):
     return redirect("runs:detail", run_id=run.pk)
 
 
+def when(request, run_id: int):
+    """The run page's "Started · heartbeat" line, polled (htmx) while the run is active so the heartbeat's age
+    stays current."""
+    run = get_object_or_404(Run, pk=run_id)
+    return render(request, "runs/_when.html", {"run": run})
+
+
 @sensitive_post_parameters(*SECRET_FIELDS)  # error reports never show a typed-in API key
 @role_required("launch_run")
 def new(request):
@@ -177,7 +184,7 @@ def _estimate(form: LaunchForm, method: str) -> dict:
     except LaunchError as exc:
         return {"error": f"not launchable yet: {exc.problems[0][0] or 'config'}: {exc.problems[0][1]}"}
     return {**estimate(method, cfg.model.name_or_path, cfg.to_dict(), queue), "queue": queue,
-            "warning": no_worker_warning(queue)}
+            "warning": launch_warning(queue)}
 
 
 @require_POST
