@@ -188,6 +188,11 @@ class TrainConfig(Section):
         "else is the run's config, so a gain over the control is the reward's, not format drift (Qwen models gain "
         "on math from random rewards: arXiv 2506.10947).")
     control_p: float = Field(0.5, ge=0, le=1, description="Probability of reward 1 in a random-reward control.")
+    report_to: Literal["none", "tensorboard", "wandb"] = Field(
+        "none", description="Also stream the run's metrics to TensorBoard (event files in the run folder's "
+        "tensorboard/) or Weights & Biases (offline, in the run folder's wandb/, when there is no network or no "
+        "W&B login; `wandb sync` uploads it later), as TRL's report_to. Optional packages: pip install "
+        "'selfplay[tensorboard]' or 'selfplay[wandb]'.")
 
     @field_validator("micro_batch_tokens", mode="before")
     @classmethod
@@ -408,6 +413,12 @@ class _SharedConfig(BaseModel):
                              "sampled; set train.old_logprobs to auto or rollout"))
         if self.model.policies == "separate":
             problems += self._separate_policy_problems()
+        if self.train.report_to != "none":
+            from trainer.report import missing_package
+
+            missing = missing_package(self.train.report_to)
+            if missing:
+                problems.append(("train.report_to", missing))
         if self.train.engine == "deepspeed" and self.model.lora.r > 0 and self.train.zero_stage == 3:
             problems.append(("train.zero_stage", "ZeRO-3 with LoRA is not supported; use zero_stage 2"))
         if problems:

@@ -29,6 +29,7 @@ from trainer.methods import get_recipe
 from trainer.models import data_dir, load_policy
 from trainer.overlap import STATE_KEY as OVERLAP_STATE_KEY
 from trainer.overlap import OneStepOverlap, resolve_overlap
+from trainer.report import make_reporter
 from trainer.sink import JsonlSink, MultiSink, NullSink
 
 
@@ -185,8 +186,10 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
     if documents is None and retriever is not None and hasattr(retriever, "sample"):
         documents = retriever  # the standalone BM25 retriever is also a DocumentSource
     recorder = _Recorder()
+    # train.report_to: TensorBoard event files / a W&B run beside the folder's JSONL (trainer/report.py)
+    reporter = make_reporter(cfg, run_dir, resume=checkpoint is not None) if dist.is_main() else None
     # Rank 0 owns the sink and the run folder's files; the other ranks report through it.
-    sinks = MultiSink(sink, JsonlSink(run_dir), recorder) if dist.is_main() else MultiSink(recorder)
+    sinks = MultiSink(sink, JsonlSink(run_dir), recorder, reporter) if dist.is_main() else MultiSink(recorder)
     ctx = RecipeContext(config=cfg, policy=policy, generator=generator, engine=engine, sink=sinks,
                         retriever=retriever, documents=documents, run_dir=run_dir)
     if checkpoint is not None:
@@ -202,15 +205,19 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
     if dist.is_main():
         sinks.samples(ctx.start_step, [auto_settings_event(cfg, policy, engine, ctx.start_step, overlap)])
     try:
-        get_recipe(cfg.method)(ctx)
-    except BaseException:
-        with contextlib.suppress(Exception):  # a background write in flight completes: an earlier, whole step
-            ctx.wait_for_saves()
-        raise
-    finally:
-        if ctx.overlap is not None:
-            ctx.overlap.close()
-    ctx.finish_saves()
+        try:
+            get_recipe(cfg.method)(ctx)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a background write in flight completes: an earlier, whole step
+                ctx.wait_for_saves()
+            raise
+        finally:
+            if ctx.overlap is not None:
+                ctx.overlap.close()
+        ctx.finish_saves()
+    finally:  # after the last checkpoint's report (a background save reports when it completes)
+        if reporter is not None:
+            reporter.close()
     final = ctx.final_checkpoint or (str(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None)
     if dist.wanted():  # the ranks leave their group before the process exits (a group's worker thread still
         getattr(engine, "close", lambda: None)()  # alive at interpreter exit can abort it: SIGABRT)
