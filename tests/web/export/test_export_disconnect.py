@@ -50,19 +50,23 @@ def _token(user) -> str:
 
 
 class DroppingClient:
-    """The ASGI side of a client that reads the response head and one body chunk, then hangs up."""
+    """The ASGI side of a client that reads the response head and one body chunk, then hangs up (once
+    ``hang_up_when()``, if given, has returned)."""
 
-    def __init__(self):
+    def __init__(self, hang_up_when=None):
         self.messages: list[dict] = []
         self.got_body = asyncio.Event()
         self.at_first_chunk: dict = {}
         self.asked = 0
+        self.hang_up_when = hang_up_when
 
     async def receive(self) -> dict:
         self.asked += 1
         if self.asked == 1:  # the request (no body)
             return {"type": "http.request", "body": b"", "more_body": False}
         await self.got_body.wait()
+        if self.hang_up_when is not None:
+            await self.hang_up_when()
         return {"type": "http.disconnect"}
 
     async def send(self, message: dict) -> None:
@@ -89,13 +93,13 @@ async def _ticks_while(task: asyncio.Task, period: float = 0.05) -> float:
     return worst
 
 
-async def _drop_download(run, user, fmt: str) -> tuple[DroppingClient, float, float]:
+async def _drop_download(run, user, fmt: str, hang_up_when=None) -> tuple[DroppingClient, float, float]:
     """Serve ``run``'s attempts to a client that hangs up after the first chunk; (client, seconds from
     the hang-up until no reader thread and no new database session is left, worst loop stall)."""
     from selfplay_web.asgi import application
 
     before = await sync_to_async(_sessions)()
-    client = DroppingClient()
+    client = DroppingClient(hang_up_when)
     app = asyncio.create_task(application(_scope(f"/api/v1/runs/{run.pk}/export/attempts.{fmt}",
                                                  await sync_to_async(_token)(user)), client.receive, client.send))
     stall = asyncio.create_task(_ticks_while(app))
@@ -133,8 +137,12 @@ async def test_a_dropped_download_stops_the_reader_blocked_on_a_full_queue(fille
     monkeypatch.setattr(export, "PAGE", 10)
     monkeypatch.setattr(export, "PARQUET_PAGE", 10)
     monkeypatch.setattr(export, "ROW_GROUP", 10)
+    real_fetch, threads = export.fetch, []
+    monkeypatch.setattr(export, "fetch", lambda sql, params: threads.append(threading.current_thread().name)
+                        or real_fetch(sql, params))
     client, gone, stall = await _drop_download(filled_run, reader, fmt)
     assert client.at_first_chunk["readers"] == 1  # the thread was running when the client went away
+    assert threads and set(threads) == {"export-read-ahead"}  # every page query ran off the event loop
     assert client.messages[0]["status"] == 200
     sent = b"".join(m.get("body", b"") for m in client.messages[1:])
     assert sent and len(sent) < 400 * 50  # stopped early: most of the rows were never sent
@@ -149,10 +157,36 @@ async def test_a_dropped_download_stops_the_reader_in_a_slow_page_query(filled_r
     client hangs up: the query is cancelled, the thread ends and its session closes."""
     monkeypatch.setattr(export, "PAGE", 5)
     calls = _slow_after_first_page(monkeypatch)
-    client, gone, stall = await _drop_download(filled_run, reader, "jsonl")
-    assert calls[0] == "export-read-ahead" and len(calls) >= 2  # the second page query was under way
+    cancels = _counted_cancels(monkeypatch)
+    # the client hangs up once the reader is seen in its slowed page query (pg_stat_activity), not at a
+    # moment that may fall before the query starts
+    def query_in_flight():  # on a thread of its own: the app's sync work holds asgiref's shared thread
+        try:
+            _wait_for_a_page_query_in_flight()
+        finally:
+            connection.close()
+
+    client, gone, stall = await _drop_download(filled_run, reader, "jsonl",
+                                               hang_up_when=sync_to_async(query_in_flight, thread_sensitive=False))
+    assert set(calls) == {"export-read-ahead"} and len(calls) >= 2  # the second page query was under way
     assert client.at_first_chunk["readers"] == 1
-    assert stall < 1.0, f"the event loop stalled {stall:.2f} s"
+    # one cancel request (it opens a server connection), sent off the event loop's thread (from the thread
+    # that closed the download, or one of its own when the loop closed it), and the loop never waited on the
+    # slowed query (it would stall for about SLOW_QUERY)
+    assert len(cancels) == 1 and cancels[0] != threading.current_thread().name, cancels
+    assert stall < SLOW_QUERY / 10, f"the event loop stalled {stall:.2f} s"
+
+
+def _counted_cancels(monkeypatch) -> list:
+    """The names of the threads that sent a cancel request for a reader's page query, as they are sent."""
+    real_cancel, cancels = export_fetch._cancel, []
+
+    def counted_cancel(conn):
+        cancels.append(threading.current_thread().name)
+        real_cancel(conn)
+
+    monkeypatch.setattr(export_fetch, "_cancel", counted_cancel)
+    return cancels
 
 
 def _slow_after_first_page(monkeypatch) -> list:
@@ -190,13 +224,7 @@ def test_closing_the_stream_or_setting_stop_ends_a_reader_in_a_page_query(filled
     """Outside ASGI (WSGI, manage.py export): closing the generator, or setting its stop event from
     another thread, ends the reader while its page query runs: the query is cancelled (one cancel
     request, the query gone from pg_stat_activity), not waited out."""
-    real_cancel, cancels = export_fetch._cancel, []
-
-    def counted_cancel(conn):
-        cancels.append(threading.current_thread().name)
-        real_cancel(conn)
-
-    monkeypatch.setattr(export_fetch, "_cancel", counted_cancel)
+    cancels = _counted_cancels(monkeypatch)
     monkeypatch.setattr(export, "PAGE", 5)
     _slow_after_first_page(monkeypatch)
     p = export.plan("attempts", filled_run, export.parse_filters("attempts", {}))
@@ -262,13 +290,7 @@ def test_a_reader_past_its_last_page_query_gets_no_cancel_request(monkeypatch):
     """The download stops after the reader ran its last page query, while it waits to hand over the
     end (queue full): nothing is cancelled (a cancel request opens a server connection of its own
     for nothing). A complete read sends none either."""
-    real_cancel, cancels = export_fetch._cancel, []
-
-    def counted_cancel(conn):
-        cancels.append(threading.current_thread().name)
-        real_cancel(conn)
-
-    monkeypatch.setattr(export_fetch, "_cancel", counted_cancel)
+    cancels = _counted_cancels(monkeypatch)
     ended = threading.Event()
 
     def pages():
