@@ -59,14 +59,36 @@ def mask_segments(token_ids: list[int], loss_mask: list[int], decode=None, limit
 
     >>> [(s["trained"], [t["id"] for t in s["tokens"]]) for s in mask_segments([5, 6, 7, 8], [0, 1, 1])]
     [(False, [5]), (True, [6, 7]), (None, [8])]
+
+    A character whose UTF-8 bytes are split over tokens decodes to U+FFFD token by token; it is shown whole on the
+    token that completes it (``joins``: the ids before it), the tokens before it empty (``part_of``):
+
+    >>> utf8 = {1: b"a", 2: b"\\xc3", 3: b"\\xa9", 4: b"b"}  # "\\xc3\\xa9" is "\u00e9"
+    >>> decode = lambda ids: b"".join(utf8[i] for i in ids).decode("utf-8", errors="replace")
+    >>> [(t["text"], t.get("joins")) for t in mask_segments([1, 2, 3, 4], [1, 1, 1, 1], decode)[0]["tokens"]]
+    [('a', None), ('', None), ('\u00e9', [2]), ('b', None)]
     """
     segments: list[dict] = []
+    pending: list[dict] = []  # tokens holding the first bytes of a character a later token completes
     for i, token in enumerate(token_ids[:limit]):
         trained = bool(loss_mask[i]) if i < len(loss_mask) else None
         text = decode([token]) if decode else f"\u2039{token}\u203a"
+        entry = {"id": token, "text": text}
+        if decode and "\ufffd" in text:  # part of a UTF-8 character split over tokens (byte-level BPE)
+            joined = decode([t["id"] for t in pending] + [token])
+            if joined.endswith("\ufffd") and len(pending) < 3:  # still incomplete (a character has at most 4 bytes)
+                pending.append(entry)
+            else:
+                if "\ufffd" not in joined:  # the character is whole: shown on the token that completes it
+                    for part in pending:
+                        part.update(text="", part_of=token)
+                    entry.update(text=joined, joins=[t["id"] for t in pending])
+                pending = []
+        else:
+            pending = []
         if not segments or segments[-1]["trained"] is not trained:
             segments.append({"trained": trained, "tokens": []})
-        segments[-1]["tokens"].append({"id": token, "text": text})
+        segments[-1]["tokens"].append(entry)
     return segments
 
 
