@@ -14,12 +14,15 @@ SELFPLAY_EMBEDDER names the default embedder for new corpora.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 BUNDLED = "all-MiniLM-L6-v2"
 _lock = threading.Lock()
@@ -125,3 +128,23 @@ def embedder_for(corpus) -> Embedder:
     embedder = get_embedder(corpus.embedder)
     check_dimension(corpus, embedder)
     return embedder
+
+
+def warm_up() -> list[str]:
+    """Load (and run once) the embedder of every corpus that has chunks, so a server's first search does not wait
+    for the model to load (it took 26 s with nothing on screen). Returns the names loaded; a failure is logged and
+    left to the search that needs it to report."""
+    from django.db.models import Exists, OuterRef
+
+    from apps.corpora.models import Chunk, Corpus
+
+    names = sorted(set(Corpus.objects.filter(Exists(Chunk.objects.filter(corpus=OuterRef("pk"))))
+                       .values_list("embedder", flat=True)))
+    loaded = []
+    for name in names:
+        try:
+            get_embedder(name).encode(["warm up"])
+            loaded.append(name)
+        except Exception as exc:  # noqa: BLE001  the search will say what is wrong
+            log.warning("could not warm the embedder %s: %s", name, exc)
+    return loaded

@@ -111,10 +111,31 @@ def pool_size(processes: int) -> int:
     return max(2, min(POOL_MAX_SIZE, POOL_BUDGET // processes))
 
 
+def warm_embedders() -> None:
+    """In the background: load the corpora's embedders before the first search asks (apps/corpora/embedder.py)."""
+    import threading
+
+    def warm():
+        from django.db import connection
+
+        from apps.corpora.embedder import warm_up
+
+        try:
+            warm_up()
+        except Exception as exc:  # noqa: BLE001  a server starts whatever the database says
+            print(f"embedder warm-up skipped: {exc}", file=sys.stderr)
+        finally:
+            connection.close()
+
+    threading.Thread(target=warm, name="warm-embedders", daemon=True).start()
+
+
 def run_daphne(host: str, port: int, fd: int | None) -> None:
     from daphne.cli import CommandLineInterface
 
     pool_database_connections()
+    if os.environ.get("SELFPLAY_WARM_EMBEDDER", "1") != "0":
+        warm_embedders()
     sys.argv = daphne_argv(host, port, fd)
     CommandLineInterface.entrypoint()
 
