@@ -140,6 +140,8 @@ def new(request):
             if warning:
                 messages.warning(request, f"Run {run.pk}: {warning}.")
             return redirect("runs:detail", run_id=run.pk)
+    elif request.method == "POST":
+        _config_problems_too(form, method)
     status = 400 if request.method == "POST" else 200
     return render(request, "runs/new.html", {"form": form, "method": method, "methods": METHOD_NAMES,
                                              "presets": PRESETS, "preset": request.GET.get("preset", ""),
@@ -166,6 +168,28 @@ def _clone_id(request) -> int | None:
     """?clone=<run id> as a number (ASCII digits only: "²" is a digit to str.isdigit, not to int)."""
     raw = request.GET.get("clone", "")
     return int(raw) if raw.isascii() and raw.isdigit() else None
+
+
+def _config_problems_too(form: LaunchForm, method: str) -> None:
+    """A form with field errors also shows the config's own problems (model, corpus, cross-field checks) found from
+    the fields that did parse, so one submit lists every error instead of one round per kind."""
+    data = form.cleaned_data
+    config = {}
+    for row in form.rows:
+        name = field_name(row["path"])
+        if name in data:
+            value = typed(row, data[name])
+            if value != row["default"]:
+                config[row["path"]] = value
+    try:
+        validate(method, data.get("model") or form["model"].value() or "", data.get("corpus") or None, config=config,
+                 web=True, queue=data.get("queue") or None)
+    except LaunchError as exc:
+        fresh = [(path, message) for path, message in exc.problems
+                 if {"model.name_or_path": "model"}.get(path, field_name(path)) not in form.errors]
+        form.add_problems(fresh)
+    except Exception:  # noqa: BLE001  the field errors already say what to fix first
+        pass
 
 
 def _estimate(form: LaunchForm, method: str) -> dict:
