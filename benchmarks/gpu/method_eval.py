@@ -83,8 +83,9 @@ def read_docs(path: str):
 
 
 def facts(text: str, min_words: int = 6, max_words: int = 45) -> list[str]:
-    """The document's sentences that can stand as a checkable fact (6-45 words), in order."""
-    return [s.strip() for s in _SENTENCE.split(text or "") if min_words <= len(s.split()) <= max_words]
+    """The document's sentences that can stand as a checkable fact (6-45 words), in order, each on one line (a
+    rubric holds one criterion a line)."""
+    return [" ".join(s.split()) for s in _SENTENCE.split(text or "") if min_words <= len(s.split()) <= max_words]
 
 
 def fact_rubric(sentence: str) -> str:
