@@ -140,7 +140,7 @@ def new(request):
             if warning:
                 messages.warning(request, f"Run {run.pk}: {warning}.")
             return redirect("runs:detail", run_id=run.pk)
-    elif request.method == "POST":
+    elif form.is_bound:
         _config_problems_too(form, method)
     status = 400 if request.method == "POST" else 200
     return render(request, "runs/new.html", {"form": form, "method": method, "methods": METHOD_NAMES,
@@ -173,7 +173,7 @@ def _clone_id(request) -> int | None:
 def _config_problems_too(form: LaunchForm, method: str) -> None:
     """A form with field errors also shows the config's own problems (model, corpus, cross-field checks) found from
     the fields that did parse, so one submit lists every error instead of one round per kind."""
-    data = form.cleaned_data
+    data = getattr(form, "cleaned_data", {})
     config = {}
     for row in form.rows:
         name = field_name(row["path"])

@@ -62,6 +62,7 @@ RULES = {
     "login": "open",
     "logout": "logout",
     "api-token": "open",
+    "users": "corpus_admin",  # the users page: manage_users, the admin role (as upload_corpus)
     "corpora:index": "open",
     "corpora:create": "post_corpus_admin",
     "corpora:detail": "open",
@@ -83,6 +84,7 @@ RULES = {
     "runs:task": "open",  # a read: the task, its attempts and source document
     "runs:control": "owner_post",
     "runs:describe": "post_launch",  # name, tags and notes: researchers
+    "runs:when": "open",  # the run page's polled "Started · heartbeat" line
     "review:index": "review",
     "review:item": "post_review",
     "review:bulk": "post_review",  # one verdict on the ticked items
