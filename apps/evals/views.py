@@ -97,7 +97,8 @@ def evals_chart_context(run: Run) -> dict:
     if cross is not None:
         rows, cols = cross.labels
         heatmap = {"id": cross.pk, "url": f"/evals/crossplay/{cross.pk}/", "status": cross.status, "rows": rows,
-                   "columns": cols, "matrix": cross.matrix, "counts": cross.counts, "imported": cross.imported}
+                   "columns": cols, "matrix": cross.matrix, "counts": cross.counts, "imported": cross.imported,
+                   "reading": cross.reading}
     return {"run": run, "data": {"series": series, "crossplay": heatmap} if series or heatmap else None}
 
 

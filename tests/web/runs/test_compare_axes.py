@@ -89,3 +89,13 @@ def test_the_crossplay_page_shows_its_reading(client, researcher):
     client.force_login(researcher)
     html = client.get(f"/evals/crossplay/{job.pk}/").content.decode()
     assert 'id="crossplay-reading"' in html and "the tasks got harder" in html and "step 9/step 9 cell (70%)" in html
+
+
+def test_the_run_page_heatmap_has_the_reading_beside_it(client, researcher):
+    run = Run.objects.create(method="spice", model_name="tiny", config={}, owner=researcher)
+    CrossPlay.objects.create(run=run, checkpoints=[{"id": 1, "step": 1, "path": ""}, {"id": 2, "step": 9, "path": ""}],
+                             matrix=[[0.2, 0.6], [0.1, 0.7]], cells_done=4, status="finished")
+    client.force_login(researcher)
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    reading = html.split('id="run-crossplay-reading"', 1)[1].split("</p>", 1)[0]
+    assert "the first Solver on later tasks 20% -&gt; 10%, down (the tasks got harder)" in reading
