@@ -124,7 +124,7 @@ def seed_groups(runs: list[Run]) -> list[dict]:
     """Runs drawn as one band on the compare chart: ``[{"label", "runs": [pk, ...], "by"}]``, each of 2+ runs.
 
     Two runs are seeds of one group when they share a ``group:<name>`` tag (``by`` "tag"), else when their configs
-    are the same apart from ``seed`` and how long they ran (``NOT_THE_CONFIG``: the time limit, the step count,
+    (each naming a ``seed``) are the same apart from it and how long they ran (``NOT_THE_CONFIG``: the time limit, the step count,
     checkpointing, paths; ``by`` "config"). A run belongs to one group at most, tags first.
     """
     taken: set[int] = set()
@@ -140,8 +140,8 @@ def seed_groups(runs: list[Run]) -> list[dict]:
             groups.append({"label": name, "runs": [r.pk for r in members], "by": "tag"})
             taken.update(r.pk for r in members)
     same: dict[str, list[Run]] = {}
-    for run in runs:
-        if run.pk not in taken:
+    for run in runs:  # a resolved trainer config always names its seed; a run without one is not grouped by config
+        if run.pk not in taken and isinstance(run.config, dict) and "seed" in run.config:
             same.setdefault(_config_key(run.config), []).append(run)
     for members in same.values():
         if len(members) >= 2:

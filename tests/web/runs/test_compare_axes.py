@@ -99,3 +99,8 @@ def test_the_run_page_heatmap_has_the_reading_beside_it(client, researcher):
     html = client.get(f"/runs/{run.pk}/").content.decode()
     reading = html.split('id="run-crossplay-reading"', 1)[1].split("</p>", 1)[0]
     assert "the first Solver on later tasks 20% -&gt; 10%, down (the tasks got harder)" in reading
+
+
+def test_runs_without_a_seeded_config_are_not_grouped(researcher):
+    a, b = _run(researcher, config={"method": "grpo"}), _run(researcher, config={"method": "grpo"})
+    assert compare.seed_groups([a, b]) == []
