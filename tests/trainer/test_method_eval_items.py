@@ -78,3 +78,45 @@ def test_make_writes_the_same_file_twice_and_bad_input_exits_2(method_eval, spli
     assert a.read_bytes() == b.read_bytes() and a.read_text().count("\n") >= 1
     assert method_eval.main(["make-scope", "--docs", str(tmp_path / "missing.jsonl"), "--out", str(a)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_eval_records_the_base_and_the_answering_adapter_and_resumes(method_eval, split, tiny_config, tmp_path,
+                                                                      capsys):
+    """A two-step SCOPE run (one Challenger, one Solver step) with separate policies (LoRA adapters) on the tiny model, then ``eval`` on rubric items
+    (graded criterion by criterion by the frozen base) and on cloze items (exact match): evals.jsonl gets the base
+    (step 0) and the last checkpoint's Solver adapter (step 2), eval_samples/ what import_run reads; a rerun loads nothing."""
+    from trainer import run
+    from trainer.runfolder import eval_sample_files, read_eval_samples, read_evals
+
+    _, heldout = split
+    docs = tmp_path / "heldout.jsonl"
+    docs.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in heldout[:40]))
+    cfg = tiny_config("scope", model={"policies": "separate", "lora": {"r": 4}}, corpus={"path": str(docs)},
+                      train={"steps": 2, "prompts_per_step": 1}, rollout={"max_new_tokens": 8, "group_size": 2},
+                      checkpoint={"every": 1, "keep_last": 1},
+                      scope={"iterations": 1, "challenger_steps": 1, "solver_steps": 1,
+                             "challenger_prompts_per_step": 1, "solver_prompts_per_step": 1, "scoring_rollouts": 1,
+                             "filter_rollouts": 1, "candidate_rounds": 1, "max_turns": 2, "max_tool_tokens": 16,
+                             "judge_max_new_tokens": 8})
+    folder = tmp_path / "run"
+    assert run(cfg, run_dir=folder).final_checkpoint
+    rubric, cloze = tmp_path / "open.jsonl", tmp_path / "cloze.jsonl"
+    assert method_eval.main(["make-scope", "--docs", str(docs), "--n", "2", "--out", str(rubric)]) == 0
+    assert method_eval.main(["make-cloze", "--docs", str(docs), "--n", "2", "--out", str(cloze)]) == 0
+    common = ["--run", str(folder), "--search", str(docs), "--batch-size", "2", "--max-new-tokens", "8",
+              "--judge-max-new-tokens", "8"]
+    assert method_eval.main(["eval", "--bench", str(rubric), "--name", "scope-open", *common]) == 0
+    assert method_eval.main(["eval", "--bench", str(cloze), "--name", "scope-cloze", *common]) == 0
+    evals = {(r["step"], r["benchmark"]): r for r in read_evals(folder)}
+    assert set(evals) == {(0, "scope-open"), (2, "scope-open"), (0, "scope-cloze"), (2, "scope-cloze")}
+    assert evals[(2, "scope-open")]["scoring"] == "judge" and evals[(2, "scope-cloze")]["scoring"] == "exact"
+    assert evals[(2, "scope-open")]["checkpoint"].endswith("step-000002") and evals[(0, "scope-open")]["n"] == 2
+    files = {(s, b): p for b, s, p in eval_sample_files(folder)}
+    assert set(files) == set(evals)
+    graded = read_eval_samples(files[(2, "scope-open")])
+    assert [len(s["grades"]) for s in graded] == [4, 4]  # 3 facts + "about this subject", each graded alone
+    assert all(s["score"] == sum(s["grades"]) / 4 for s in graded)
+    capsys.readouterr()
+    assert method_eval.main(["eval", "--bench", str(rubric), "--name", "scope-open", *common]) == 0
+    assert capsys.readouterr().out.count("already recorded") == 2 and len(read_evals(folder)) == 4
+    assert method_eval.main(["eval", "--bench", str(tmp_path / "none.jsonl"), "--name", "x", *common]) == 2
