@@ -77,9 +77,10 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 #   gs, gsc    SPICE over Wikipedia, then spice_eval (cross-play, GSM8K, cloze)
 #   gm, gmc    SPICE over GSM8K items 0-659 (problem + worked solution as documents), then GSM8K items 660-1318
 #   sg, sgc    SSP over Wikipedia, then the Solver on 300 held-out cloze items with search
-# Issue 31 item 3 (SCOPE, SCORE, pi-Play on Qwen2.5-Coder-1.5B, each beside its random-reward control; ~37-45 GB a
-# run, two fit one H100/H200): on 4 cards sc + so share card 0, their controls scc + soc card 1, pp card 2, ppc card
-# 3; on 2 cards all three runs would share card 0 (start two methods at a time there). Each keeps one checkpoint
+# Issue 31 item 3 (SCOPE, SCORE, pi-Play on Qwen2.5-Coder-1.5B, each beside its random-reward control): on 4 cards
+# so (full fine-tune + KL reference, the heaviest, est. ~40-45 GB) has card 0 alone and soc card 1, the LoRA runs
+# pair up: sc + pp on card 2, scc + ppc on card 3 (each run and its control: other cards, the same co-tenant); on 2
+# cards all three runs would share card 0 (start two methods at a time there). Each keeps one checkpoint
 # (checkpoint.every=0), trains $MIN minutes, then benchmarks/gpu/method_eval.py measures base vs the last checkpoint
 # on items built from wiki_heldout.jsonl only (seeded: the same files for a run and its control):
 #   sc, scc    SCOPE (learn_scope.yaml): 200 open-ended tasks graded rubric by rubric by the frozen base
@@ -248,8 +249,8 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15|tta0|ttav|gs|sc|so) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|scc|soc) gpu=1 ;;
-    trl05|vllmb|ttatrl|gm|sg|pp) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|ppc) gpu=3 ;;
+    spice15|speval15|tta0|ttav|gs|so) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc) gpu=1 ;;
+    trl05|vllmb|ttatrl|gm|sg|sc|pp) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|scc|ppc) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   gpu=$((gpu % $(nvidia-smi -L | wc -l)))  # a 2-GPU machine: 2 -> 0, 3 -> 1 (gm and sg share card 0, their controls 1)
