@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 
 import psycopg
 from django.db import connection, connections
@@ -30,13 +31,19 @@ def fetch(sql: str, params) -> list[tuple]:
     """All rows of one page query, read in binary on the current thread's connection. On a reader
     thread whose download was stopped it raises ``Stopped`` instead of starting the query: a cancel
     request sent before the query began found the connection idle, and the server ignored it."""
-    stop = getattr(_reader, "stop", None)
-    if stop is not None and stop.is_set():
-        raise Stopped("the download was stopped")
-    connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cur:
-        cur.execute(sql, params, binary=True)
-        return cur.fetchall()
+    stop, state = getattr(_reader, "stop", None), getattr(_reader, "state", None)
+    if state is not None:
+        state.in_query = True  # before the stop check: a stop set after it is cancelled until the query ends
+    try:
+        if stop is not None and stop.is_set():
+            raise Stopped("the download was stopped")
+        connection.ensure_connection()
+        with psycopg.Cursor(connection.connection) as cur:
+            cur.execute(sql, params, binary=True)
+            return cur.fetchall()
+    finally:
+        if state is not None:
+            state.in_query = False
 
 
 def read_ahead(make_pages, ahead: int | None = None, stop: threading.Event | None = None):
@@ -59,6 +66,7 @@ def read_ahead(make_pages, ahead: int | None = None, stop: threading.Event | Non
         return
     pages: queue.Queue = queue.Queue(maxsize=ahead)
     held: list = []  # the reader's psycopg connection, for cancelling its query
+    state = _ReaderState()  # whether the reader is inside fetch() (its stop check, then its page query)
 
     def put(item) -> bool:
         while not stop.is_set():
@@ -70,7 +78,7 @@ def read_ahead(make_pages, ahead: int | None = None, stop: threading.Event | Non
         return False
 
     def work():
-        _reader.stop = stop  # fetch() checks it before each page query
+        _reader.stop, _reader.state = stop, state  # fetch() checks stop before each page query
         final = None  # the last item to hand over: _DONE, or the error (nothing when stopped)
         try:
             connection.ensure_connection()
@@ -96,7 +104,7 @@ def read_ahead(make_pages, ahead: int | None = None, stop: threading.Event | Non
             yield item
     finally:
         stop.set()
-        _end(reader, held)
+        _end(reader, held, state)
 
 
 def _hand_over(pages, put, stop: _Halt) -> bool:
@@ -142,20 +150,51 @@ def _take(pages: queue.Queue, stop: _Halt):
     raise Stopped("the download was stopped")
 
 
-def _end(reader: threading.Thread, held: list) -> None:
-    """After ``stop`` is set: cancel the reader's query, if one may run (``held`` is empty once the
-    reader has run its last query), and wait for the reader (at most 5 s) unless this is the event
-    loop's thread, which must never block (the reader ends by itself)."""
+class _ReaderState:
+    in_query = False
+
+
+CANCEL_AGAIN = 0.25  # seconds: a cancel request that found the connection idle is sent again after this
+CANCEL_FOR = 5.0  # seconds: how long a stopped reader's query is cancelled again while it has not ended
+
+
+def _end(reader: threading.Thread, held: list, state: _ReaderState | None = None) -> None:
+    """After ``stop`` is set: cancel the reader's query while the reader is inside ``fetch`` (``held`` is
+    empty once the reader has run its last query), and wait for the reader (at most 5 s) unless this is
+    the event loop's thread, which must never block (the reader ends by itself).
+
+    The reader may have passed fetch's stop check just before the stop and not yet started its query:
+    a cancel request then finds the connection idle and the server ignores it, and the query would run
+    to its end (a 20 s page query did, in 2 of 4 runs of test_export_disconnect). So the cancel is sent
+    again every ``CANCEL_AGAIN`` s while the reader is still inside fetch, for at most ``CANCEL_FOR`` s."""
     if not reader.is_alive():
         return
     on_loop = _on_event_loop()
     for conn in list(held):
         if on_loop:  # a cancel request opens a connection to the server: not on the loop
-            threading.Thread(target=_cancel, args=(conn,), name="export-cancel", daemon=True).start()
+            threading.Thread(target=_cancel_while_in_query, args=(conn, state), name="export-cancel",
+                             daemon=True).start()
         else:
-            _cancel(conn)
+            _cancel_while_in_query(conn, state)
     if not on_loop:
         reader.join(timeout=5)
+
+
+def _cancel_while_in_query(conn, state: _ReaderState | None) -> None:
+    """Cancel the reader's query, and again while it is still inside fetch (its query not yet begun when
+    the first request came); once when the reader's state is not known."""
+    end = time.monotonic() + CANCEL_FOR
+    while True:
+        if state is not None and not state.in_query:
+            return
+        _cancel(conn)
+        if state is None:
+            return
+        again = time.monotonic() + CANCEL_AGAIN
+        while state.in_query and time.monotonic() < again:
+            time.sleep(0.01)
+        if time.monotonic() >= end:
+            return
 
 
 def _cancel(conn) -> None:

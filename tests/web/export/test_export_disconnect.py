@@ -310,3 +310,49 @@ def test_a_reader_past_its_last_page_query_gets_no_cancel_request(monkeypatch):
     assert cancels == []
     assert list(export_fetch.read_ahead(pages, ahead=1)) == [[(1,)], [(2,)]]
     assert not _readers() and cancels == []
+
+
+def test_a_stop_between_the_stop_check_and_the_query_still_cancels_it(monkeypatch):
+    """The race: the reader passed fetch's stop check, then the download stopped and its cancel request found
+    the connection idle (the server ignores it), then the page query began. The stopping side cancels again
+    while the reader is inside fetch, so the slowed query ends well before its 20 s (the old single cancel left
+    it running: the reader outlived the 5 s join and the query stayed in pg_stat_activity)."""
+    cancels = _counted_cancels(monkeypatch)
+    real, calls, in_window, go = export_fetch.connection, [], threading.Event(), threading.Event()
+
+    class HeldOpen:  # Django's connection, but the page query's ensure_connection waits for `go`
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def ensure_connection(self):
+            calls.append(threading.current_thread().name)
+            if len(calls) == 2:  # the reader's first is its own; the second is fetch's, past the stop check
+                in_window.set()
+                assert go.wait(10)
+            real.ensure_connection()
+
+    monkeypatch.setattr(export_fetch, "connection", HeldOpen())
+    stop = threading.Event()
+    got = export_fetch.read_ahead(lambda: iter([export_fetch.fetch(f"SELECT pg_sleep({SLOW_QUERY})", [])]),
+                                  ahead=1, stop=stop)
+    ended = []
+
+    def read():
+        try:
+            list(got)
+        except export_fetch.Stopped:
+            ended.append(time.monotonic())
+
+    caller = threading.Thread(target=read)
+    caller.start()
+    assert in_window.wait(10)  # the reader is past its stop check, its query not begun
+    stop.set()  # the download stops now: the first cancel request finds the connection idle
+    threading.Timer(0.5, go.set).start()  # then the query begins
+    began = time.monotonic()
+    caller.join(timeout=SLOW_QUERY)
+    assert ended and ended[0] - began < SLOW_QUERY / 4
+    deadline = time.monotonic() + 5
+    while (_readers() or _slow_queries_running()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _readers() and not _slow_queries_running()
+    assert len(cancels) >= 2  # the first found the connection idle; a later one cancelled the query
