@@ -100,7 +100,7 @@ class OneStepOverlap:
 
     def __init__(self, policy, cfg):
         from trainer.rollout import HFGenerator
-        from trainer.runner import MeteredGenerator
+        from trainer.rollout.metered import MeteredGenerator
 
         if getattr(policy, "roles", ()):
             raise ValueError("train.overlap one_step trains one policy; set model.policies=shared")

@@ -239,6 +239,14 @@ def _resume(client, w):
     assert response.status_code == 302 and ingest.status == Ingest.Status.QUEUED, response.content[:300]
 
 
+def _users(client, w):
+    page = client.get("/accounts/users/")
+    assert b'id="user-create"' in page.content
+    response = client.post("/accounts/users/", {"csrfmiddlewaretoken": _token(page, "form"), "action": "create",
+                                                "username": "csrf-made", "password": "pw-Long-enough-1"})
+    assert response.status_code == 302 and User.objects.filter(username="csrf-made").exists(), response.content[:300]
+
+
 def _logout(client, w):
     page = client.get("/runs/")
     assert b'action="/accounts/logout/"' in page.content
@@ -263,6 +271,7 @@ ACTIONS = {  # route -> the check that fetches the page offering it and posts wi
     "review:bulk": _bulk,
     "evals:crossplay-cancel": _crossplay_cancel,
     "corpora:resume": _resume,
+    "users": _users,
     "logout": _logout,  # last: it ends the session
 }
 READ_ONLY = {"home", "login", "corpora:index", "corpora:detail", "corpora:progress", "corpora:search",
@@ -270,6 +279,7 @@ READ_ONLY = {"home", "login", "corpora:index", "corpora:detail", "corpora:progre
              "runs:samples", "runs:ledger", "runs:trajectory", "runs:task", "review:index", "review:run-panel",
              "evals:index", "evals:job", "evals:compare", "evals:crossplay", "evals:run-panel",
              "evals:estimate",  # hx-get: the launch forms' estimate
+             "runs:when",  # hx-get: the run page's Started / heartbeat line
              *DRF_PAGES}
 
 
