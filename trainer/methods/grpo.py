@@ -17,7 +17,7 @@ Departures from the paper (DeepSeekMath's GRPO, the baseline the self-play paper
 - the system prompt asks for a boxed answer (ours), and with the math verifier a numeric gold is
   compared with the last number of an answer that boxed nothing (GSM8K's usual reading);
 - the answer budget is ``rollout.max_new_tokens`` (512 by default; ours, the paper gives 1024);
-- ``train.overlap: one_step`` (ours; auto turns it on on a GPU with >= 64 sequences a step, trainer/autotune.py):
+- ``train.overlap: one_step`` (ours, an opt-in: auto leaves it off until measured faster on a GPU, trainer/autotune.py):
   step t+1's batch is sampled by the weights before step t's update, while that update runs (trainer/overlap.py),
   so each batch trains one optimizer step after the weights that sampled it (``staleness`` 1 from the second
   step). The loss then takes the trainer's own pre-update log-probs as the PPO reference and weights each token's
