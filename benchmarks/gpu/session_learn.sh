@@ -203,7 +203,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} --set train.prompts_per_step=16 $SMALL \
         --set spice.task_max_new_tokens=768 --set gate.consensus_max_new_tokens=384 --set checkpoint.every=0 \
-        --set model.name_or_path=$Q15 --set corpus.path=$corpus $ctl
+        --set model.name_or_path=$Q15 --set corpus.path=$corpus ${SEED:+--set seed=$SEED} $ctl
       echo "== $name trained; evaluating"
       case $name in
         gs|gsc) TASKS=64 spice_eval $RUNS/$name $Q15 ;;
@@ -239,6 +239,13 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
                 $E eval --run $RUNS/$name --bench $A/me_piplay_multihop.jsonl --name piplay-multihop $S ;;
       esac
       touch $RUNS/$name.done ;;
+    ovl)  # issue 33 item 1: GRPO step with train.overlap off vs one_step on the 321M shape (bench_overlap.py), each
+          # setting twice at 8 prompts and once at 32, alternating; needs only `first` (wheels + SmolLM2 tokenizer),
+          # so it runs on a card that is idle while the model parts are staged. RESULT lines: $LOGS/ovl/results.jsonl
+      local o p
+      for p in 8 32 8; do for o in off one_step; do
+        python3 benchmarks/gpu/bench_overlap.py --overlap $o --prompts $p --steps 6 || echo "bench_overlap $o $p failed"
+      done; done ;;
     speval15) spice_eval $RUNS/spice15 $Q15 ;;
     speval05) spice_eval $RUNS/spice05 $Q05 ;;
     sspeval15) ssp_cloze ssp15; python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 --bench $A/ssp_heldout.jsonl --judged ;;
@@ -249,7 +256,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15|tta0|ttav|gs|so) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc) gpu=1 ;;
+    spice15|speval15|tta0|ttav|gs|so) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc|ovl) gpu=1 ;;
     trl05|vllmb|ttatrl|gm|sg|sc|pp) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|scc|ppc) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
@@ -274,6 +281,7 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
 
 status() {
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader
+  df -h /tmp | tail -1  # 2026-11-28: four 1.5B checkpoints (~18 GB each with optimizer state) filled the disk
   # a chain left out of every join/start is otherwise silent (2026-11-27: vllmb was staged for, never started)
   local never=""
   for j in ${CHAINS:-tta0 tta1 tta2 ttatrl ttaeval ttav vllmb}; do [ -f $LOGS/$j.pid ] || never="$never $j"; done
