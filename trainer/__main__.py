@@ -66,10 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume and not args.out:
         print("--resume needs --out DIR: the folder of the run to continue", file=sys.stderr)
         return 2
-    from trainer.checkpoint import ResumeError
+    from trainer.checkpoint import CheckpointWriteError, ResumeError
     from trainer.data import DataError
     from trainer.models import ModelNotFound
-    from trainer.runner import run
+    from trainer.runner import GpuMemoryError, run
     from trainer.sink import ConsoleSink
     from trainer.tools import CorpusError
 
@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ResumeError, ModelNotFound, DataError, CorpusError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (GpuMemoryError, CheckpointWriteError) as exc:  # the run's own failure, not its input's: what to do
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     from trainer.distributed import is_main
 
     if not is_main():

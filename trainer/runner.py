@@ -34,6 +34,27 @@ from trainer.rollout.metered import MeteredGenerator
 from trainer.sink import JsonlSink, MultiSink, NullSink
 
 
+class GpuMemoryError(RuntimeError):
+    """The GPU ran out of memory during a run; the message says at which step, what held the card's memory, which
+    settings to lower and what was kept."""
+
+
+def gpu_memory_message(cfg: Config, exc: BaseException, step: int, checkpoint: Path | None) -> str:
+    """One message for a CUDA out-of-memory error: torch's own first sentences (the allocation, the card's total
+    and free memory, and every process holding memory on it: a run beside other runs sees them named), without its
+    allocator advice, then the run's settings that size its memory and what was kept.
+    On 2026-11-28 a SCOPE run on an H200 shared with two other 1.5B runs failed this way in its update."""
+    text = " ".join(str(exc).split())
+    for cut in (" Of the allocated memory", " If reserved but unallocated"):
+        text = text.split(cut)[0]
+    text = text.rstrip(". ")
+    kept = (f"the last checkpoint {checkpoint.name} is intact: resuming continues from it" if checkpoint
+            else "no checkpoint had been written yet")
+    return (f"out of GPU memory in step {step}: {text}. Lower train.micro_batch_tokens (now "
+            f"{cfg.train.micro_batch_tokens}: the update's tokens per micro-batch) or rollout.max_new_tokens (now "
+            f"{cfg.rollout.max_new_tokens}), or give the run a GPU no other process shares; {kept}")
+
+
 @dataclass
 class RunResult:
     steps: int  # last completed step
@@ -170,7 +191,11 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
         sinks.samples(ctx.start_step, [auto_settings_event(cfg, policy, engine, ctx.start_step, overlap)])
     try:
         try:
-            get_recipe(cfg.method)(ctx)
+            try:
+                get_recipe(cfg.method)(ctx)
+            except torch.OutOfMemoryError as exc:  # say where, what held the memory and what to lower
+                raise GpuMemoryError(gpu_memory_message(cfg, exc, ctx._last_step + 1,
+                                                        latest_checkpoint(run_dir))) from exc
         except BaseException:
             with contextlib.suppress(Exception):  # a background write in flight completes: an earlier, whole step
                 ctx.wait_for_saves()
