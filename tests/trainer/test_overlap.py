@@ -99,11 +99,15 @@ def test_the_update_weights_stale_samples_by_the_capped_ratio(tiny_config, ratio
 ])
 def test_the_auto_rule(kwargs, on, monkeypatch):
     kwargs = {"supported": True, **kwargs}
-    picked, reason = pick_overlap("auto", **kwargs)  # no GPU measurement yet: off wherever it would be on
+    picked, reason = pick_overlap("auto", **kwargs)  # faster, its learning not yet compared: off wherever it would be on
     assert picked is False and reason
     if on:
-        assert "not yet measured" in reason
-    monkeypatch.setattr("trainer.autotune.OVERLAP_MEASURED_ON_GPU", True)  # the rule once a measurement says so
+        assert "measured faster on a GPU" in reason and "not yet shown" in reason
+    monkeypatch.setattr("trainer.autotune.OVERLAP_FASTER_ON_GPU", False)
+    if on:
+        assert "not yet measured faster" in pick_overlap("auto", **kwargs)[1]
+    monkeypatch.setattr("trainer.autotune.OVERLAP_FASTER_ON_GPU", True)
+    monkeypatch.setattr("trainer.autotune.OVERLAP_LEARNS_AS_WELL", True)  # the rule once a held-out run says so
     picked, reason = pick_overlap("auto", **kwargs)
     assert picked is on and reason
     assert OVERLAP_MIN_ROWS == 64 and OVERLAP_MAX_WEIGHT_SHARE == 0.1
@@ -118,8 +122,8 @@ def test_auto_is_the_default_and_a_cpu_run_leaves_it_off(tiny_config, monkeypatc
     assert resolve_overlap(cfg, "cpu") == (False, "no GPU (on a CPU generation and update want the same cores)")
     assert resolve_overlap(cfg, "cuda")[0] is False  # 2 prompts x 4 answers: under 64 sequences
     big = load_config(tiny_config(train={"prompts_per_step": 16}, rollout={"group_size": 4}))
-    assert resolve_overlap(big, "cuda")[0] is False  # the shipped default until a GPU measurement
-    monkeypatch.setattr("trainer.autotune.OVERLAP_MEASURED_ON_GPU", True)
+    assert resolve_overlap(big, "cuda")[0] is False  # the shipped default until a held-out comparison
+    monkeypatch.setattr("trainer.autotune.OVERLAP_LEARNS_AS_WELL", True)
     assert resolve_overlap(big, "cuda")[0] is True
     with pytest.raises(ConfigError, match="train.overlap"):
         load_config(tiny_config(train={"overlap": "two_step"}))
