@@ -79,8 +79,10 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 #   sg, sgc    SSP over Wikipedia, then the Solver on 300 held-out cloze items with search
 # Issue 31 item 3 (SCOPE, SCORE, pi-Play on Qwen2.5-Coder-1.5B, each beside its random-reward control): on 4 cards
 # so (full fine-tune + KL reference, the heaviest, est. ~40-45 GB) has card 0 alone and soc card 1, the LoRA runs
-# pair up: sc + pp on card 2, scc + ppc on card 3 (each run and its control: other cards, the same co-tenant); on 2
-# cards all three runs would share card 0 (start two methods at a time there). Each keeps one checkpoint
+# pair up: sc + pp on card 2, scc + ppc on card 3 (each run and its control: other cards, the same co-tenant). At most
+# TWO 1.5B runs to a card, even a 140 GB H200: with three (gm + sc + pp on card 0 of 2, 2026-11-28) SCOPE's control
+# ran out of memory in its update at step 3 (36.5 GB, beside 48.6 and 54.2 GB); on 2 cards start one method pair at a
+# time. SCOPE's steps took 107-140 s there (3 in 7 minutes), pi-Play's 34-97 s. Each keeps one checkpoint
 # (checkpoint.every=0), trains $MIN minutes, then benchmarks/gpu/method_eval.py measures base vs the last checkpoint
 # on items built from wiki_heldout.jsonl only (seeded: the same files for a run and its control):
 #   sc, scc    SCOPE (learn_scope.yaml): 200 open-ended tasks graded rubric by rubric by the frozen base
