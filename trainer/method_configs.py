@@ -618,6 +618,10 @@ class PiplaySection(MethodSection):
         4, ge=1, description="Student stage: examiner batches of train.prompts_per_step passages drawn at most per step "
         "to reach train.prompts_per_step valid questions (the paper's Student batch is 256 questions; the bound is ours).")
     format_weight: float = Field(0.5, description="Examiner reward R = r_d + format_weight * r_fmt (paper 0.5).")
+    invalid_reward: Literal["gate", "paper"] = Field(
+        "gate", description="Examiner reward of an invalid question. gate (ours): the task gate's penalties, "
+        "gate.format_penalty (-1) when no question and answer parse, gate.rule_penalty (-0.5) when a gate rule refused "
+        "it. paper: r_d = 0, so R = format_weight * r_fmt, as much as a valid question no Student attempt solved.")
     teacher_ema: float = Field(0.95, ge=0, le=1, description="Teacher EMA: theta_T <- ema*theta_T + (1-ema)*theta_S.")
     distill_lambdas: list[float] = Field(
         [0.03, 0.003, 0.002], min_length=1, description="Self-distillation weight per iteration (paper, Qwen3-4B/8B).")

@@ -349,3 +349,32 @@ def test_the_task_gate_refuses_examiner_questions_and_charges_a_template_family(
     gated = examiner_rewards(questions, 5, 0.5, template_share=True)
     assert plain[2] == pytest.approx(1.5) and gated[2] == pytest.approx(1.5 - 2 / 3)
     assert gated[4] == pytest.approx(1.5 - 1 / 3) and gated[:2] == plain[:2]
+
+
+def test_an_invalid_question_costs_the_gates_penalty_not_what_a_valid_unsolved_one_earns():
+    """Under the paper's reward an invalid question earns 0.5 r_fmt, as much as a valid question no Student attempt
+    solved (r_d = 0): on Qwen2.5-Coder-1.5B the Examiner's valid share fell 72% -> 23-41% in 7 steps, and its cut-off
+    replies rose 6% -> 38% (benchmarks/RESULTS.md, 2026-11-28). The gate's penalties give the Examiner the signal."""
+    from trainer.config import GateConfig, load_config
+    from trainer.methods.piplay import Question, examiner_rewards, gate_questions
+
+    passage = "(Title: Trier)\nTrier was founded by the Romans in 16 BC under Augustus, on the Moselle."
+
+    def q(i, question, answer, correct, r_fmt=1.0):
+        return Question(f"1:e{i}", "d", passage, 2, None, question, answer, r_fmt, correct=correct)
+
+    questions = [q(0, "Which Roman ruler's reign saw the founding of a Moselle town?", "Augustus", [False] * 5),
+                 q(1, "Which Roman ruler's reign saw the founding of a town on the Rhine?", "Drusus",
+                   [True, False, False, False, False]),
+                 q(2, "Which emperor, Augustus, founded the city?", "Augustus", [], r_fmt=1.0),  # a rule refuses it
+                 q(3, None, None, [], r_fmt=2 / 3)]  # cut off before its <question>: think + search, no tags
+    gate_questions(questions, GateConfig())
+    assert [x.valid for x in questions] == [True, True, False, False]
+    paper = examiner_rewards(questions, 5, 0.5)
+    assert paper == pytest.approx([0.5, 1.5, 0.5, 1 / 3])  # the refused question earns what the unsolved valid one does
+    gate = GateConfig()
+    gated = examiner_rewards(questions, 5, 0.5, penalties=(gate.format_penalty, gate.rule_penalty))
+    assert gated == pytest.approx([0.5, 1.5, -0.5, -1.0])
+    assert (gate.format_penalty, gate.rule_penalty) == (-1.0, -0.5)
+    section = load_config({"method": "piplay", "model": {"name_or_path": "x"}}).section
+    assert section.invalid_reward == "gate"

@@ -48,6 +48,11 @@ Departures from the paper (each a config field where it is a choice):
   of generating the whole data set up front (same distribution, no stale pool);
 - the examiner's format reward is ours (think / searches / tags, see ``examiner_format``): the
   paper points to Dr.Zero's without restating it; an unparsable question gets r_d = 0;
+- an invalid question's reward is the task gate's (``piplay.invalid_reward: gate``): gate.format_penalty (-1) when
+  no question and answer parse, gate.rule_penalty (-0.5) when a gate rule refused it. The paper's (``paper``) is
+  0.5 r_fmt with r_d = 0, as much as a valid question the Student never solves: on Qwen2.5-Coder-1.5B
+  (benchmarks/RESULTS.md, 2026-11-28) the Examiner's valid questions fell from 72% to 23-41% in 7 steps under it,
+  and its replies cut off by the budget rose from 6% to 38%, while its random-reward control stayed 56-77% valid;
 - the divergence direction is ``piplay.divergence`` (reverse KL by default, ours; the formulas
   were lost from the paper's text);
 - budgets bound the response, tool output included (the paper bounds the whole sequence: 4096
@@ -135,14 +140,24 @@ def stage_of(step: int, sec) -> tuple[int, str]:
 
 
 def examiner_rewards(questions: list[Question], n: int, format_weight: float,
-                     template_share: bool = False) -> list[float]:
-    """R = r_d + 0.5 r_fmt; an invalid question has no attempts and r_d = 0. ``template_share``: a valid question's
-    R loses its template cluster's share (the task gate; R-Zero's max(0, R - |C|/B))."""
+                     template_share: bool = False, penalties: tuple[float, float] | None = None) -> list[float]:
+    """R = r_d + 0.5 r_fmt for a valid question. An invalid one has no attempts: with ``penalties`` (format, rule)
+    =  (gate.format_penalty, gate.rule_penalty), the task gate's (``piplay.invalid_reward: gate``), R is the first
+    when no question and answer parsed (a reply cut off by its budget, broken tags) and the second when a gate rule
+    refused it; without (``paper``), r_d = 0 and R = 0.5 r_fmt, as much as a valid question no Student attempt
+    solved. ``template_share``: a valid question's R loses its template cluster's share (the task gate; R-Zero's
+    max(0, R - |C|/B))."""
     if template_share:
         return [template_penalty(r, q.cluster_share) if q.valid else r
-                for r, q in zip(examiner_rewards(questions, n, format_weight), questions)]
-    return [piplay_examiner_reward(sum(q.correct), n, q.r_fmt, format_weight) if q.valid
-            else format_weight * q.r_fmt for q in questions]
+                for r, q in zip(examiner_rewards(questions, n, format_weight, penalties=penalties), questions)]
+
+    def invalid(q: Question) -> float:
+        if penalties is None:
+            return format_weight * q.r_fmt
+        return penalties[1] if q.question and q.answer else penalties[0]
+
+    return [piplay_examiner_reward(sum(q.correct), n, q.r_fmt, format_weight) if q.valid else invalid(q)
+            for q in questions]
 
 
 def hop_mix(questions: list[Question], max_hops: int) -> dict[str, float]:
@@ -232,8 +247,10 @@ class PiPlay:
         t0 = time.perf_counter()
         questions = self.examine(step)
         self.answer(questions, self.sec.student_attempts)
-        rewards = examiner_rewards(questions, self.sec.student_attempts, self.sec.format_weight,
-                                   self.cfg.gate.template_penalty)
+        gate = self.cfg.gate
+        rewards = examiner_rewards(questions, self.sec.student_attempts, self.sec.format_weight, gate.template_penalty,
+                                   (gate.format_penalty, gate.rule_penalty) if self.sec.invalid_reward == "gate"
+                                   else None)
         adv = examiner_advantages(rewards, [q.hops for q in questions])
         samples = [Sample.from_trajectory(q.trajectory, a, role=EXAMINER, temperature=q.trajectory.temperature)
                    for q, a in zip(questions, adv)]
