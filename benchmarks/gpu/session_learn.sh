@@ -1,33 +1,46 @@
 #!/usr/bin/env bash
-# Issue 21 (b)-(d) in one machine session: the Qwen GGUFs staged part by part on a WARM machine, then the learning
-# runs started DETACHED (setsid: they outlive the call that starts them, until the machine goes back), so staging,
-# runs and evaluations overlap and no run is cut by the 10-minute call limit. One phase per device call:
-#   bundle (HERE)      gather .gpu_assets/*.jsonl and smollm2-tokenizer into .gpu_assets/first (a carry names 8
-#                      paths at most; a session of 2026-11-26 lost its vLLM benchmark to the tokenizer left behind)
+# Offline staging and detached learning jobs on an air-gapped multi-GPU node (no internet). Each call runs one
+# command on the node from the repository root, with a copy of the working tree plus at most 8 carried git-ignored
+# paths, 64 MiB in all, for at most 10 minutes; the node keeps /tmp between calls while it is held and is released
+# 30 s after a call ends with no new call. So the Qwen GGUFs (0.5-1.1 GB) and vLLM travel in parts, and the runs start
+# DETACHED (setsid): they outlive the call that starts them, so staging, runs and evaluations overlap and no run is
+# cut at 10 minutes. From the first `join` on, keep a `watch` call running at all times: a released node takes its
+# detached jobs with it. Phases, one per call:
+#   bundle (dev machine) gather .gpu_assets/*.jsonl and .gpu_assets/smollm2-tokenizer into .gpu_assets/first (a call
+#                      carries 8 paths at most; the vLLM benchmarks need the tokenizer, so it goes in the first call)
 #   first              carry .gpu_wheels and .gpu_assets/first: wheels into /tmp/site, the assets into .gpu_assets/
-#                      (parts: `stage_gguf.py split NAME` sizes them to fit beside the working tree, now ~15 MiB)
-#   part               carry the next part folder(s) (.gpu_assets/stage/<model>/pNN)
+#   part               carry the next model part folder (.gpu_assets/stage/<model>/pNN; one part of each of two models
+#                      fits): parked in /tmp/gguf_parts
 #   vpart              carry the next vLLM part (.gpu_vllm/pN, then .gpu_vllm/deps): benchmarks/gpu/vllm_stage.sh
-#   join MODEL [JOB..] check + import a staged model into /tmp/models/MODEL, then start JOBs (detached)
+#   join MODEL [JOB..] check + import a staged model into /tmp/models/MODEL, then start JOBs (detached); a join call
+#                      that carries parts too (its model's last, the next model's first) parks them first:
+#                      `python3 benchmarks/gpu/stage_gguf.py collect && bash benchmarks/gpu/session_learn.sh join ...`
 #   start JOB...       start jobs in the background (see `chain` below); MIN=13 (env) = a run's training minutes
+#   stop JOB...        stop a job gone wrong (a run's own time limit is what ends it with a checkpoint)
 #   watch SECS         wait SECS while the jobs run; then status, curves and the packed run folders in $OUT
-#   run(command="bash benchmarks/gpu/session_learn.sh first", carry=[".gpu_wheels", ".gpu_assets/first"])
-# The calls of the 2026-11-27 session (4 x H100, 29 device-minutes), in order, with vllmb where it belonged:
-#   first (kind nvidia-h100-x4) -> part x11 (0.5B p01..p11) ->
-#   `GRPO_MIN=10 GRPO1_MIN=8 TRL_MIN=10 ... join qwen2.5-coder-0.5b-instruct grpo05 trl05 grpo05s1 vllmb`
-#   (carrying the 1.5B's p01, `stage_gguf.py collect` first) -> part x23 (1.5B p02..p24) ->
-#   `MIN=13 ... join qwen2.5-coder-1.5b-instruct spice15 ssp15` (carrying p24) -> vpart x4 (deps, p0, p1, p2) ->
-#   watch 480 -> watch 530 -> watch 225 (status says which chains never started) -> give_back.
-# The calls of the second 2026-11-27 session (4 x H100, 24 device-minutes; time to accuracy + vllmb), in order:
-#   first -> part x12 (0.5B p01..p12, the last with `stage_gguf.py collect &&` before) ->
-#   `TTA_MIN=10 TTA2_MIN=5 TTAV_MIN=6 ... join qwen2.5-coder-0.5b-instruct tta0 tta1 ttatrl ttaeval tta2 ttav vllmb` ->
-#   vpart x4 (p0, p1, p2, then p3 with deps; `FIRST_MB=40 REST_MB=40 vllm_pack.sh`: the tree is 20.6 MiB) ->
-#   watch 90 -> watch 240 -> watch 270 -> watch 270 -> watch 150 -> watch 40 -> give_back.
-#   HERE afterwards: `benchmarks/gpu/trim_run.py` makes each run folder small enough for examples/runs/.
-# The machine goes back after 30 s idle: from the joins on, a `watch` call must always be running.
+# On the dev machine first: benchmarks/gpu/stage_wheels.sh, learn_assets.sh, gsm8k_split.py, then `bundle`;
+# `python benchmarks/gpu/stage_gguf.py split MODEL` for each model; for vLLM, vllm_deps.sh then vllm_pack.sh
+# (FIRST_MB / REST_MB: parts that fit beside the working tree, e.g. 40 / 40 with a 20 MiB tree).
+# Optional: .gpu_code, a snapshot of the committed tree (see `job`), carried with the first join or start, becomes
+# /tmp/code, the code every job runs, so a later call's working tree never changes a running job's modules.
+# Fewer part calls: `stage_gguf.py split` sizes the parts to what the working tree leaves of 64 MiB, and the tree's
+# largest items are the example runs (~25 MiB) and plotly (~4.6 MiB), which no job on the node needs. Moved out of the
+# tree while staging, the parts grow from 28 to 57 MiB and the 1.5B takes 19 part calls instead of 39:
+#   mkdir -p ../staging-aside && mv examples/runs static/vendor/plotly.min.js ../staging-aside/
+#   python benchmarks/gpu/stage_gguf.py split qwen2.5-coder-1.5b-instruct      # split AFTER moving them
+#   ... every part call ...
+#   mv ../staging-aside/runs examples/ && mv ../staging-aside/plotly.min.js static/vendor/   # after the last part call
+# Keep them out until the last part has been carried: a part sized to the small tree no longer fits beside the full one.
+# An order of calls (0.5B runs while the 1.5B is staged; the vLLM jobs wait for `vpart`):
+#   first (carrying the 0.5B's p01 too: `split` makes p01 smaller for that) -> part (0.5B p02 .. its last but one) ->
+#   `GRPO_MIN=10 TRL_MIN=10 join qwen2.5-coder-0.5b-instruct grpo05 trl05 grpo05s1 vllmb` (carrying the 0.5B's last part and the 1.5B's p01) -> part (the 1.5B's next parts) ->
+#   `MIN=13 join qwen2.5-coder-1.5b-instruct spice15 ssp15` (carrying its last part) -> vpart (each vLLM part, then
+#   deps) -> watch 540 -> watch 540 ... until status shows every job ended (and which chains never started).
+#   `split` prints how many parts each model takes.
+# Afterwards, on the dev machine: benchmarks/gpu/trim_run.py makes each run folder small enough for examples/runs/.
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
-if [ "$phase" = bundle ]; then  # HERE, after learn_assets.sh, gsm8k_split.py and stage_wheels.sh
+if [ "$phase" = bundle ]; then  # dev machine, after learn_assets.sh, gsm8k_split.py and stage_wheels.sh
   rm -rf .gpu_assets/first && mkdir -p .gpu_assets/first
   cp .gpu_assets/*.jsonl .gpu_assets/first/ && cp -r .gpu_assets/smollm2-tokenizer .gpu_assets/first/
   du -sh .gpu_assets/first .gpu_wheels; exit
@@ -50,7 +63,8 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
   echo "started $name on GPU $gpu (pid $!)"
 }
 
-# One chain of jobs per GPU of a 4-GPU machine (nvidia-h100-x4); each chain runs its steps in order, detached:
+# One chain of jobs per GPU of a 4-GPU node (on a 2-GPU node a job's GPU is its number modulo 2; GPU=N overrides);
+# each chain runs its steps in order, detached:
 #   spice15  (GPU 0): SPICE on the 1.5B over Wikipedia for $MIN minutes, then spice_eval.py (cross-play base vs
 #                     the last checkpoint on held-out documents, GSM8K, cloze)
 #   grpo05   (GPU 1): ours, GRPO on GSM8K items 0-659 for $GRPO_MIN minutes, checkpoints evaluated on 660-1318
@@ -62,7 +76,7 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 #   sspq     (GPU 3): ssp_eval.py make-questions with the base 1.5B for $SSPQ_MIN minutes
 #   spicem15 (GPU 3, after sspq): SPICE on the 1.5B over the GSM8K-solutions corpus (items 0-659) for $MATH_MIN
 #                     minutes, then cross-play on documents 660-1318 and GSM8K items 660-1318
-# Time to accuracy with checkpoints at fixed training times (issue 22 item 3, the 2026-11-27 second session):
+# Time to accuracy, with checkpoints at fixed training times:
 #   tta0, tta1 (GPU 0, 1): ours, seeds 0 and 1, $TTA_MIN minutes, a checkpoint every minute of training time
 #   ttatrl     (GPU 2):    TRL GRPOTrainer, the same budget, a checkpoint every 60 s of training time
 #   ttaeval    (GPU 3):    learn_run.py watch: evaluates every checkpoint of the tta runs as it comes, on a GPU of
@@ -70,28 +84,30 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 #   tta2       (GPU 1, after tta1): ours, seed 2, $TTA2_MIN minutes (a third seed over the early part of the curve)
 #   ttav       (GPU 0, after tta0 and once vLLM is staged): ours with rollout.backend=vllm for $TTAV_MIN minutes
 #   vllmb      (GPU 2) then runs after ttatrl
-# Issue 30 item 5 (task gate + random-reward controls, Qwen2.5-Coder-1.5B; on a 2-GPU machine a job's GPU is its
-# number modulo 2, so gs / gm / sg share card 0 and their controls gsc / gmc / sgc card 1). Each keeps one checkpoint,
-# its last (checkpoint.every=0): a 1.5B checkpoint with its optimizer state is ~18 GB, and on 2026-11-28 four runs
-# with SSP's every-10-steps checkpoints filled the disk, so gmc's final checkpoint could not be written:
+#   e.g. `TTA_MIN=10 TTA2_MIN=5 TTAV_MIN=6 join qwen2.5-coder-0.5b-instruct tta0 tta1 ttatrl ttaeval tta2 ttav vllmb`
+# The task gate beside random-reward controls, Qwen2.5-Coder-1.5B (on a 2-GPU node gs / gm / sg share card 0 and
+# their controls gsc / gmc / sgc card 1; SEED=N sets the seed of the SPICE ones):
 #   gs, gsc    SPICE over Wikipedia, then spice_eval (cross-play, GSM8K, cloze)
 #   gm, gmc    SPICE over GSM8K items 0-659 (problem + worked solution as documents), then GSM8K items 660-1318
 #   sg, sgc    SSP over Wikipedia, then the Solver on 300 held-out cloze items with search
-# Issue 31 item 3 (SCOPE, SCORE, pi-Play on Qwen2.5-Coder-1.5B, each beside its random-reward control): on 4 cards
-# so (full fine-tune + KL reference, the heaviest, est. ~40-45 GB) has card 0 alone and soc card 1, the LoRA runs
-# pair up: sc + pp on card 2, scc + ppc on card 3 (each run and its control: other cards, the same co-tenant). At most
-# TWO 1.5B runs to a card, even a 140 GB H200: with three (gm + sc + pp on card 0 of 2, 2026-11-28) SCOPE's control
-# ran out of memory in its update at step 3 (36.5 GB, beside 48.6 and 54.2 GB); on 2 cards start one method pair at a
-# time. SCOPE's steps took 107-140 s there (3 in 7 minutes), pi-Play's 34-97 s. Each keeps one checkpoint
-# (checkpoint.every=0), trains $MIN minutes, then benchmarks/gpu/method_eval.py measures base vs the last checkpoint
-# on items built from wiki_heldout.jsonl only (seeded: the same files for a run and its control):
+# SCOPE, SCORE, pi-Play on Qwen2.5-Coder-1.5B, each beside its random-reward control: on 4 cards so (SCORE: full
+# fine-tune + KL reference, the heaviest, est. ~40-45 GB) has card 0 alone and soc card 1, the LoRA runs pair up:
+# sc + pp on card 2, scc + ppc on card 3 (each run and its control: other cards, the same co-tenant). Each trains
+# $MIN minutes, then benchmarks/gpu/method_eval.py measures base vs the last checkpoint on items built from
+# wiki_heldout.jsonl only (seeded: the same files for a run and its control):
 #   sc, scc    SCOPE (learn_scope.yaml): 200 open-ended tasks graded rubric by rubric by the frozen base
 #              (scope-open), then 300 cloze items answered with search (scope-cloze)
 #   so, soc    SCORE (learn_score.yaml): reports on 200 held-out queries, a fixed 5-criterion rubric, frozen-base
 #              grader (score-reports)
 #   pp, ppc    pi-Play (learn_piplay.yaml): 200 2-hop bridge questions, answered with search (piplay-multihop)
-#   e.g. `MIN=12 ... join qwen2.5-coder-1.5b-instruct sc scc so soc pp ppc` (4 x H100), then watch calls
-# spice05 / speval15 / speval05 / sspeval15 remain for a session that runs them on their own (GPU=N to choose).
+#   e.g. `MIN=12 join qwen2.5-coder-1.5b-instruct sc scc so soc pp ppc` (4 cards), then watch calls
+# Rules for the 1.5B jobs (gs..sgc, sc..ppc):
+#   - at most TWO 1.5B runs to a card, even a 140 GB H200: with three, the third runs out of memory in its update;
+#     on 2 cards start one method pair at a time. Steps of two runs sharing an H200: SCOPE 107-140 s, pi-Play 34-97 s.
+#   - one checkpoint per run, its last (checkpoint.every=0): a 1.5B checkpoint with its optimizer state is ~18 GB,
+#     and four runs checkpointing every 10 steps fill the node's disk before their final checkpoints.
+# ovl (GPU 1) needs only `first` (wheels + SmolLM2 tokenizer), so it can use a card while the model parts are staged.
+# spice05 / speval15 / speval05 / sspeval15 run one step on its own (GPU=N to choose).
 waitfor() {  # waitfor JOB: until JOB's process has ended
   while [ -f $LOGS/$1.pid ] && kill -0 "$(cat $LOGS/$1.pid)" 2>/dev/null; do sleep 5; done
 }
@@ -108,7 +124,7 @@ ssp_cloze() {  # ssp_cloze RUN_NAME: the Solver (base + checkpoints) on 300 held
   python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/$1 --bench $A/ssp_cloze_$1.jsonl --name ssp-cloze
 }
 
-vllm_benches() {  # issue 22 item 2: the same 321M GRPO step (8 x 8 x 256 forced) four ways on one card; needs
+vllm_benches() {  # the same 321M GRPO step (8 x 8 x 256 forced) four ways on one card; needs
                   # .gpu_assets/smollm2-tokenizer carried (the 321M model's tokenizer) and ~2 GB of free disk
   export VLLM_USE_FLASHINFER_SAMPLER=0
   python3 benchmarks/gpu/bench_trl.py --vllm
@@ -141,10 +157,10 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=4096 --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl
       echo "== ssp15 trained; held-out cloze with search (no Proposer needed)"; ssp_cloze $name
-      waitfor sspq  # held-out Proposer questions, where a session made them (sspq)
+      waitfor sspq  # held-out Proposer questions, where sspq made them
       [ -f $A/ssp_heldout.jsonl ] && python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/$name \
         --bench $A/ssp_heldout.jsonl --judged ;;
-    grpo05|grpo05s1)  # issue 21 (a) / issue 22 item 3: ours, the time-to-accuracy run beside trl05 (same card kind),
+    grpo05|grpo05s1)  # ours, GRPO time to accuracy beside trl05 (the same kind of card),
                       # checkpoints every 20 steps evaluated as they come; grpo05s1 = a second seed, after grpo05
       local seed=0 gmin=${GRPO_MIN:-10}
       [ $name = grpo05s1 ] && { echo "== grpo05s1: waiting for grpo05 (same GPU)"; waitfor grpo05; seed=1
@@ -196,7 +212,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       done
       cp $RUNS/$r/config.yaml $RUNS/$r/metrics.jsonl $keep/
       python3 benchmarks/gpu/learn_run.py eval --run $keep --bench $A/gsm8k_heldout.jsonl --scoring math ;;
-    gs|gsc|gm|gmc)  # issue 30: SPICE through the task gate (shipped defaults: consensus reader, guess probe, template
+    gs|gsc|gm|gmc)  # SPICE through the task gate (shipped defaults: consensus reader, guess probe, template
                     # penalty, chance correction, -1/-0.5 penalties, thinking Challenger, 128-trajectory mini-batches),
                     # Qwen2.5-Coder-1.5B, one run per GPU; gsc / gmc: the same config with --control random-reward
       local corpus=$A/wiki.jsonl ctl=""
@@ -212,7 +228,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
         gm|gmc) spice_eval $RUNS/$name $Q15 $A/gsm8k_docs_heldout.jsonl $A/gsm8k_heldout.jsonl gsm8k_heldout 0 64 ;;
       esac
       touch $RUNS/$name.done ;;
-    sg|sgc)  # issue 30 item 5c: SSP with the task gate's defaults (copy ratio against the search results, template
+    sg|sgc)  # SSP with the task gate's defaults (copy ratio against the search results, template
              # penalty) and the Proposer's prompt showing a whole reply, Qwen2.5-Coder-1.5B over Wikipedia; sgc: the
              # same config with --control random-reward (the Solver's reward a coin; the Proposer's from the coins)
       local ctl=""
@@ -222,7 +238,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
         --set corpus.path=$A/wiki.jsonl --set checkpoint.every=0 $ctl
       echo "== $name trained; held-out cloze with search"; ssp_cloze $name
       touch $RUNS/$name.done ;;
-    sc|scc|so|soc|pp|ppc)  # issue 31 item 3 (header): method + its random-reward control, then method_eval.py
+    sc|scc|so|soc|pp|ppc)  # (header) method + its random-reward control, then method_eval.py
       local m ctl="" E="python3 benchmarks/gpu/method_eval.py" H=$A/wiki_heldout.jsonl
       case $name in sc*) m=scope ;; so*) m=score ;; pp*) m=piplay ;; esac
       case $name in scc|soc|ppc) ctl="--set train.control=random-reward" ;; esac
@@ -241,7 +257,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
                 $E eval --run $RUNS/$name --bench $A/me_piplay_multihop.jsonl --name piplay-multihop $S ;;
       esac
       touch $RUNS/$name.done ;;
-    ovl)  # issue 33 item 1: GRPO step with train.overlap off vs one_step on the 321M shape (bench_overlap.py), each
+    ovl)  # GRPO step with train.overlap off vs one_step on the 321M shape (bench_overlap.py), each
           # setting twice at 8 prompts and once at 32, alternating; needs only `first` (wheels + SmolLM2 tokenizer),
           # so it runs on a card that is idle while the model parts are staged. RESULT lines: $LOGS/ovl/results.jsonl
       local o p
@@ -267,13 +283,13 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|sg|sgc|sc|scc|so|soc|pp|ppc)
     rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
-  # the code a job runs: /tmp/code, a snapshot of the committed tree (carried as .gpu_code, made HERE by
+  # the code a job runs: /tmp/code, a snapshot of the committed tree (carried as .gpu_code, made on the dev machine by
   # `git archive HEAD trainer benchmarks/gpu ... | tar -x -C .gpu_code`), so that a later call's copy of a working
   # tree with uncommitted edits never changes the modules of a running job
   if [ -d .gpu_code/trainer ] && [ ! -d /tmp/code/trainer ]; then cp -r .gpu_code /tmp/code; fi
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
-  # (the assets' relative defaults, .gpu_assets/..., resolve there through a link: 2026-11-28's SSP evaluations
-  # failed on `make-cloze --docs .gpu_assets/wiki_heldout.jsonl` run from /tmp/code without it)
+  # (the assets' relative defaults, .gpu_assets/..., resolve there through a link: without it a script's default
+  # such as `make-cloze --docs .gpu_assets/wiki_heldout.jsonl` finds nothing when run from /tmp/code)
   [ -d /tmp/code/trainer ] && { ln -sfn $PWD/.gpu_assets /tmp/code/.gpu_assets
                                 pre="cd /tmp/code; export PYTHONPATH=/tmp/site:/tmp/code; $pre"; }
   detach $name ${GPU:-$gpu} bash -c "$(declare -f waitfor spice_eval ssp_cloze vllm_benches chain)
@@ -283,8 +299,8 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
 
 status() {
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader
-  df -h /tmp | tail -1  # 2026-11-28: four 1.5B checkpoints (~18 GB each with optimizer state) filled the disk
-  # a chain left out of every join/start is otherwise silent (2026-11-27: vllmb was staged for, never started)
+  df -h /tmp | tail -1  # a 1.5B checkpoint with its optimizer state is ~18 GB: four of them fill the disk
+  # a chain left out of every join/start is otherwise silent (CHAINS: the jobs expected to start)
   local never=""
   for j in ${CHAINS:-tta0 tta1 tta2 ttatrl ttaeval ttav vllmb}; do [ -f $LOGS/$j.pid ] || never="$never $j"; done
   echo "== never started:${never:- none}"
