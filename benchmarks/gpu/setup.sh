@@ -1,8 +1,8 @@
-# Source on the GPU machine, from the repository root:  source benchmarks/gpu/setup.sh
-# Installs the carried wheels (.gpu_wheels/, built/downloaded by benchmarks/gpu/stage_wheels.sh)
-# into /tmp/site without touching the image's packages, and sets the environment.
-# Once per warm machine: a later call (the wheels stay in the repo copy there) skips the install, so jobs that
-# are still running never see their packages replaced under them.
+# Source on the air-gapped GPU node, from the repository root:  source benchmarks/gpu/setup.sh
+# Installs the carried wheels (.gpu_wheels/, built/downloaded offline by benchmarks/gpu/stage_wheels.sh)
+# into /tmp/site without touching the image's packages, and sets the environment (offline Hugging Face, $OUT).
+# Once per node while it is held: a later call with the same wheels skips the install, so jobs that are still
+# running never see their packages replaced under them.
 WHEELS_ID=$(ls .gpu_wheels/*.whl 2>/dev/null | md5sum | cut -c1-12)
 if [ -f /tmp/site/.wheels-$WHEELS_ID ]; then
   :
@@ -15,7 +15,7 @@ elif [ ! -d /tmp/site/deepspeed ]; then
 fi
 export PYTHONPATH=/tmp/site:$PWD
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-# NVLink multicast stays off on these shared hosts (device README)
+# NVLink multicast off for NCCL, torch symmetric memory and NVSHMEM, as the GPU hosts require
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OUT=${OUT:-/tmp/bench_out}; mkdir -p "$OUT"
 python3 - <<'PY'

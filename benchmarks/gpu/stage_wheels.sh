@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Run HERE (the dev machine), from the repository root: builds/downloads what the GPU machine lacks
-# into .gpu_wheels/ (git-ignored; a device call carries it with carry=[".gpu_wheels", ".gpu_assets"]).
+# Offline staging for an air-gapped GPU node: run on the dev machine (with internet), from the repository root.
+# Builds/downloads the python 3.12 manylinux x86_64 wheels the GPU image lacks (DeepSpeed built with DS_BUILD_OPS=0,
+# trl, datasets, pydantic, math-verify, gguf, ...) into .gpu_wheels/ (git-ignored, ~7 MiB) and SmolLM2's tokenizer
+# into .gpu_assets/smollm2-tokenizer. Carry .gpu_wheels in the first call to the node; benchmarks/gpu/setup.sh
+# installs it into /tmp/site there.
 set -euo pipefail
 mkdir -p .gpu_wheels .gpu_assets
 DS_BUILD_OPS=0 .venv/bin/pip wheel --no-deps --no-build-isolation deepspeed==0.19.8 -w .gpu_wheels/

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# HERE, from the repo root: download the vLLM 0.24.0 wheel into .gpu_vllm/ and the dependency wheels the
-# device image lacks into .gpu_vllm/deps/ (the list and pins found by trial, see RESULTS.md "vLLM backend").
-# Then `bash benchmarks/gpu/vllm_pack.sh` slims and splits the vLLM wheel into call-sized parts.
+# Offline staging of vLLM for an air-gapped GPU node: run on the dev machine (with internet), from the repo root.
+# Downloads the vLLM 0.24.0 wheel into .gpu_vllm/ and the dependency wheels the GPU image lacks into
+# .gpu_vllm/deps/ (the list and pins: what vLLM 0.24.0 imports on top of the image; RESULTS.md "vLLM backend").
+# Then `bash benchmarks/gpu/vllm_pack.sh` slims and splits the vLLM wheel into parts that fit one call each.
 set -euo pipefail
 mkdir -p .gpu_vllm/deps
 PIP=${PIP:-.venv/bin/pip}

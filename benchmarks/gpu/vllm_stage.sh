@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Staging vLLM (too large for one call) on a WARM GPU machine, one part per call, from the repo root:
+# Offline staging of vLLM on an air-gapped GPU node (the wheel is too large for one 64 MiB call), one part per call,
+# from the repo root:
 #   bash benchmarks/gpu/vllm_stage.sh        (each call carries one folder .gpu_vllm/pN/ holding partN)
-# Parts accumulate in /tmp/vllm_parts (the machine keeps /tmp while warm). When every part named in
+# Parts accumulate in /tmp/vllm_parts (the node keeps /tmp between calls while held). When every part named in
 # benchmarks/gpu/vllm_manifest.txt is there and the sha256 matches, the slimmed vLLM 0.24.0 wheel is
 # unpacked into /tmp/site and the dependency wheels carried in .gpu_vllm/deps/ are installed there.
-# Prints "VLLM_STAGED" when vLLM is in place. Build the parts HERE with benchmarks/gpu/vllm_pack.sh.
+# Prints "VLLM_STAGED" when vLLM is in place. Build the parts on the dev machine with benchmarks/gpu/vllm_pack.sh.
 mkdir -p /tmp/vllm_parts /tmp/site
 for f in .gpu_vllm/p*/part*; do [ -f "$f" ] && cp -n "$f" /tmp/vllm_parts/; done
 read -r SUM PARTS < <(head -1 benchmarks/gpu/vllm_manifest.txt)
