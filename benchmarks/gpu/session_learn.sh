@@ -32,8 +32,9 @@
 #   mv ../staging-aside/runs examples/ && mv ../staging-aside/plotly.min.js static/vendor/   # after the last part call
 # Keep them out until the last part has been carried: a part sized to the small tree no longer fits beside the full one.
 # An order of calls (0.5B runs while the 1.5B is staged; the vLLM jobs wait for `vpart`):
-#   first (carrying the 0.5B's p01 too: `split` makes p01 smaller for that) -> part (0.5B p02 .. its last but one) ->
-#   `GRPO_MIN=10 TRL_MIN=10 join qwen2.5-coder-0.5b-instruct grpo05 trl05 grpo05s1 vllmb` (carrying the 0.5B's last part and the 1.5B's p01) -> part (the 1.5B's next parts) ->
+#   first (carrying the 0.5B's p01 too: `split` makes p01 smaller for that) -> part (0.5B p02 .. its last but one)
+#   -> `GRPO_MIN=10 TRL_MIN=10 join qwen2.5-coder-0.5b-instruct grpo05 trl05 grpo05s1 vllmb` (carrying the 0.5B's
+#   last part and the 1.5B's p01) -> part (the 1.5B's next parts) ->
 #   `MIN=13 join qwen2.5-coder-1.5b-instruct spice15 ssp15` (carrying its last part) -> vpart (each vLLM part, then
 #   deps) -> watch 540 -> watch 540 ... until status shows every job ended (and which chains never started).
 #   `split` prints how many parts each model takes.

