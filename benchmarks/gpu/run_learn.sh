@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One machine session for issue "GPU" (re-measure + Learn), one phase per device call on a WARM machine
-# (it keeps /tmp between calls while warm; the next call must come within its idle window):
+# The GRPO-step measurements against TRL and the SPICE Learn run on SmolLM2-135M (benchmarks/gpu/learn.py), on an
+# air-gapped GPU node: one phase per call, back to back (the node keeps /tmp between calls while held and is released
+# 30 s after a call ends; a call carries 64 MiB), e.g. c1, graphs, stage, c3, gguf, train, eval. Stage on the dev
+# machine first: stage_wheels.sh, learn_assets.sh, vllm_deps.sh + vllm_pack.sh.
 #   c1     carry .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_assets/wiki.jsonl .gpu_vllm/p0:
 #          stage, then TRL's GRPO step (the anchor of every ratio) and the update MFU with 16k-token packed
 #          micro-batches
@@ -10,7 +12,7 @@
 #   train  carry .gpu_assets/gguf2: SmolLM2 imported, the SPICE Learn run (MINUTES, default 7.5)
 #   eval   cross-play matrix + held-out cloze + GSM8K, base vs checkpoints
 #   graphs decode eager vs CUDA graphs, GRPO step ours (hf backend, graphs) - compared with c1's TRL
-#   run(command="bash benchmarks/gpu/run_learn.sh c1", carry=[...])
+#   e.g. `bash benchmarks/gpu/run_learn.sh c1` with the paths of c1 carried
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
 source benchmarks/gpu/steps.sh

@@ -1,4 +1,4 @@
-# Sourced by the device-call scripts (run_*.sh): `step NAME SECONDS script args...` runs one benchmark
+# Sourced by the phase scripts run_learn.sh and run_measure.sh: `step NAME SECONDS script args...` runs one benchmark
 # script under a time limit, its output in $OUT/NAME.log, and prints its rc, seconds and RESULT lines
 # (STEP_GREP adds patterns; on failure the log's tail).
 step() {
@@ -12,7 +12,7 @@ step() {
   return 0
 }
 
-# The start of every phase of a warm-machine session (run_learn.sh, run_measure.sh): the carried vLLM part
+# The start of every phase on the GPU node (run_learn.sh, run_measure.sh): the carried vLLM part
 # (if any) staged, the carried wheels installed (benchmarks/gpu/setup.sh), the environment set.
 session_setup() {
   bash benchmarks/gpu/vllm_stage.sh 2>/dev/null | tail -1
