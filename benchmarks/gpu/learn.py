@@ -1,6 +1,6 @@
-"""Issue "GPU", part "Learn": does SPICE on SmolLM2-135M-Instruct learn anything in minutes of one GPU?
+"""Does SPICE on SmolLM2-135M-Instruct learn anything in minutes of one GPU? (run_learn.sh's gguf, train, eval)
 
-Three sub-commands, run on the device from the repository root after ``source benchmarks/gpu/setup.sh``
+Three sub-commands, run on the GPU node from the repository root after ``source benchmarks/gpu/setup.sh``
 (and vLLM staged: benchmarks/gpu/vllm_stage.sh):
 
     python benchmarks/gpu/learn.py model            # GGUF parts (.gpu_assets/gguf*/part*) -> /tmp/models/smollm2-135m-instruct
@@ -43,7 +43,7 @@ HELDOUT = ROOT / ".gpu_assets" / "wiki_heldout.jsonl"
 # ---- model ----------------------------------------------------------------------------------------
 
 def cmd_model(args) -> None:
-    """Join the carried GGUF parts (each call carried one folder .gpu_assets/ggufN/partN) and import it."""
+    """Join the carried GGUF parts (one folder .gpu_assets/ggufN/partN a call) and import it."""
     from trainer.models import import_gguf
 
     parts_dir = Path("/tmp/gguf_parts")

@@ -1,5 +1,5 @@
-"""A learning run on the GPU machine with the product's own commands, and its checkpoints evaluated as they
-come (issue 21). Run from the repository root after ``source benchmarks/gpu/setup.sh``:
+"""A learning run on a GPU node with the product's own commands, and its checkpoints evaluated as they
+come. Run from the repository root after ``source benchmarks/gpu/setup.sh``:
 
     python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_grpo_gsm8k.yaml --run /tmp/runs/grpo \
         --minutes 8 --bench .gpu_assets/gsm8k_heldout.jsonl --set model.name_or_path=/tmp/models/q05
@@ -9,7 +9,7 @@ come (issue 21). Run from the repository root after ``source benchmarks/gpu/setu
         --keep /tmp/keep --until /tmp/runs/a.done --until /tmp/runs/b.done --bench .gpu_assets/gsm8k_heldout.jsonl
 
 ``train`` starts ``python -m trainer run CONFIG --out RUN`` (``--resume`` when RUN has a checkpoint) with
-``train.time_limit_minutes`` so it stops with a checkpoint inside this call, and meanwhile evaluates the base
+``train.time_limit_minutes`` so it stops with a checkpoint within its budget, and meanwhile evaluates the base
 model (step 0) and every new checkpoint on ``--bench`` with ``trainer.evaluate`` (greedy, the CUDA-graph
 decode, 95% bootstrap interval), on the same GPU. Results go to ``RUN/evals.jsonl`` (one line per
 checkpoint and benchmark: step, checkpoint, benchmark, scoring, n, score, ci_low, ci_high, seconds, and

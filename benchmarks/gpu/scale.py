@@ -1,4 +1,4 @@
-"""Scale-out benchmark driver (issue "Scale-out"), run on a lent multi-GPU host from the repo root.
+"""Scale-out benchmark driver: the same SPICE run on 1, 2 and 4 GPUs of one host, run there from the repo root.
 
     python benchmarks/gpu/scale.py model                       # write /tmp/models/llama-1.5b once
     python benchmarks/gpu/scale.py run NAME GPUS [KEY=VALUE ...]  # one SPICE run, $OUT/NAME/

@@ -1,16 +1,20 @@
-"""Stage a bundled model's GGUF on the GPU machine in call-sized parts, checksum included.
+"""Offline staging of a bundled model's GGUF onto an air-gapped GPU node, in parts of one call each, with a checksum.
 
-A device call carries at most 64 MiB (code included), and the Qwen GGUFs are 0.5-1.1 GB, so the file
-travels in parts, one folder per call, into /tmp of a WARM machine (it keeps /tmp between calls while
-warm: the next call must come within its idle window), and is joined and imported there.
+A call to the node carries at most 64 MiB, the working tree included, and the Qwen GGUFs are 0.5-1.1 GB, so the
+file travels in parts, one folder per call, into /tmp of the node (kept between calls while the node is held; it is
+released 30 s after a call ends with no new call), and is joined and imported there.
 
-HERE (the dev machine, repository root)::
+``split`` sizes the parts to what the working tree leaves of 64 MiB (less a 2 MiB margin), measured when it runs:
+moving large files that the node does not need out of the tree before splitting (session_learn.sh's header: the
+example runs and plotly) makes the parts larger and fewer; keep them out until the last part has been carried.
+
+On the dev machine (repository root)::
 
     python benchmarks/gpu/stage_gguf.py split qwen2.5-coder-0.5b-instruct  # -> .gpu_assets/stage/<name>/p01 ... pNN
     # prints how many calls it takes; benchmarks/gpu/stage/<name>.json gets sha256, size and part sizes.
     # Several models can be split side by side (each in its own folder, part files named after the model).
 
-THERE (each call carries the next .gpu_assets/stage/<name>/pNN, or one part of each of two models)::
+On the GPU node (each call carries the next .gpu_assets/stage/<name>/pNN, or one part of each of two models)::
 
     python3 benchmarks/gpu/stage_gguf.py collect                 # copies the carried part(s) into /tmp/gguf_parts
     python3 benchmarks/gpu/stage_gguf.py join qwen2.5-coder-0.5b-instruct --dest /tmp/models/qwen2.5-coder-0.5b-instruct
@@ -44,11 +48,11 @@ def gguf_source(name: str) -> tuple[list[Path], int]:
     return parts, sum(p.stat().st_size for p in parts)
 
 
-CALL_MIB = 64  # what one device call may carry: the working tree plus the carried paths
+CALL_MIB = 64  # what one call to the GPU node may carry: the working tree plus the carried paths
 
 
 def tree_mib() -> float:
-    """MiB of the working tree a device call sends (tracked files; untracked ones not ignored travel too)."""
+    """MiB of the working tree a call sends (tracked files present on disk; untracked ones not ignored travel too)."""
     import subprocess
 
     names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
@@ -57,8 +61,7 @@ def tree_mib() -> float:
 
 
 def part_mib(margin: float = 2.0) -> int:
-    """The largest part that fits one call beside the working tree (it grew to 13 MiB with the run examples, and
-    a 53 MiB part no longer fit)."""
+    """The largest part (whole MiB) that fits one call beside the working tree as it is now."""
     return int(CALL_MIB - tree_mib() - margin)
 
 

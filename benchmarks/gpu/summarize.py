@@ -1,4 +1,4 @@
-"""Print the short table of $OUT/results.jsonl (the last thing each device call prints)."""
+"""Print the short table of $OUT/results.jsonl (the last thing each phase of run_learn.sh / run_measure.sh prints)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
-"""A GPU run folder made small enough to ship in examples/runs/ (HERE, after a session's runs.tgz is unpacked):
+"""A GPU run folder made small enough to ship in examples/runs/ (on the dev machine, after
+session_learn.sh's runs.tgz is unpacked):
 
     python benchmarks/gpu/trim_run.py /tmp/gpu/runs/tta0 examples/runs/grpo-gsm8k-qwen05-tta-seed0
 
