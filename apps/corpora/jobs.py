@@ -6,8 +6,10 @@ ingests, failures recorded on the row. A worker that dies mid-ingest stops beati
 the ingest (resumable) and the corpus says where it stopped and how to resume (``resume_ingest``).
 
 Bad input ends the job cleanly: the corpus is marked failed with the reason and the upload is
-removed. Batches stored before any failure stay (each batch is its own transaction), so a resumed
-ingest skips them (same content hash) and goes on from there. The upload is removed when the ingest
+removed. Batches stored before any failure stay (each batch is its own transaction, which also counts
+its documents in the corpus's progress), so a resumed ingest goes on after the documents the progress
+counted (``Ingest.resume_from``), with the progress continuing from there; content hashes still keep
+anything from being stored twice. The upload is removed when the ingest
 ends (finished, or failed for good), and kept while it can be resumed.
 
 ``ingest_upload`` / ``load_wikipedia_job`` are the plain bodies (tests call them directly).
@@ -27,12 +29,15 @@ from apps.corpora.wikipedia import wikipedia_documents
 log = logging.getLogger("selfplay.corpora")
 
 
-def run_ingest(corpus: Corpus, documents: list, errors: list[str] | None = None) -> dict:
-    """Ingest parsed documents with progress; marks the corpus ready or failed."""
-    corpus.begin_ingest(len(documents))
+def run_ingest(corpus: Corpus, documents: list, errors: list[str] | None = None, start: int = 0) -> dict:
+    """Ingest parsed documents with progress; marks the corpus ready or failed. ``start``: the first
+    ``start`` documents were stored by an earlier attempt of this ingest (a resume): the progress counts them
+    as done and the job goes on after them (from 0 when the source is shorter than that now)."""
+    start = start if 0 < start <= len(documents) else 0
+    corpus.begin_ingest(len(documents), done=start)
     add_errors(corpus, errors or [])
     try:
-        stats = ingest_documents(corpus, documents)
+        stats = ingest_documents(corpus, documents[start:])
     except EmbedderError as exc:
         corpus.finish_ingest(str(exc))
         return {"error": str(exc)}
@@ -43,7 +48,7 @@ def run_ingest(corpus: Corpus, documents: list, errors: list[str] | None = None)
     return stats.as_dict()
 
 
-def ingest_file(corpus: Corpus, path: Path, original_name: str) -> dict:
+def ingest_file(corpus: Corpus, path: Path, original_name: str, start: int = 0) -> dict:
     """Parse a stored upload and ingest it (the file stays); ``{"error": ...}`` when it cannot be read."""
     try:
         parsed = parse_file(path.read_bytes(), original_name)
@@ -57,7 +62,7 @@ def ingest_file(corpus: Corpus, path: Path, original_name: str) -> dict:
         corpus.begin_ingest(0)
         corpus.finish_ingest(message)
         return {"error": message}
-    result = run_ingest(corpus, parsed.documents, parsed.errors)
+    result = run_ingest(corpus, parsed.documents, parsed.errors, start)
     result["errors"] = parsed.errors + result.get("errors", [])
     return result
 
@@ -81,8 +86,8 @@ def load_wikipedia_job(corpus_id: int, offset: int = 0, limit: int | None = None
 def _ingest(ingest: Ingest) -> dict:
     corpus = Corpus.objects.get(pk=ingest.corpus_id)
     if ingest.source == Ingest.Source.WIKIPEDIA:
-        return run_ingest(corpus, wikipedia_documents(ingest.offset, ingest.limit))
-    return ingest_file(corpus, Path(ingest.path), ingest.name)
+        return run_ingest(corpus, wikipedia_documents(ingest.offset, ingest.limit), start=ingest.resume_from)
+    return ingest_file(corpus, Path(ingest.path), ingest.name, ingest.resume_from)
 
 
 def _succeed(ingest: Ingest, result: dict) -> str:
@@ -100,11 +105,12 @@ def execute_ingest(ingest_id: int) -> str:
     return run_job(INGEST_JOB, ingest_id, _ingest)
 
 
-def queue_ingest(corpus: Corpus, ingest: Ingest) -> str:
+def queue_ingest(corpus: Corpus, ingest: Ingest, resumed: bool = False) -> str:
     """Show the corpus as queued, then put ``ingest`` on its queue (the reaper is kept scheduled); the
-    corpus's progress is reset before the job can start, so a fast worker's progress is never overwritten.
-    QueueUnavailable (with what to do) when Redis refuses; the ingest and the corpus are failed then."""
-    corpus.queue_ingest("")
+    corpus's progress is reset before the job can start (kept when ``resumed``), so a fast worker's progress
+    is never overwritten. QueueUnavailable (with what to do) when Redis refuses; the ingest and the corpus are
+    failed then."""
+    corpus.queue_ingest("", resumed=resumed)
     job_id = enqueue(ingest, execute_ingest, "ingest", Ingest.fail, "resume the ingest", timeout=24 * 3600)
     Corpus.objects.filter(pk=corpus.pk).update(job_id=job_id)
     corpus.job_id = job_id
@@ -124,7 +130,7 @@ def resume_ingest(corpus: Corpus) -> Ingest:
         raise IngestError(f"ingest {last.pk} changed meanwhile; reload the page.")
     last.refresh_from_db()
     try:
-        queue_ingest(corpus, last)
+        queue_ingest(corpus, last, resumed=True)
     except QueueUnavailable as exc:
         raise IngestError(str(exc)) from None
     return last

@@ -88,17 +88,25 @@ class Corpus(models.Model):
             "waiting_for": (wait_reason(self.job_id) or None) if self.status == self.Status.QUEUED else None,
         }
 
-    def queue_ingest(self, job_id: str = "") -> None:
-        """An ingestion was enqueued: reset the progress shown on the page and by the API."""
+    def queue_ingest(self, job_id: str = "", resumed: bool = False) -> None:
+        """An ingestion was enqueued: reset the progress shown on the page and by the API. ``resumed``: the
+        progress it had reached stays (a resumed ingest goes on from there), only the messages are cleared."""
         self.status, self.job_id = self.Status.QUEUED, job_id
-        self.progress_done = self.progress_total = self.skipped_duplicates = 0
+        if not resumed:
+            self.progress_done = self.progress_total = self.skipped_duplicates = 0
         self.errors = []
         self.save(update_fields=["status", "job_id", "progress_done", "progress_total", "skipped_duplicates",
                                  "errors", "updated_at"])
 
-    def begin_ingest(self, total: int) -> None:
-        Corpus.objects.filter(pk=self.pk).update(status=self.Status.INGESTING, progress_total=total, progress_done=0,
-                                                 skipped_duplicates=0)
+    def begin_ingest(self, total: int, done: int = 0) -> None:
+        """The job starts on ``total`` documents; ``done`` of them were stored by an earlier attempt of the same
+        ingest (a resume), so the progress goes on from there and keeps that attempt's duplicate count."""
+        if done:
+            Corpus.objects.filter(pk=self.pk).update(status=self.Status.INGESTING, progress_total=total,
+                                                     progress_done=done)
+        else:
+            Corpus.objects.filter(pk=self.pk).update(status=self.Status.INGESTING, progress_total=total,
+                                                     progress_done=0, skipped_duplicates=0)
         self.refresh_from_db()
 
     def finish_ingest(self, error: str | None = None) -> None:
@@ -121,9 +129,10 @@ class Ingest(JobRow):
 
     Ends: ``finished``; ``failed`` with ``resumable`` off (the file cannot be read, the embedder does not
     fit: running it again would fail the same way; the upload is removed); or ``failed`` with ``resumable``
-    on (its worker died and the reaper failed it, or the job raised: the upload is kept). ``resume()``
-    queues a resumable one again: documents already stored are recognised by their content hash and
-    skipped, so it continues from what is stored."""
+    on (its worker died and the reaper failed it, or the job raised: the upload is kept). ``resume_ingest``
+    (apps/corpora/jobs.py) queues a resumable one again: it goes on after the documents its earlier attempts
+    stored (``resume_from``, the corpus's progress when it stopped), so the progress counts the whole source
+    (4000 / 9033 continuing, not a restart at 0); content hashes still keep any document from being stored twice."""
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -144,6 +153,9 @@ class Ingest(JobRow):
     offset = models.PositiveIntegerField(default=0, help_text="Wikipedia: articles skipped first.")
     limit = models.PositiveIntegerField(null=True, blank=True, help_text="Wikipedia: at most this many articles.")
     resumable = models.BooleanField(default=False)
+    resume_from = models.PositiveIntegerField(
+        default=0, help_text="Documents of the source an earlier attempt of this ingest stored (in order); a resume "
+                             "goes on after them.")
     created = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -198,7 +210,12 @@ class Ingest(JobRow):
         return failed
 
     def _tell_corpus(self, error: str) -> None:
+        """The corpus says where the ingest stopped; the ingest keeps it (``resume_from``) for its resume: every
+        batch stores its documents and counts them in the progress in one transaction, in the source's order,
+        so the documents the progress counted are the part of the source that is stored."""
         corpus = Corpus.objects.get(pk=self.corpus_id)
+        reached = corpus.progress_done if corpus.progress_total else 0
+        Ingest.objects.filter(pk=self.pk).update(resume_from=reached)
         corpus.finish_ingest(f"ingest of {self.what} stopped at {corpus.progress_done} of {corpus.progress_total} "
                              f"documents: {error}. Resume it (the Resume button, or POST "
                              f"/api/v1/corpora/{corpus.pk}/resume/): it continues from what is stored.")
