@@ -60,6 +60,39 @@ RUN_SORTS = {"live": "live runs first, then newest", "newest": "newest first", "
              "name": "by name", "method": "by method"}
 
 
+def seed_rows(runs: list) -> list[dict]:
+    """The runs table's rows: ``{"run": run}`` for a run on its own; for seeds of one config
+    (``compare.seed_groups``: same config apart from the seed, or a shared ``group:<name>`` tag) one
+    ``{"group": {...}}`` line where the group's first run would stand (its seeds, steps, statuses and the mean
+    and spread of their last rewards), followed by its runs as ``{"run": run, "seed": seed}``."""
+    groups = run_compare.seed_groups(runs)
+    by_pk = {r.pk: r for r in runs}
+    group_of = {pk: i for i, g in enumerate(groups) for pk in g["runs"]}
+    rows, shown = [], set()
+    for run in runs:
+        i = group_of.get(run.pk)
+        if i is None:
+            rows.append({"run": run})
+            continue
+        if i in shown:
+            continue
+        shown.add(i)
+        g, members = groups[i], [by_pk[pk] for pk in groups[i]["runs"]]
+        seeds = [(m.config or {}).get("seed") if isinstance(m.config, dict) else None for m in members]
+        rewards = [float(m.last_reward) for m in members if m.last_reward is not None]
+        mean = sum(rewards) / len(rewards) if rewards else None
+        sd = (sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)) ** 0.5 if len(rewards) > 1 else None
+        steps = [m.current_step for m in members]
+        rows.append({"group": {
+            "label": g["label"], "by": g["by"], "runs": g["runs"], "ids": ",".join(map(str, g["runs"])),
+            "seeds": ", ".join("?" if s is None else str(s) for s in seeds), "n": len(members),
+            "mean": mean, "sd": sd, "lo": min(rewards) if rewards else None, "hi": max(rewards) if rewards else None,
+            "rewarded": len(rewards), "step_lo": min(steps), "step_hi": max(steps),
+            "statuses": ", ".join(sorted({m.status for m in members}))}})
+        rows += [{"run": m, "seed": s} for m, s in zip(members, seeds)]
+    return rows
+
+
 def index(request):
     """Every run, filtered by method / status / tag / model, live runs (running, queued, paused) first."""
     lifecycle.reap_stale_runs()
@@ -82,10 +115,10 @@ def index(request):
     live = Case(When(status__in=ACTIVE, then=Value(0)), default=Value(1), output_field=IntegerField())
     order = {"live": (live, "-created_at", "-id"), "newest": ("-created_at", "-id"), "oldest": ("created_at", "id"),
              "name": ("name", "-id"), "method": ("method", "-created_at")}[sort]
-    runs = with_last_reward(qs.order_by(*order))[:200]
+    runs = list(with_last_reward(qs.order_by(*order))[:200])
     every = Run.objects.all()
     return render(request, "runs/index.html", {
-        "runs": runs, "can_launch": can(request.user, "launch_run"), "chosen": chosen, "sort": sort,
+        "runs": runs, "rows": seed_rows(runs), "can_launch": can(request.user, "launch_run"), "chosen": chosen, "sort": sort,
         "sorts": RUN_SORTS.items(), "statuses": [*Status.values, "time-limit"],
         "methods": sorted(set(every.values_list("method", flat=True))),
         "models": sorted({shown_model(m, request.user) for m in every.values_list("model_name", flat=True)})[:100],

@@ -1,0 +1,96 @@
+"""Seeds of one config are one line on /runs/ (issue 32 item 1): ``views.seed_rows`` puts a group line, with the
+seeds and the mean and spread of their last rewards, where the group's first run stands, its runs right below it;
+the table still fits a 1400 px window with a group in it."""
+import re
+
+import pytest
+
+from apps.runs.models import Metric, Run
+from apps.runs.views import seed_rows, with_last_reward
+from tests.web.runs.test_live_page_browser import CHROMIUM, logged_in_page, server  # noqa: F401  (fixture)
+
+GRPO = {"seed": 0, "method": "grpo", "train": {"lr": 1e-6, "steps": 10}, "grpo": {"group_size": 8}}
+
+
+def _run(owner, seed=None, reward=None, name="", tags=(), config=None, step=10, status="finished"):
+    config = config or ({**GRPO, "seed": seed} if seed is not None else GRPO)
+    run = Run.objects.create(method="grpo", model_name="tiny", config=config, owner=owner, name=name, tags=list(tags),
+                             total_steps=10, current_step=step, status=status)
+    if reward is not None:
+        Metric.objects.create(run=run, step=step, role="policy", name="reward_mean", value=reward)
+    return run
+
+
+def _rows(*runs):
+    return seed_rows(list(with_last_reward(Run.objects.filter(pk__in=[r.pk for r in runs]).order_by("-id"))))
+
+
+@pytest.mark.django_db
+def test_seeds_of_one_config_make_one_group_line_with_mean_and_spread(researcher):
+    a = _run(researcher, seed=0, reward=0.2, name="tta-seed0", step=8)
+    lone = _run(researcher, config={**GRPO, "train": {"lr": 5e-6, "steps": 10}}, reward=0.9, name="lr5e-6")
+    b = _run(researcher, seed=1, reward=0.4, name="tta-seed1")
+    c = _run(researcher, seed=2, reward=0.6, name="tta-seed2", status="running")
+    rows = _rows(a, lone, b, c)
+    # newest first: c's place holds the group line, then c, b, a; the lone run after them
+    assert [("group" if "group" in r else r["run"].pk) for r in rows] == ["group", c.pk, b.pk, a.pk, lone.pk]
+    g = rows[0]["group"]
+    assert g["seeds"] == "2, 1, 0" and g["n"] == 3 and g["by"] == "config" and g["ids"] == f"{c.pk},{b.pk},{a.pk}"
+    assert g["mean"] == pytest.approx(0.4) and g["sd"] == pytest.approx(0.2) and (g["lo"], g["hi"]) == (0.2, 0.6)
+    assert (g["step_lo"], g["step_hi"], g["statuses"]) == (8, 10, "finished, running")
+    assert [r.get("seed") for r in rows[1:4]] == [2, 1, 0] and "seed" not in rows[4]
+
+
+@pytest.mark.django_db
+def test_a_group_without_rewards_and_a_tag_group(researcher):
+    a = _run(researcher, tags=["group:sweep"], config={"lr": 1})
+    b = _run(researcher, tags=["group:sweep"], config={"lr": 2}, reward=0.5)
+    g = _rows(a, b)[0]["group"]
+    assert g["label"] == "sweep" and g["by"] == "tag" and g["seeds"] == "?, ?"
+    assert g["mean"] == 0.5 and g["sd"] is None and g["rewarded"] == 1
+    assert seed_rows([]) == [] and [r["run"].pk for r in _rows(a)] == [a.pk]  # one run alone is no group
+
+
+@pytest.mark.django_db
+def test_the_runs_page_shows_the_group_line_and_its_seeds(client, researcher):
+    a = _run(researcher, seed=0, reward=0.25, name="tta-seed0")
+    b = _run(researcher, seed=1, reward=0.75, name="tta-seed1")
+    _run(researcher, config={**GRPO, "train": {"lr": 5e-6}}, name="other")
+    client.force_login(researcher)
+    html = client.get("/runs/").content.decode()
+    groups = re.findall(r'<tr class="seed-group".*?</tr>', html, re.S)
+    assert len(groups) == 1
+    assert "2 seeds" in groups[0] and "seeds 1, 0" in groups[0] and f'href="/runs/compare/?ids={b.pk},{a.pk}"' in groups[0]
+    assert re.search(r"0\.500 <span class=\"muted\">± 0\.354</span>", groups[0])
+    assert html.count('class="seed-member"') == 2 and "seed 0</div>" in html and "seed 1</div>" in html
+    assert html.count('name="ids"') == 3  # every run still has its compare box; the group line has none
+    html = client.get("/runs/?q=other").content.decode()
+    assert "seed-group" not in html  # the filter leaves one run of the group: no group
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make browser installs it)")
+def test_the_runs_table_with_seed_groups_fits_1400_px(roles, researcher, server, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs an event loop here
+    long = {**GRPO, "model": {"name_or_path": "/tmp/models/qwen2.5-coder-1.5b-instruct-with-a-long-folder-name"}}
+    for i in range(4):
+        _run(researcher, config={**long, "seed": i}, reward=0.1 * i,
+             name=f"spice-gate-gsm8kdocs-qwen15-lr2e-6-rules3-control-seed{i}-a-rather-long-name",
+             tags=["gsm8k", "gate", "long-tag-for-wrapping"])
+    for i in range(2):
+        _run(researcher, tags=["group:a-very-long-sweep-name-for-wrapping-over-several-lines-of-the-cell"], config={"n": i})
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser, page, errors = logged_in_page(p, server, "/runs/", {"width": 1400, "height": 900})
+        try:
+            assert page.locator("tr.seed-group").count() == 2 and page.locator("tr.seed-member").count() == 6
+            width = page.evaluate("document.documentElement.scrollWidth")
+            right = page.evaluate("document.getElementById('runs').getBoundingClientRect().right")
+            assert width <= 1400 and right <= 1400, (width, right)
+            page.locator("tr.seed-group a.seed-group-compare").first.click()
+            page.wait_for_url(re.compile(r".*/runs/compare/\?ids=\d+(,\d+)+$"))
+            assert page.locator("#compare-groups").count() == 1  # the compare view draws them as one band
+            assert errors == []
+        finally:
+            browser.close()
