@@ -6,7 +6,10 @@
 - ``matmul_tflops()``: the card's measured bf16 matmul rate (8192^3, random data, median of events);
 - ``count_params`` / ``train_flops``: 6 x params x tokens plus causal attention, per sequence;
 - ``emit(name, row)``: append a JSON line to ``$OUT/results.jsonl`` and print it;
-- ``table(rows)``: the short table printed last.
+- ``table(rows)``: the short table printed last;
+- the held-out evaluation scripts' shared command line (ssp_eval.py, method_eval.py, spice_eval.py): ``UsageError``
+  and ``run_cli`` (bad input: one line, exit 2), ``read_docs``, ``load_run_config``, ``search_tool``, ``load``,
+  ``targets``, ``evals_table`` and the options ``add_make_args`` / ``add_eval_args``.
 """
 from __future__ import annotations
 
@@ -161,3 +164,170 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return "" if v is None else str(v)
+
+
+# ---- the held-out evaluation scripts' shared command line (ssp_eval.py, method_eval.py, spice_eval.py) ----------
+
+TRAIN_CORPUS, HELDOUT = ".gpu_assets/wiki.jsonl", ".gpu_assets/wiki_heldout.jsonl"  # learn_assets.sh writes both
+
+
+class UsageError(ValueError):
+    """Bad input; ``run_cli`` prints the message as one line and exits 2."""
+
+
+def run_cli(command, args) -> int:
+    """The exit status of ``command(args)``: what it returns (None: 0), or 2 with ``error: <message>`` on stderr
+    for a ``UsageError``."""
+    try:
+        code = command(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return code or 0
+
+
+def read_docs(path: str, flag: str = "--docs"):
+    """The documents of a JSONL corpus file (id, title, text); a missing or malformed file is a UsageError."""
+    from trainer.tools.corpus import CorpusError, read_jsonl_corpus
+
+    try:
+        return read_jsonl_corpus(path)
+    except CorpusError as exc:
+        hint = "" if Path(path).is_file() else f" (benchmarks/gpu/learn_assets.sh writes {HELDOUT})"
+        raise UsageError(f"{flag}: {exc}{hint}") from None
+
+
+def load_run_config(run: Path, path: str | None, methods: tuple[str, ...], overrides: list[str] = ()):
+    """The run's config: ``path`` (--config), else RUN/config.yaml; it must be one of ``methods``."""
+    from trainer.config import ConfigError, load_config
+
+    example = f"benchmarks/gpu/learn_{methods[0] if len(methods) == 1 else '<method>'}.yaml"
+    path = path or (str(run / "config.yaml") if run is not None and (run / "config.yaml").is_file() else None)
+    if path is None:
+        raise UsageError(f"{run} has no config.yaml; give --config {example}")
+    if not Path(path).is_file():
+        raise UsageError(f"config {path} does not exist (give --config {example} or a run folder's config.yaml)")
+    try:
+        cfg = load_config(path, list(overrides))
+    except ConfigError as exc:
+        raise UsageError(f"config {path}: {exc}") from None
+    if cfg.method not in methods:
+        raise UsageError(f"config {path} is method {cfg.method!r}; this script measures {', '.join(methods)}")
+    return cfg
+
+
+def eval_inputs(args, methods: tuple[str, ...]):
+    """An eval subcommand's checked inputs: (run folder, the items of --bench (the first --limit), the run's config);
+    --name must be a benchmark name evals.jsonl accepts."""
+    from trainer.evaluate import BenchmarkError, read_jsonl
+    from trainer.runfolder import BENCHMARK_NAME
+
+    if not BENCHMARK_NAME.fullmatch(args.name):
+        raise UsageError(f"--name {args.name!r} must be lowercase letters, digits, - and _")
+    try:
+        items = read_jsonl(args.bench)
+    except BenchmarkError as exc:
+        raise UsageError(str(exc)) from None
+    run = Path(args.run)
+    return run, items[: args.limit] if args.limit else items, load_run_config(run, args.config, methods)
+
+
+def search_tool(files: list[str], tokenizer, top_k: int):
+    """The runs' search tool (trainer.methods.ssp.run_ssp: SearchTool over BM25) over several JSONL files:
+    (tool, number of documents)."""
+    from trainer.tools.bm25 import InMemoryRetriever
+    from trainer.tools.corpus import CorpusError, read_jsonl_corpus
+    from trainer.tools.search import SearchTool
+
+    docs, seen = [], set()
+    for f in files:
+        if not Path(f).is_file():
+            raise UsageError(f"search corpus {f} does not exist (benchmarks/gpu/learn_assets.sh writes "
+                             f"{TRAIN_CORPUS} and {HELDOUT})")
+        try:
+            found = read_jsonl_corpus(f)
+        except CorpusError as exc:
+            raise UsageError(str(exc)) from None
+        docs += [d for d in found if d.id not in seen]
+        seen.update(d.id for d in found)
+    return SearchTool(InMemoryRetriever(docs), k=top_k, tokenizer=tokenizer), len(docs)
+
+
+def load(spec: str):
+    """``trainer.evaluate.load_model(spec)``; a spec that names no model is a UsageError."""
+    from trainer.evaluate import ModelSpecError, load_model
+    from trainer.models import ModelNotFound
+
+    try:
+        return load_model(spec)
+    except (ModelSpecError, ModelNotFound) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def targets(run: Path, models: list[str]) -> list[tuple[int, str]]:
+    """(step, spec) per model: base -> 0, a checkpoint -> its meta.json step; default: base + all checkpoints."""
+    from trainer.evaluate import ModelSpecError, describe_target
+
+    if not models:
+        cfg_file = run / "config.yaml"
+        if not cfg_file.is_file():
+            raise UsageError(f"{run} has no config.yaml; name the models with --model base:<name> / a checkpoint")
+        import yaml
+
+        base = str(yaml.safe_load(cfg_file.read_text())["model"]["name_or_path"])
+        models = [base if Path(base).is_dir() else f"base:{base}"]
+        ckpts = run / "checkpoints"
+        if ckpts.is_dir():
+            models += [str(p) for p in sorted(ckpts.glob("step-*")) if (p / "meta.json").is_file()]
+    out = []
+    for spec in models:
+        if spec.startswith("base:"):
+            out.append((0, spec))
+            continue
+        try:
+            target = describe_target(spec)
+        except ModelSpecError as exc:
+            raise UsageError(str(exc)) from None
+        step = target.get("step")
+        if target["kind"] == "model" and step is None:
+            step = 0  # a plain model folder (e.g. the imported base): the base's step
+        if not isinstance(step, int):
+            raise UsageError(f"{spec} has no step (no meta.json); give a checkpoint folder or base:<name>")
+        out.append((step, spec))
+    return sorted(out)
+
+
+def evals_table(run: Path, names: list[str]) -> None:
+    """Print RUN/evals.jsonl's rows of the benchmarks ``names``, each against its step-0 (base) score."""
+    from trainer.runfolder import read_evals
+
+    rows = [r for r in read_evals(run) if r["benchmark"] in names]
+    base = {r["benchmark"]: r["score"] for r in rows if r["step"] == 0}
+    print(f"\n{'benchmark':<20} {'step':>5} {'n':>4} {'score':>7} {'95% CI':>17} {'vs base':>8}  checkpoint")
+    for r in rows:
+        delta = f"{100 * (r['score'] - base[r['benchmark']]):+.1f}" if r["benchmark"] in base else "-"
+        print(f"{r['benchmark']:<20} {r['step']:>5} {r['n']:>4} {100 * r['score']:>6.1f}% "
+              f"[{100 * r['ci_low']:5.1f}, {100 * r['ci_high']:5.1f}] {delta:>8}  {r['checkpoint']}")
+
+
+def add_make_args(parser, n: int, out: str | None = None) -> None:
+    """A make-* subcommand's options: --docs (held-out documents), --n, --seed, --out (required without a default)."""
+    parser.add_argument("--docs", default=HELDOUT, help="JSONL documents the items come from (never trained on)")
+    parser.add_argument("--n", type=int, default=n)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=out is None, default=out)
+
+
+def add_eval_args(parser, what: str) -> None:
+    """An eval subcommand's options of a run folder: --run, --model, --config, --search, --limit,
+    --max-new-tokens, --batch-size (``what``: what one item is, for --limit's help)."""
+    parser.add_argument("--run", required=True, help="the run folder (evals.jsonl and eval_samples/ are written "
+                        "there)")
+    parser.add_argument("--model", action="append", default=[], help="base:<name> or a checkpoint folder (repeat); "
+                        "default: the run's base model and all its checkpoints")
+    parser.add_argument("--config", help="default: RUN/config.yaml")
+    parser.add_argument("--search", action="append",
+                        help=f"JSONL corpora searched (default {TRAIN_CORPUS} and {HELDOUT})")
+    parser.add_argument("--limit", type=int, help=f"the first N {what} only")
+    parser.add_argument("--max-new-tokens", type=int, help="default: the run's rollout.max_new_tokens")
+    parser.add_argument("--batch-size", type=int, help="default: 256 on a GPU, 16 on the CPU")

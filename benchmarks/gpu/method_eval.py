@@ -44,7 +44,6 @@ resumes; a table is printed last.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import re
 import sys
@@ -54,10 +53,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit  # noqa: E402
-from ssp_eval import HELDOUT, TRAIN_CORPUS, UsageError, load, search_tool, table, targets  # noqa: E402
+from common import (HELDOUT, TRAIN_CORPUS, UsageError, add_eval_args, add_make_args, emit,  # noqa: E402
+                    eval_inputs, evals_table, load, read_docs, run_cli, search_tool, targets)
 
-from trainer.runfolder import BENCHMARK_NAME, append_eval, read_evals, write_eval_samples  # noqa: E402
+from trainer.runfolder import append_eval, read_evals, write_eval_samples  # noqa: E402
 
 METHODS = ("scope", "score", "piplay")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
@@ -69,17 +68,6 @@ SCOPE_TASKS = {  # SCOPE's task types a document can ground (scope_prompts.TASK_
                      "(people, places, dates, numbers).",
 }
 SCORE_DIMENSIONS = (("factuality", 0.4), ("comprehensiveness", 0.2), ("coherence", 0.2), ("citation", 0.2))
-
-
-def read_docs(path: str):
-    from trainer.tools.corpus import CorpusError, read_jsonl_corpus
-
-    if not Path(path).is_file():
-        raise UsageError(f"--docs {path} does not exist (benchmarks/gpu/learn_assets.sh writes {HELDOUT})")
-    try:
-        return read_jsonl_corpus(path)
-    except CorpusError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def facts(text: str, min_words: int = 6, max_words: int = 45) -> list[str]:
@@ -202,21 +190,6 @@ def cmd_make(args) -> None:
 
 # ---- eval --------------------------------------------------------------------------------------
 
-def run_config(run: Path, path: str | None):
-    from trainer.config import ConfigError, load_config
-
-    cfg_path = path or (str(run / "config.yaml") if (run / "config.yaml").is_file() else None)
-    if cfg_path is None:
-        raise UsageError(f"{run} has no config.yaml; give --config benchmarks/gpu/learn_<method>.yaml")
-    try:
-        cfg = load_config(cfg_path, [])
-    except ConfigError as exc:
-        raise UsageError(f"config {cfg_path}: {exc}") from None
-    if cfg.method not in METHODS:
-        raise UsageError(f"config {cfg_path} is method {cfg.method!r}; method_eval.py measures {', '.join(METHODS)}")
-    return cfg
-
-
 def answering(cfg):
     """(prompt(item) -> (system, user), max_turns, top_k, max_tool_tokens) of the run's answering role."""
     sec = getattr(cfg, cfg.method)
@@ -287,18 +260,10 @@ def measure(loaded, items, cfg, sampling, tool, batch_size: int, judge) -> tuple
 def cmd_eval(args) -> None:
     import torch
 
-    from trainer.evaluate import BenchmarkError, bootstrap_ci, default_batch_size, frozen_judge, read_jsonl
+    from trainer.evaluate import bootstrap_ci, default_batch_size, frozen_judge
     from trainer.rollout import SamplingParams
 
-    run = Path(args.run)
-    if not BENCHMARK_NAME.fullmatch(args.name):
-        raise UsageError(f"--name {args.name!r} must be lowercase letters, digits, - and _")
-    try:
-        items = read_jsonl(args.bench)
-    except BenchmarkError as exc:
-        raise UsageError(str(exc)) from None
-    items = items[: args.limit] if args.limit else items
-    cfg = run_config(run, args.config)
+    run, items, cfg = eval_inputs(args, METHODS)
     _, max_turns, top_k, tool_tokens = answering(cfg)
     max_new = args.max_new_tokens or cfg.rollout.max_new_tokens
     sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new, logprobs=False)
@@ -337,7 +302,7 @@ def cmd_eval(args) -> None:
         del loaded, judge
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    table(run, [args.name])
+    evals_table(run, [args.name])
 
 
 def main(argv=None) -> int:
@@ -347,32 +312,16 @@ def main(argv=None) -> int:
                            ("make-score", 100, "SCORE: research queries with a fixed rubric"),
                            ("make-multihop", 200, "pi-Play: 2-hop bridge questions (exact answers)"),
                            ("make-cloze", 300, "cloze items (trainer.evaluate.cloze_items), answered with search")):
-        m = sub.add_parser(name, help=help_)
-        m.add_argument("--docs", default=HELDOUT, help="JSONL documents the items come from (never trained on)")
-        m.add_argument("--n", type=int, default=n)
-        m.add_argument("--seed", type=int, default=0)
-        m.add_argument("--out", required=True)
+        add_make_args(sub.add_parser(name, help=help_), n)
     e = sub.add_parser("eval", help="the run's answering role on held-out items, recorded in RUN/evals.jsonl")
-    e.add_argument("--run", required=True, help="the run folder (evals.jsonl and eval_samples/ are written there)")
+    add_eval_args(e, "items")
     e.add_argument("--bench", required=True, help="a make-* file")
     e.add_argument("--name", required=True, help="the benchmark name recorded (e.g. scope-open)")
-    e.add_argument("--model", action="append", default=[], help="base:<name> or a checkpoint folder (repeat); "
-                   "default: the run's base model and its checkpoints")
-    e.add_argument("--config", help="default: RUN/config.yaml")
-    e.add_argument("--search", action="append", help=f"JSONL corpora searched (default {TRAIN_CORPUS} and {HELDOUT})")
-    e.add_argument("--limit", type=int, help="the first N items only")
-    e.add_argument("--max-new-tokens", type=int, help="default: the run's rollout.max_new_tokens")
     e.add_argument("--judge-max-new-tokens", type=int, default=512, help="the grader's tokens per criterion")
-    e.add_argument("--batch-size", type=int, help="default: 256 on a GPU, 16 on the CPU")
     args = parser.parse_args(argv)
     if args.cmd.startswith("make-") and args.n < 1:
         parser.error("--n must be >= 1")
-    try:
-        cmd_eval(args) if args.cmd == "eval" else cmd_make(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli(cmd_eval if args.cmd == "eval" else cmd_make, args)
 
 
 if __name__ == "__main__":

@@ -61,14 +61,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import OUT, emit  # noqa: F401  (puts the repository on sys.path; OUT: where emit writes)
+from common import UsageError, emit, read_docs, run_cli  # (also puts the repository on sys.path)
 
 STATE, TASKS_FILE, CLOZE_NAME = "crossplay_state.jsonl", "crossplay_tasks.jsonl", "cloze-heldout"
 PHASES = ("load", "challenger", "reasoner", "gsm8k", "cloze")
-
-
-class InputError(ValueError):
-    """Bad input: printed as one line, exit 2."""
 
 
 class TimeUp(Exception):
@@ -98,19 +94,19 @@ def targets_of(specs: list[str]) -> list[Target]:
             if target["kind"] == "base":
                 resolve_model(target["base"])
         except (ModelSpecError, ModelNotFound) as exc:
-            raise InputError(f"--models {spec}: {exc}") from None
+            raise UsageError(f"--models {spec}: {exc}") from None
         if target["kind"] == "base":
             out.append(Target(spec, spec, "base", 0))
             continue
         step = target.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise InputError(f"--models {spec}: no step in its meta.json; give a checkpoint folder a run wrote "
+            raise UsageError(f"--models {spec}: no step in its meta.json; give a checkpoint folder a run wrote "
                              "(RUN/checkpoints/step-N) or base:<model> for the base")
         out.append(Target(spec, str(Path(spec).expanduser().resolve()), f"step {step}", step))
     steps = Counter(t.step for t in out)
     twice = [s for s, n in steps.items() if n > 1]
     if twice:
-        raise InputError(f"--models: two models at step {twice[0]} "
+        raise UsageError(f"--models: two models at step {twice[0]} "
                          f"({', '.join(t.spec for t in out if t.step == twice[0])}); evals.jsonl keys results by "
                          "step, so give each step once (the base is step 0)")
     return out
@@ -125,7 +121,7 @@ def run_config(run: Path) -> dict:
     try:
         cfg = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise UsageError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return cfg if isinstance(cfg, dict) else {}
 
 
@@ -137,7 +133,7 @@ def spice_settings(cfg: dict, doc_tokens: int | None):
     try:
         section = spice_section(spice)
     except ValueError as exc:
-        raise InputError(f"the spice section of config.yaml is not valid: {str(exc).splitlines()[0]}") from None
+        raise UsageError(f"the spice section of config.yaml is not valid: {str(exc).splitlines()[0]}") from None
     update = {"reasoner_max_new_tokens": None}  # answers: --max-new-tokens
     if doc_tokens is not None:
         update["max_document_tokens"] = doc_tokens
@@ -149,17 +145,17 @@ def spice_settings(cfg: dict, doc_tokens: int | None):
 def check_numbers(args) -> None:
     for name, low in (("tasks", 1), ("answers", 1), ("cloze", 0), ("max_new_tokens", 16), ("seed", 0)):
         if getattr(args, name) < low:
-            raise InputError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(args, name)}")
+            raise UsageError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(args, name)}")
     if args.doc_tokens is not None and args.doc_tokens < 64:
-        raise InputError(f"--doc-tokens must be at least 64, got {args.doc_tokens}")
+        raise UsageError(f"--doc-tokens must be at least 64, got {args.doc_tokens}")
     if args.batch_size is not None and args.batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+        raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.temperature is not None and args.temperature <= 0:
-        raise InputError(f"--temperature must be above 0 (the Challenger samples), got {args.temperature}")
+        raise UsageError(f"--temperature must be above 0 (the Challenger samples), got {args.temperature}")
     from trainer.runfolder import BENCHMARK_NAME
 
     if not BENCHMARK_NAME.match(args.gsm8k_name):
-        raise InputError(f"--gsm8k-name must be lowercase letters, digits, - and _, got {args.gsm8k_name!r}")
+        raise UsageError(f"--gsm8k-name must be lowercase letters, digits, - and _, got {args.gsm8k_name!r}")
 
 
 # ---- state ----------------------------------------------------------------------------------------
@@ -275,7 +271,7 @@ class Evaluation:
         try:
             loaded = load_model(t.spec)
         except Exception as exc:  # noqa: BLE001 - weights that do not load: one line, exit 2
-            raise InputError(f"--models {t.spec}: cannot load it ({type(exc).__name__}: {str(exc)[:300]})") from None
+            raise UsageError(f"--models {t.spec}: cannot load it ({type(exc).__name__}: {str(exc)[:300]})") from None
         t.seconds["load"] += time.perf_counter() - start
         emit("spice_eval_load", {"model": t.label, "seconds": round(time.perf_counter() - start, 1)})
         batch = self.args.batch_size or default_batch_size(loaded)
@@ -487,39 +483,35 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        check_numbers(args)
-        run = Path(args.run).expanduser()
-        if not run.is_dir():
-            raise InputError(f"--run {run} is not a folder; give the run folder (python -m trainer run ... --out DIR)")
-        from trainer.evaluate import BenchmarkError, load_benchmark
-        from trainer.tools.corpus import CorpusError, read_jsonl_corpus
+    return run_cli(evaluate_all, parse_args(argv))
 
+
+def evaluate_all(args) -> int:
+    """The whole evaluation: 0 when done, 3 when --time-limit left work (bad input: UsageError, exit 2)."""
+    check_numbers(args)
+    run = Path(args.run).expanduser()
+    if not run.is_dir():
+        raise UsageError(f"--run {run} is not a folder; give the run folder (python -m trainer run ... --out DIR)")
+    from trainer.evaluate import BenchmarkError, load_benchmark
+
+    docs = read_docs(args.docs)
+    gsm_items = None
+    if args.gsm8k:
         try:
-            docs = read_jsonl_corpus(args.docs)
-        except CorpusError as exc:
-            raise InputError(f"--docs: {exc}") from None
-        gsm_items = None
-        if args.gsm8k:
-            try:
-                gsm_items, _ = load_benchmark(args.gsm8k, "math")
-            except BenchmarkError as exc:
-                raise InputError(f"--gsm8k: {exc}") from None
-        cfg = run_config(run)
-        section = spice_settings(cfg, args.doc_tokens)
-        temperature = args.temperature or float((cfg.get("rollout") or {}).get("temperature") or 1.0)
-        targets = targets_of(args.models)
-        evaluation = Evaluation(args, run, targets, docs, gsm_items, section, temperature)
-        print(f"{len(targets)} models, {len(docs)} held-out documents, {args.tasks} tasks x {args.answers} answers, "
-              f"temperature {temperature}, documents cut at {section.max_document_tokens} tokens, "
-              f"Challenger turns {section.format_max_new_tokens} + {section.task_max_new_tokens or args.max_new_tokens}"
-              f" tokens, answers {args.max_new_tokens} tokens", flush=True)
-        done = evaluation.run_all()
-        evaluation.write_outputs()
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+            gsm_items, _ = load_benchmark(args.gsm8k, "math")
+        except BenchmarkError as exc:
+            raise UsageError(f"--gsm8k: {exc}") from None
+    cfg = run_config(run)
+    section = spice_settings(cfg, args.doc_tokens)
+    temperature = args.temperature or float((cfg.get("rollout") or {}).get("temperature") or 1.0)
+    targets = targets_of(args.models)
+    evaluation = Evaluation(args, run, targets, docs, gsm_items, section, temperature)
+    print(f"{len(targets)} models, {len(docs)} held-out documents, {args.tasks} tasks x {args.answers} answers, "
+          f"temperature {temperature}, documents cut at {section.max_document_tokens} tokens, "
+          f"Challenger turns {section.format_max_new_tokens} + {section.task_max_new_tokens or args.max_new_tokens}"
+          f" tokens, answers {args.max_new_tokens} tokens", flush=True)
+    done = evaluation.run_all()
+    evaluation.write_outputs()
     evaluation.report()
     if not done:
         print("time limit reached with work left: rerun the same command to continue")

@@ -45,62 +45,12 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from common import OUT, emit  # noqa: E402
+from common import (HELDOUT, OUT, TRAIN_CORPUS, UsageError, add_eval_args, add_make_args, emit,  # noqa: E402
+                    eval_inputs, evals_table, load, load_run_config, read_docs, run_cli, search_tool, targets)
 
-from trainer.runfolder import BENCHMARK_NAME, append_eval, read_evals, write_eval_samples  # noqa: E402
+from trainer.runfolder import append_eval, read_evals, write_eval_samples  # noqa: E402
 
-TRAIN_CORPUS, HELDOUT = ".gpu_assets/wiki.jsonl", ".gpu_assets/wiki_heldout.jsonl"
-
-
-class UsageError(ValueError):
-    """Bad input; main() prints the message and exits 2."""
-
-
-# ---- shared ------------------------------------------------------------------------------------
-
-def load_run_config(path: str, overrides: list[str]):
-    from trainer.config import ConfigError, load_config
-
-    if not Path(path).is_file():
-        raise UsageError(f"config {path} does not exist (give --config benchmarks/gpu/learn_ssp.yaml or a run "
-                         "folder's config.yaml)")
-    try:
-        cfg = load_config(path, overrides)
-    except ConfigError as exc:
-        raise UsageError(f"config {path}: {exc}") from None
-    if cfg.method != "ssp":
-        raise UsageError(f"config {path} is method {cfg.method!r}, not ssp")
-    return cfg
-
-
-def search_tool(files: list[str], tokenizer, top_k: int):
-    """The run's search tool (trainer.methods.ssp.run_ssp: SearchTool over BM25) over several JSONL files."""
-    from trainer.tools.bm25 import InMemoryRetriever
-    from trainer.tools.corpus import CorpusError, read_jsonl_corpus
-    from trainer.tools.search import SearchTool
-
-    docs, seen = [], set()
-    for f in files:
-        if not Path(f).is_file():
-            raise UsageError(f"search corpus {f} does not exist (benchmarks/gpu/learn_assets.sh writes "
-                             f"{TRAIN_CORPUS} and {HELDOUT})")
-        try:
-            found = read_jsonl_corpus(f)
-        except CorpusError as exc:
-            raise UsageError(str(exc)) from None
-        docs += [d for d in found if d.id not in seen]
-        seen.update(d.id for d in found)
-    return SearchTool(InMemoryRetriever(docs), k=top_k, tokenizer=tokenizer), len(docs)
-
-
-def load(spec: str):
-    from trainer.evaluate import ModelSpecError, load_model
-    from trainer.models import ModelNotFound
-
-    try:
-        return load_model(spec)
-    except (ModelSpecError, ModelNotFound) as exc:
-        raise UsageError(str(exc)) from None
+METHODS = ("ssp",)
 
 
 # ---- make-cloze --------------------------------------------------------------------------------
@@ -112,14 +62,8 @@ def cmd_make_cloze(args) -> None:
     of 1,536 answers in 5 minutes, most of them ill-posed (benchmarks/RESULTS.md), too few to measure a Solver by;
     this set measures the Solver's search-and-read skill on documents it never trained on, n = ``--n``."""
     from trainer.evaluate import cloze_items, write_jsonl
-    from trainer.tools.corpus import CorpusError, read_jsonl_corpus
 
-    if not Path(args.docs).is_file():
-        raise UsageError(f"--docs {args.docs} does not exist (benchmarks/gpu/learn_assets.sh writes {HELDOUT})")
-    try:
-        docs = read_jsonl_corpus(args.docs)
-    except CorpusError as exc:
-        raise UsageError(str(exc)) from None
+    docs = read_docs(args.docs)
     items = cloze_items(docs, args.n, seed=args.seed)
     if not items:
         raise UsageError(f"no cloze item could be made from {args.docs}")
@@ -139,21 +83,16 @@ def cmd_make_questions(args) -> None:
     from trainer.judge import Judge, key_env, make_judge
     from trainer.methods.ssp import draw_answers, propose_questions
     from trainer.rollout import SamplingParams
-    from trainer.tools.corpus import CorpusError, JsonlDocumentSource, read_jsonl_corpus
+    from trainer.tools.corpus import JsonlDocumentSource
 
-    cfg = load_run_config(args.config, args.set)
+    cfg = load_run_config(None, args.config, METHODS, args.set)
     sec = cfg.ssp
     out = Path(args.out)
     rows = read_existing(out)
     if len(rows) >= args.n:
         print(f"{out} already holds {len(rows)} questions (>= --n {args.n}); nothing to do")
         return
-    if not Path(args.answers_from).is_file():
-        raise UsageError(f"--answers-from {args.answers_from} does not exist")
-    try:
-        documents = JsonlDocumentSource(read_jsonl_corpus(args.answers_from))
-    except CorpusError as exc:
-        raise UsageError(str(exc)) from None
+    documents = JsonlDocumentSource(read_docs(args.answers_from, "--answers-from"))
     spec = args.model or f"base:{cfg.model.name_or_path}"
     loaded = load(spec)
     tool, n_docs = search_tool(args.search or [TRAIN_CORPUS, HELDOUT], loaded.tokenizer, sec.top_k)
@@ -231,58 +170,15 @@ def write_rows(path: Path, rows: list[dict]) -> None:
 
 # ---- eval --------------------------------------------------------------------------------------
 
-def targets(run: Path, models: list[str]) -> list[tuple[int, str]]:
-    """(step, spec) per model: base -> 0, a checkpoint -> its meta.json step; default: base + all checkpoints."""
-    from trainer.evaluate import ModelSpecError, describe_target
-
-    if not models:
-        cfg_file = run / "config.yaml"
-        if not cfg_file.is_file():
-            raise UsageError(f"{run} has no config.yaml; name the models with --model base:<name> / a checkpoint")
-        import yaml
-
-        base = str(yaml.safe_load(cfg_file.read_text())["model"]["name_or_path"])
-        models = [base if Path(base).is_dir() else f"base:{base}"]
-        ckpts = run / "checkpoints"
-        models += [str(p) for p in sorted(ckpts.glob("step-*")) if (p / "meta.json").is_file()] if ckpts.is_dir() else []
-    out = []
-    for spec in models:
-        if spec.startswith("base:"):
-            out.append((0, spec))
-            continue
-        try:
-            target = describe_target(spec)
-        except ModelSpecError as exc:
-            raise UsageError(str(exc)) from None
-        step = target.get("step")
-        if target["kind"] == "model" and step is None:
-            step = 0  # a plain model folder (e.g. the imported base): the base's step
-        if not isinstance(step, int):
-            raise UsageError(f"{spec} has no step (no meta.json); give a checkpoint folder or base:<name>")
-        out.append((step, spec))
-    return sorted(out)
-
-
 def cmd_eval(args) -> None:
     import torch
 
-    from trainer.evaluate import BenchmarkError, default_batch_size, evaluate, frozen_judge, read_jsonl
+    from trainer.evaluate import default_batch_size, evaluate, frozen_judge
     from trainer.methods.ssp import judged
     from trainer.rollout import SamplingParams
 
-    run = Path(args.run)
+    run, items, cfg = eval_inputs(args, METHODS)
     name = args.name
-    if not BENCHMARK_NAME.match(name):
-        raise UsageError(f"--name {name!r} must be lowercase letters, digits, - and _")
-    try:
-        items = read_jsonl(args.bench)
-    except BenchmarkError as exc:
-        raise UsageError(str(exc)) from None
-    items = items[: args.limit] if args.limit else items
-    cfg_path = args.config or (str(run / "config.yaml") if (run / "config.yaml").is_file() else None)
-    if cfg_path is None:
-        raise UsageError(f"{run} has no config.yaml; give --config benchmarks/gpu/learn_ssp.yaml")
-    cfg = load_run_config(cfg_path, [])
     sec = cfg.ssp
     max_new = args.max_new_tokens or cfg.rollout.max_new_tokens
     names = [name] + ([f"{name}-judged"] if args.judged else [])
@@ -331,17 +227,7 @@ def cmd_eval(args) -> None:
         del loaded
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    table(run, names)
-
-
-def table(run: Path, names: list[str]) -> None:
-    rows = [r for r in read_evals(run) if r["benchmark"] in names]
-    base = {r["benchmark"]: r["score"] for r in rows if r["step"] == 0}
-    print(f"\n{'benchmark':<20} {'step':>5} {'n':>4} {'score':>7} {'95% CI':>17} {'vs base':>8}  checkpoint")
-    for r in rows:
-        delta = f"{100 * (r['score'] - base[r['benchmark']]):+.1f}" if r["benchmark"] in base else "-"
-        print(f"{r['benchmark']:<20} {r['step']:>5} {r['n']:>4} {100 * r['score']:>6.1f}% "
-              f"[{100 * r['ci_low']:5.1f}, {100 * r['ci_high']:5.1f}] {delta:>8}  {r['checkpoint']}")
+    evals_table(run, names)
 
 
 def main(argv=None) -> int:
@@ -360,32 +246,18 @@ def main(argv=None) -> int:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--out", default=".gpu_assets/ssp_heldout.jsonl")
     c = sub.add_parser("make-cloze", help="held-out cloze items (no model): a Proposer-independent Solver set")
-    c.add_argument("--docs", default=HELDOUT, help="JSONL documents the items come from (never trained on)")
-    c.add_argument("--n", type=int, default=300)
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--out", default=".gpu_assets/ssp_cloze.jsonl")
+    add_make_args(c, 300, out=".gpu_assets/ssp_cloze.jsonl")
     e = sub.add_parser("eval", help="Solver accuracy with search, recorded in RUN/evals.jsonl")
-    e.add_argument("--run", required=True, help="the run folder (evals.jsonl is appended there)")
+    add_eval_args(e, "questions")
     e.add_argument("--bench", default=".gpu_assets/ssp_heldout.jsonl", help="the make-questions file")
-    e.add_argument("--model", action="append", default=[], help="base:<name> or a checkpoint folder (repeat); "
-                   "default: the run's base model and all its checkpoints")
-    e.add_argument("--config", help="default: RUN/config.yaml")
-    e.add_argument("--search", action="append", help=f"JSONL corpora searched (default {TRAIN_CORPUS} and {HELDOUT})")
     e.add_argument("--name", default="ssp-heldout", help="the benchmark name recorded")
     e.add_argument("--judged", action="store_true", help="also record <name>-judged: exact, then the frozen base")
-    e.add_argument("--limit", type=int, help="the first N questions only")
-    e.add_argument("--max-new-tokens", type=int, help="default: the run's rollout.max_new_tokens")
-    e.add_argument("--batch-size", type=int, help="default: 256 on a GPU, 16 on the CPU")
     e.add_argument("--keep-samples", type=int, default=50, help="samples per model written to $OUT")
     args = parser.parse_args(argv)
     if args.cmd == "make-questions" and (args.n < 1 or args.batch < 1 or args.max_rounds < 1):
         parser.error("--n, --batch and --max-rounds must be >= 1")
-    try:
-        {"make-questions": cmd_make_questions, "make-cloze": cmd_make_cloze, "eval": cmd_eval}[args.cmd](args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli({"make-questions": cmd_make_questions, "make-cloze": cmd_make_cloze, "eval": cmd_eval}[args.cmd],
+                   args)
 
 
 if __name__ == "__main__":
