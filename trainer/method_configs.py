@@ -48,6 +48,20 @@ def check_key_ref(value: str | None) -> str | None:
                      "the web form and the API also take the key itself and store it encrypted")
 
 
+def key_ref_field(endpoint: str):
+    """An endpoint's API key setting (a reference: ``check_key_ref``), worded alike in every section."""
+    return Field(None, description=f"The {endpoint} endpoint's API key as env:NAME (read from the environment variable "
+                 "NAME; unset: $SELFPLAY_JUDGE_API_KEY). Typed into the web form or the API, the key itself is stored "
+                 "encrypted.")
+
+
+def endpoint_checks(endpoint_field: str, key_field: str):
+    """The validators of a section's endpoint URL and API key fields (``check_endpoint``, ``check_key_ref``), for
+    its body: ``_endpoint, _key_ref = endpoint_checks("judge_endpoint", "judge_api_key")``."""
+    return (field_validator(endpoint_field)(lambda cls, v: check_endpoint(v)),
+            field_validator(key_field)(lambda cls, v: check_key_ref(v)))
+
+
 CREDENTIAL_PARAM = re.compile(r"(?i)key|token|secret|passw|auth|^sig$|signature")
 
 
@@ -373,12 +387,9 @@ class SspSection(MethodSection):
         "trusted with aliases that share no word ('USA' for 'United States').")
     judge_endpoint: str | None = Field(None, description="Base URL of an OpenAI-compatible judge (judge=endpoint).")
     judge_model: str | None = Field(None, description="Model name sent to the judge endpoint.")
-    judge_api_key: str | None = Field(
-        None, description="The judge endpoint's API key as env:NAME (read from the environment variable NAME; "
-        "unset: $SELFPLAY_JUDGE_API_KEY). Typed into the web form or the API, the key itself is stored encrypted.")
+    judge_api_key: str | None = key_ref_field("judge")
 
-    _key_ref = field_validator("judge_api_key")(lambda cls, v: check_key_ref(v))
-    _endpoint = field_validator("judge_endpoint")(lambda cls, v: check_endpoint(v))
+    _endpoint, _key_ref = endpoint_checks("judge_endpoint", "judge_api_key")
 
     def judged_by_frozen_base(self) -> bool:
         return self.judge == "frozen_base"
@@ -550,12 +561,9 @@ class ScoreSection(MethodSection):
         128, ge=8, description="Token budget of one generated training query (ours: the paper uses Reddit queries; "
         "one question fits in 128).")
     harness_model: str | None = Field(None, description="Model name sent to the meta-harness endpoint.")
-    harness_api_key: str | None = Field(
-        None, description="The meta-harness endpoint's API key as env:NAME (read from the environment variable NAME; "
-        "unset: $SELFPLAY_JUDGE_API_KEY). Typed into the web form or the API, the key itself is stored encrypted.")
+    harness_api_key: str | None = key_ref_field("meta-harness")
 
-    _key_ref = field_validator("harness_api_key")(lambda cls, v: check_key_ref(v))
-    _endpoint = field_validator("harness_endpoint")(lambda cls, v: check_endpoint(v))
+    _endpoint, _key_ref = endpoint_checks("harness_endpoint", "harness_api_key")
 
     def evaluator_searches(self) -> int:
         """Searches the evaluator may make: its last turn writes the scores (evaluator_max_turns - 1)."""
