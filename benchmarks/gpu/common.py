@@ -1,4 +1,4 @@
-"""Shared helpers of the GPU benchmarks (run on the lent GPU machine, see benchmarks/gpu/README.md).
+"""Shared helpers of the GPU benchmarks (run on a GPU node, see benchmarks/gpu/README.md).
 
 - ``SHAPES``: the model shapes the issue names (a 321M and a 1.39B Llama), random init, with
   SmolLM2's tokenizer (carried in ``.gpu_assets/smollm2-tokenizer``);

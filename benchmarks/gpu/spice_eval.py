@@ -435,7 +435,7 @@ class Evaluation:
                 cells = [f"{r['score']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] n={r['n']}"
                          if (r := evals.get((t.step, name))) else "-" for name in names]
                 print(f"{t.label:<{width}}" + "".join(f"{x:<34}" for x in cells))
-        print("\nseconds per phase (this call):")
+        print("\nseconds per phase (this evaluation):")
         print(f"{'model':<{width}}" + "".join(f"{p:>12}" for p in PHASES) + f"{'total':>12}")
         for t in self.targets:
             print(f"{t.label:<{width}}" + "".join(f"{t.seconds[p]:>12.1f}" for p in PHASES)

@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     m.add_argument("--n", type=int, default=200, help="questions wanted")
     m.add_argument("--batch", type=int, default=64, help="answers proposed together in a round")
     m.add_argument("--max-rounds", type=int, default=20)
-    m.add_argument("--minutes", type=float, help="start no round after this many minutes (a machine session's budget)")
+    m.add_argument("--minutes", type=float, help="start no round after this many minutes (a time budget)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--out", default=".gpu_assets/ssp_heldout.jsonl")
     c = sub.add_parser("make-cloze", help="held-out cloze items (no model): a Proposer-independent Solver set")
