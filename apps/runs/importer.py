@@ -196,7 +196,8 @@ def _import(folder: Path, cfg, user) -> ImportSummary:
     if last is not None:
         run.checkpoint_path = checkpoints[last][:1000]
     run.current_step = max(run.current_step, last or 0)
-    run.save(update_fields=["checkpoint_path", "current_step"])
+    run.heartbeat_at = None  # the sink stamped the import's own time: no worker of this site ever ran it
+    run.save(update_fields=["checkpoint_path", "current_step", "heartbeat_at"])
 
     for hook in hooks.IMPORT:  # apps.evals: evals.jsonl, eval_samples/, crossplay.json
         counts = hook(run, folder) or {}
