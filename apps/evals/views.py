@@ -40,12 +40,17 @@ def reap() -> None:
     CrossPlay.reap_stale()
 
 
+RECENT_SHOWN = 10  # evaluations listed open on /evals/; the older ones of the 50 newest are folded
+
+
 def index(request):
     reap()
     bench_service.ensure_builtins()
+    jobs = list(EvalJob.objects.select_related("run").prefetch_related("results__benchmark", "benchmarks")[:50])
     return render(request, "evals/index.html", {
         "benchmarks": Benchmark.objects.select_related("corpus"),
-        "jobs": EvalJob.objects.select_related("run").prefetch_related("results__benchmark", "benchmarks")[:50],
+        # the newest first; the rest folded, so the forms below are not 50 rows down (an import brings dozens)
+        "jobs": jobs[:RECENT_SHOWN], "older_jobs": jobs[RECENT_SHOWN:],
         "crossplays": CrossPlay.objects.select_related("run")[:20],
         "models": available_models(), "corpora": Corpus.objects.order_by("name"), "scorings": SCORING,
         "runs": Run.objects.order_by("-id")[:50], "can_launch": can(request.user, "launch_run"),
