@@ -255,6 +255,19 @@ def estimate_view(request):
     return render(request, "runs/_estimate.html", {"estimate": _estimate(form, method)})
 
 
+def run_time_axis(run) -> dict:
+    """The run page's step -> time map (``compare.time_axes``, as the compare view draws it) and ``wall_start``:
+    the wall clock at which the run's first step began, so the page can place live steps' stamps on it."""
+    axis = run_compare.time_axes([run])[run.pk]
+    axis["wall_start"] = None
+    if axis["wall"]:
+        stamp = (Metric.objects.filter(run=run, name="wall_clock", step=axis["steps"][-1]).order_by("-value")
+                 .values_list("value", flat=True).first())
+        if stamp is not None:
+            axis["wall_start"] = stamp - axis["wall"][-1]
+    return axis
+
+
 def detail(request, run_id: int):
     lifecycle.reap_stale_runs()
     run = get_object_or_404(Run.objects.select_related("owner", "corpus"), pk=run_id)
@@ -269,6 +282,7 @@ def detail(request, run_id: int):
         # the reward chart: one curve per role; its first points come with the page (no round trip before it can draw)
         "curve_names": run_metrics.CURVE_NAMES,
         "reward_series": run_metrics.curve_series(run, points=INITIAL_POINTS),
+        "time_axis": run_time_axis(run),  # the curves' wall / training time axes
         "waiting": "" if curves else run_metrics.waiting_note(run),
         "progress": current_progress(run.pk) if run.status == "running" else None,
         "tabs": run_metrics.tabs(run_metrics.metric_names(run.pk)),

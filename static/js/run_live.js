@@ -2,6 +2,9 @@
 // A static file, not an inline script: the Content-Security-Policy allows scripts from this site only.
 // Live updates: websocket /ws/runs/<id>/ -> chart points, sample rows, status; reconnects with
 // backoff and catches up from the metrics API (since the last step it has seen).
+// The curves are drawn against step, wall time or training time, with smoothing (curve_axes.js, as the
+// compare view): window.runCurves holds that choice and the run's step -> time map, which every live step
+// extends; run_page.js draws the metric tabs with it too.
 (function () {
   const runId = JSON.parse(document.getElementById("run-id").textContent);
   const chartEl = document.getElementById("reward-chart");
@@ -11,6 +14,7 @@
   const curveOf = {};  // role -> the metric name its curve plots
   const traces = {};   // role -> trace index
   const last = {};     // role -> last step drawn
+  const raw = {};      // role -> {x: steps, y: values} of every point drawn (redrawn when the view changes)
   let backoff = 1000, opened = false, chartReady = false, pending = [], catching = false, held = [];
   let caughtUp = false, signalled = false, catchChain = Promise.resolve();
   const seen = {};     // role -> newest step received (drawn or waiting for the chart)
@@ -20,6 +24,87 @@
   let lastSeq = null, pendingCatchUps = 0;
 
   function addPoints(role, steps, values) { addSeries([[role, steps, values]]); }
+
+  // ---- the curves' view: x axis and smoothing (the controls in the reward card; ?x=wall&smooth=0.6) -------
+  const C = window.CurveAxes;
+  const xSelect = document.getElementById("curve-x"), smoothInput = document.getElementById("curve-smooth");
+  const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];  // plotly's
+  const view = window.runCurves = {
+    axis: "step", smooth: 0,
+    map: JSON.parse(document.getElementById("run-time-axis").textContent),  // apps/runs/compare.time_axes + wall_start
+    plain() { return this.axis === "step" && !this.smooth; },  // points as logged: live points extend the traces
+    // x of each step on the chosen axis; a run without step times stays on steps, without wall stamps on training time
+    xs(steps) {
+      const {x, fellBack} = C.timeOf(this.map, steps, this.axis);
+      this.fellBack = fellBack || this.fellBack;
+      return x || steps;
+    },
+    xaxis(xs) {
+      if (this.axis === "step" || this.fellBack === "none") return stepAxis(xs.length ? Math.max(...xs) - Math.min(...xs) : 0);
+      return {title: {text: C.TITLES[this.fellBack === "wall" ? "train" : this.axis]}, visible: true};
+    },
+    // [{name, steps, values}] -> plotly traces: with smoothing, each curve smoothed over a faint line of its points
+    traces(curves) {
+      this.fellBack = null;
+      const out = [];
+      curves.forEach((c, i) => {
+        // copies: plotly's extendTraces appends to a trace's own arrays, which must not be the caller's
+        const x = [...this.xs(c.steps)], mode = c.steps.length > 300 ? "lines" : "lines+markers";
+        if (this.plain()) { out.push({x, y: [...c.values], mode, name: c.name}); return; }
+        const color = COLORS[i % COLORS.length];
+        if (this.smooth) out.push({x, y: c.values, mode: "lines", name: c.name + " (raw)", showlegend: false, hoverinfo: "skip",
+                                   line: {color: C.fade(color, 0.25), width: 1}});
+        out.push({x, y: C.ema(c.values, this.smooth), mode: this.smooth ? "lines" : mode, name: c.name, line: {color}});
+      });
+      const note = document.getElementById("curve-axis-note");
+      note.textContent = this.axis === "step" ? "" : this.fellBack === "none" ? "This run logged no step times yet: drawn against step."
+        : this.fellBack === "wall" ? "This run logged no wall-clock stamps (written before the trainer logged them): drawn against its training time." : "";
+      note.hidden = !note.textContent;
+      return out;
+    },
+    // a live message's steps extend the step -> time map (every role's metrics carry step_seconds and wall_clock)
+    extend(points) {
+      let grew = false;
+      for (const p of points) grew = C.extend(this.map, p.step, p.values.step_seconds, p.values.wall_clock) || grew;
+      return grew;
+    },
+  };
+  const params = new URLSearchParams(location.search);
+  if (C.AXES.includes(params.get("x"))) xSelect.value = params.get("x");
+  if (params.has("smooth")) smoothInput.value = Math.min(0.99, Math.max(0, Number(params.get("smooth")) || 0));
+  function readView() {
+    view.axis = xSelect.value; view.smooth = Number(smoothInput.value) || 0;
+    document.getElementById("curve-smooth-value").textContent = view.smooth.toFixed(2);
+  }
+  readView();
+  function viewChanged() {
+    readView();
+    const next = new URLSearchParams(location.search);
+    if (view.axis !== "step") next.set("x", view.axis); else next.delete("x");
+    if (view.smooth) next.set("smooth", view.smooth.toFixed(2)); else next.delete("smooth");
+    history.replaceState(null, "", `${location.pathname}${next.toString() ? "?" + next : ""}`);
+    if (chartReady) redraw();
+    window.dispatchEvent(new Event("run-curves-view"));  // run_page.js redraws the metric tabs
+  }
+  xSelect.addEventListener("change", viewChanged);
+  smoothInput.addEventListener("input", viewChanged);
+
+  // The whole reward chart from `raw`, in the traces' order (after a view change, or a live point off the plain view).
+  let redrawTimer = null;
+  function redraw() {
+    clearTimeout(redrawTimer); redrawTimer = null;
+    const roles = Object.keys(traces).sort((a, b) => traces[a] - traces[b]);
+    const data = view.traces(roles.map(role => ({name: `${role || "all"} · ${curveOf[role]}`, steps: raw[role].x, values: raw[role].y})));
+    const xs = data.flatMap(t => t.x);
+    return Plotly.react(chartEl, data, {...chartLayout(), xaxis: xs.length ? view.xaxis(xs) : {...stepAxis(0), visible: false},
+                                        yaxis: {title: {text: "reward / accuracy"}, visible: xs.length > 0}},
+                        {responsive: true, displaylogo: false})
+      .then(() => { chartEl.dataset.axis = view.axis; chartEl.dataset.smooth = String(view.smooth); showFilled(); });
+  }
+  function redrawSoon() { if (!redrawTimer) redrawTimer = setTimeout(redraw, 250); }  // at most 4 redraws a second
+  function chartLayout() {  // plotly 3 takes axis titles as {text}; the legend (shown even for one role) sits above the plot
+    return {margin: {t: 30, r: 10, b: 40, l: 50}, showlegend: true, legend: {orientation: "h", y: 1.02, yanchor: "bottom"}};
+  }
 
   // The role's curve: the name it plots already, else the first curve name among `has` (null: none).
   function curveFor(role, has) {
@@ -49,7 +134,7 @@
     const xs = (chartEl.data || []).flatMap(t => t.x);
     if (!xs.length) return;
     document.getElementById("reward-waiting").hidden = true;
-    Plotly.relayout(chartEl, {xaxis: stepAxis(Math.max(...xs) - Math.min(...xs)), "yaxis.visible": true});
+    Plotly.relayout(chartEl, {xaxis: view.xaxis(xs), "yaxis.visible": true});
     shownEmpty = false;
   }
 
@@ -64,12 +149,15 @@
       if (!keep.length) continue;
       const xs = keep.map(i => steps[i]), ys = keep.map(i => values[i]);
       last[role] = xs[xs.length - 1];
+      raw[role] = raw[role] || {x: [], y: []};
+      raw[role].x.push(...xs); raw[role].y.push(...ys);
       if (role in fresh) { fresh[role].x.push(...xs); fresh[role].y.push(...ys); }
       else if (role in traces) { ext.x.push(xs); ext.y.push(ys); ext.idx.push(traces[role]); }
       else fresh[role] = {x: xs, y: ys, mode: xs.length > 300 ? "lines" : "lines+markers", name: `${role || "all"} · ${curveOf[role]}`};
     }
     const added = Object.keys(fresh);
     added.forEach((role, i) => { traces[role] = Object.keys(traces).length; });
+    if (!view.plain()) { if (added.length || ext.idx.length) redrawSoon(); return; }
     if (added.length) Plotly.addTraces(chartEl, added.map(role => fresh[role]));
     if (ext.idx.length) Plotly.extendTraces(chartEl, {x: ext.x, y: ext.y}, ext.idx);
     if (added.length || ext.idx.length) showFilled();
@@ -92,14 +180,26 @@
     const steps = Object.values(seen);
     const since = steps.length ? "&since_step=" + Math.min(...steps) : "";
     const points = Math.max(200, Math.round(chartEl.clientWidth || 1000));  // about one point per pixel
-    return fetch(`/api/v1/runs/${runId}/metrics/?name=${curveNames.map(encodeURIComponent).join(",")}${since}&points=${points}`, {credentials: "same-origin"})
+    const names = [...curveNames, "step_seconds", "wall_clock"];  // the step times extend the time axes
+    return fetch(`/api/v1/runs/${runId}/metrics/?name=${names.map(encodeURIComponent).join(",")}${since}&points=${points}`, {credentials: "same-origin"})
       .then(r => r.ok ? r.json() : {series: []})
-      .then(data => addSeries(curveBatch(data.series)))
+      .then(data => { extendTimes(data.series); addSeries(curveBatch(data.series)); })
       .finally(() => {
         pendingCatchUps--; catching = pendingCatchUps > 0; caughtUp = true; chartUp();
         if (!catching) for (const m of held.splice(0)) onMetric(m);
       })
       .catch(() => {});  // a failed fetch (server away) must not stop the chain: the next reconnect tries again
+  }
+
+  // The metrics API's step_seconds / wall_clock series (any role: a step's are the same for all) -> the time map.
+  function extendTimes(series) {
+    const at = {};
+    for (const s of series) {
+      if (s.name !== "step_seconds" && s.name !== "wall_clock") continue;
+      s.steps.forEach((step, i) => { (at[step] = at[step] || {})[s.name] = s.values[i]; });
+    }
+    const steps = Object.keys(at).map(Number).sort((a, b) => a - b);
+    if (view.extend(steps.map(step => ({step, values: at[step]}))) && !view.plain() && chartReady) redrawSoon();
   }
 
   // Within a step: "step 3 of 50: rollout (generating) for 40 s"; hidden once the run is not running.
@@ -143,6 +243,7 @@
     document.getElementById("run-step").textContent = msg.step;
     // a message holds the role's newest step and, from a fast run, the earlier steps of the same flush
     const all = [...(msg.earlier || []), {step: msg.step, values: msg.values}];
+    if (view.extend(all) && !view.plain() && chartReady) redrawSoon();
     const name = curveFor(msg.role, n => all.some(p => n in p.values));
     const points = name ? all.filter(p => name in p.values) : [];
     if (points.length) addPoints(msg.role, points.map(p => p.step), points.map(p => p.values[name]));  // skips steps already drawn
@@ -273,9 +374,8 @@
   connect();
   window.addEventListener("load", () => {
     // plotly 3 takes axis titles as {text}; the legend (shown even for one role) sits above the plot
-    Plotly.newPlot(chartEl, [], {margin: {t: 30, r: 10, b: 40, l: 50}, xaxis: {...stepAxis(0), visible: false},
-                                 yaxis: {title: {text: "reward / accuracy"}, visible: false}, showlegend: true,
-                                 legend: {orientation: "h", y: 1.02, yanchor: "bottom"}}, {responsive: true, displaylogo: false})
+    Plotly.newPlot(chartEl, [], {...chartLayout(), xaxis: {...stepAxis(0), visible: false},
+                                 yaxis: {title: {text: "reward / accuracy"}, visible: false}}, {responsive: true, displaylogo: false})
       .then(() => {
         chartReady = true;
         addSeries(pending.splice(0));

@@ -1,7 +1,8 @@
 // Run page additions: the metric tabs (entropy, length, KL, zero-variance groups, tokens/s) and
 // the task ledger (difficulty histogram, invalid share, near-duplicate rate over steps).
 // The page's own script owns the websocket and re-dispatches its messages as window events
-// "run-metric" and "run-sample"; this file only listens.
+// "run-metric" and "run-sample"; this file only listens. The metric tabs follow the reward chart's x axis
+// and smoothing (window.runCurves, run_live.js; event "run-curves-view" when they change).
 (function () {
   "use strict";
   const LAYOUT = {margin: {t: 10, r: 10, b: 40, l: 50}, legend: {orientation: "h"}};
@@ -18,19 +19,31 @@
     const tabs = json("metric-tab-data");
     const el = document.getElementById("metric-chart");
     const buttons = [...document.querySelectorAll("#metric-tabs button")];
-    let tab = null, name = null, traces = {}, last = {}, ready = false, seq = 0;
+    let tab = null, name = null, traces = {}, last = {}, raw = {}, ready = false, seq = 0, timer = null;
+    const view = window.runCurves;
 
     function title(tab, name, xs) {
       const empty = `${tab.label}: ${name ? "" : "not reported yet"}${!name && waitingNote() ? "; " : ""}${waitingNote()}`;
       return {...LAYOUT, margin: {...LAYOUT.margin, t: 30}, legend: {orientation: "h", y: 1.02, yanchor: "bottom"}, showlegend: true,
-              xaxis: stepAxis(xs), yaxis: {title: {text: name || tab.label}, visible: xs.length > 0},
+              xaxis: view && !view.plain() && xs.length ? view.xaxis(xs) : stepAxis(xs), yaxis: {title: {text: name || tab.label}, visible: xs.length > 0},
               annotations: xs.length ? [] : [{text: empty, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}]};
     }
     const drawnSteps = () => (el.data || []).flatMap(t => t.x);
 
+    // The whole chart from `raw` on the page's view (x axis, smoothing), traces in their roles' order.
+    function redraw() {
+      clearTimeout(timer); timer = null;
+      const roles = Object.keys(traces).sort((a, b) => traces[a] - traces[b]);
+      const curves = roles.map(role => ({name: role || "all", steps: raw[role].x, values: raw[role].y}));
+      const data = view ? view.traces(curves)
+        : curves.map(c => ({x: c.steps, y: c.values, mode: c.steps.length > 300 ? "lines" : "lines+markers", name: c.name}));
+      return Plotly.react(el, data, title(tab, name, data.flatMap(t => t.x)), CONFIG)
+        .then(() => { el.dataset.axis = view ? view.axis : "step"; });
+    }
+
     async function show(i) {
       const mine = ++seq;
-      ready = false; tab = tabs[i]; name = tab.name; traces = {}; last = {};
+      ready = false; tab = tabs[i]; name = tab.name; traces = {}; last = {}; raw = {};
       buttons.forEach((b, j) => b.classList.toggle("active", j === i));
       const q = tab.names.map(encodeURIComponent).join(",");
       const points = Math.max(200, Math.round(el.clientWidth || 1000));  // about one point per pixel
@@ -40,9 +53,8 @@
       const present = new Set(data.series.map(s => s.name));
       name = tab.names.find(n => present.has(n)) || null;
       const shown = data.series.filter(s => s.name === name);
-      shown.forEach((s, j) => { traces[s.role] = j; last[s.role] = s.steps[s.steps.length - 1]; });
-      await Plotly.react(el, shown.map(s => ({x: s.steps, y: s.values, mode: s.steps.length > 300 ? "lines" : "lines+markers", name: s.role || "all"})),
-                         title(tab, name, shown.flatMap(s => s.steps)), CONFIG);
+      shown.forEach((s, j) => { traces[s.role] = j; last[s.role] = s.steps[s.steps.length - 1]; raw[s.role] = {x: [...s.steps], y: [...s.values]}; });
+      await redraw();
       el.dataset.metric = name || "";
       ready = true;
     }
@@ -56,15 +68,21 @@
       const fresh = n ? points.filter(p => p.step > from && p.values[n] !== undefined && p.values[n] !== null) : [];
       if (!fresh.length) return;
       if (!name) { name = n; el.dataset.metric = n; }
-      if (!(msg.role in traces)) {
-        traces[msg.role] = Object.keys(traces).length;
-        Plotly.addTraces(el, {x: [], y: [], mode: "lines+markers", name: msg.role || "all"});
+      raw[msg.role] = raw[msg.role] || {x: [], y: []};
+      raw[msg.role].x.push(...fresh.map(p => p.step)); raw[msg.role].y.push(...fresh.map(p => p.values[n]));
+      if (!(msg.role in traces)) traces[msg.role] = Object.keys(traces).length;
+      if (view && !view.plain()) {  // times or smoothing: the whole chart again, at most 4 times a second
+        last[msg.role] = fresh[fresh.length - 1].step;
+        if (!timer) timer = setTimeout(redraw, 250);
+        return;
       }
+      if (traces[msg.role] >= (el.data || []).length) Plotly.addTraces(el, {x: [], y: [], mode: "lines+markers", name: msg.role || "all"});
       Plotly.extendTraces(el, {x: [fresh.map(p => p.step)], y: [fresh.map(p => p.values[n])]}, [traces[msg.role]]);
       Plotly.relayout(el, title(tab, name, drawnSteps()));
       last[msg.role] = fresh[fresh.length - 1].step;
     });
     buttons.forEach((b, i) => b.addEventListener("click", () => show(i)));
+    window.addEventListener("run-curves-view", () => { if (ready) redraw(); });
     return show(0);
   }
 

@@ -2,7 +2,7 @@
 // A static file, not an inline script: the Content-Security-Policy allows scripts from this site only.
 // One trace per (run, role) of the chosen metric, from the downsampled metrics API, drawn against
 // step, wall time or training time (apps/runs/compare.time_axes), smoothed by a debiased exponential
-// moving average (W&B's smoothing), and runs that are seeds of one config drawn as one band
+// moving average (W&B's smoothing; both from curve_axes.js, which the run page uses too), and runs that are seeds of one config drawn as one band
 // (apps/runs/compare.seed_groups): their mean, with min-max or +- standard error around it.
 (function () {
   const read = id => JSON.parse(document.getElementById(id).textContent);
@@ -20,42 +20,16 @@
   const note = document.getElementById("compare-axis-note");
   const colors = ["#3b5bdb", "#e8590c", "#2f9e44", "#c2255c", "#7048e8", "#1098ad", "#f08c00", "#495057"];
   const dashes = ["solid", "dot", "dash", "dashdot"];
-  const TITLES = {step: "step", wall: "wall time (hours since the run's first step began)",
-                  train: "training time (hours of steps, pauses left out)"};
+  const {TITLES, interp, ema, fade} = window.CurveAxes;  // static/js/curve_axes.js, shared with the run page
   const params = new URLSearchParams(location.search);
   if (params.has("smooth")) smooth.value = Math.min(0.99, Math.max(0, Number(params.get("smooth")) || 0));
   let answers = null;
 
-  // y at x on the polyline (xs ascending), held flat beyond its ends.
-  function interp(xs, ys, x) {
-    if (x <= xs[0]) return ys[0];
-    if (x >= xs[xs.length - 1]) return ys[ys.length - 1];
-    let lo = 0, hi = xs.length - 1;
-    while (hi - lo > 1) { const mid = (lo + hi) >> 1; if (xs[mid] <= x) lo = mid; else hi = mid; }
-    return ys[lo] + (ys[hi] - ys[lo]) * (x - xs[lo]) / (xs[hi] - xs[lo] || 1);
-  }
-
   // The x of each step on the chosen axis (hours for times); null when the run has no step times at all.
   function xsOf(runId, steps, axis, fallbacks) {
-    if (axis === "step") return steps;
-    const a = axes[String(runId)];
-    if (!a || !a.steps.length) { fallbacks.none.push(runId); return null; }
-    let t = axis === "wall" ? a.wall : a.train;
-    if (!t) { t = a.train; fallbacks.wall.push(runId); }
-    const ks = [a.steps[0] - 1, ...a.steps], ts = [0, ...t];  // the first step starts at 0
-    return steps.map(s => interp(ks, ts, s) / 3600);
-  }
-
-  // Debiased exponential moving average: each point is (1 - w) of itself and w of the curve before it,
-  // divided by the weight seen so far, so the curve's start is not pulled towards 0.
-  function ema(ys, w) {
-    if (!w) return ys;
-    let last = 0, weight = 0;
-    return ys.map(y => {
-      if (!Number.isFinite(y)) return y;
-      last = last * w + (1 - w) * y; weight = weight * w + (1 - w);
-      return last / weight;
-    });
+    const {x, fellBack} = window.CurveAxes.timeOf(axes[String(runId)], steps, axis);
+    if (fellBack) fallbacks[fellBack].push(runId);
+    return x;
   }
 
   function band(members, kind) {  // members: [{x, y}] -> {x, mean, lo, hi} on their common x grid
@@ -75,11 +49,6 @@
       out.x.push(gx); out.mean.push(mean); out.lo.push(lo); out.hi.push(hi);
     }
     return out;
-  }
-
-  function fade(hex, alpha) {
-    const n = parseInt(hex.slice(1), 16);
-    return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
   }
 
   function draw() {
