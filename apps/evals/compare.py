@@ -4,9 +4,10 @@
 (``base:<the run's model>``) as step 0: the run's own evaluation of it when it has one (launched from
 its page, or imported with its folder), else the newest from any page (``base_results``); and every
 evaluated checkpoint by step; when a point was evaluated several times, the newest result wins. It
-returns the table rows (one per model, one cell per benchmark) and the chart series (one per run and
-benchmark: steps, scores and the 95% interval as error bars, and each point's ``train_seconds``: the
-run's training time at that checkpoint, 0 for the base model, None when not recorded).
+returns the table rows (one per model, one cell per benchmark; a run whose own base model evaluation is not
+the newest one of the base row gets a "step 0" row of its own: the one its differences are from) and the chart
+series (one per run and benchmark: steps, scores and the 95% interval as error bars, and each point's
+``train_seconds``: the run's training time at that checkpoint, 0 for the base model, None when not recorded).
 
 A checkpoint's cell also carries ``paired``: its score minus that base model's, item by item, with the
 95% bootstrap interval of the mean per-item difference (``paired``). Two overlapping intervals of the
@@ -132,6 +133,12 @@ def comparison(runs, benchmarks, pairs: bool = True) -> dict:
         for (spec, name), r in found.items():
             by_step.setdefault(r.job.step, {})[name] = r  # a step evaluated from two paths: the newest wins
         step0 = base_results(run, names, base)
+        base_spec = f"base:{run.model_name}"
+        if any(base.get((base_spec, n)) is None or r.pk != base[(base_spec, n)].pk for n, r in step0.items()):
+            # the run's own evaluation of its base model, which its series and paired differences start from, is
+            # not the newest one in the base row above (another import or page evaluated the model again)
+            rows.append({"label": f"{run.label} @ step 0 (its own base model evaluation)", "run": run.pk, "step": 0,
+                         "cells": [_cell(step0.get(n)) for n in names]})
         for step in steps:
             cells = [_cell(by_step[step].get(n)) for n in names]
             rows.append({"label": f"{run.label} @ step {step}", "run": run.pk, "step": step, "cells": cells})
