@@ -3,7 +3,7 @@ and from the item's snapshot when they do not (a deleted run keeps its verdicts,
 
 - the source document (the corpus Document the task was written from) or the passages the
   attempts retrieved;
-- the task (question, gold answer, pass rate, validity);
+- the task (question, gold answer, pass rate, validity and, for an invalid task, the stored reason why);
 - the task's rubric list (the item's own rubric marked);
 - an attempt with its grade(s): the graded attempt for a grade item, else a solver attempt;
 - for a task item, every other solver answer too (SPICE's Reasoner answers a task several times:
@@ -16,6 +16,7 @@ from __future__ import annotations
 from apps.corpora.models import Document
 from apps.episodes.models import Attempt, Grade, Rubric, Task
 from apps.review.models import Kind, ReviewItem
+from apps.runs.samples import REASON_KEYS
 
 DOCUMENT_CHARS = 8000
 PASSAGES = 6
@@ -45,12 +46,18 @@ def _task(item: ReviewItem) -> Task | None:
 
 def _task_view(item: ReviewItem, task: Task | None, snap: dict) -> dict:
     if task is not None:
-        return {"key": task.key, "question": task.question, "answer": task.answer, "valid": task.valid,
+        view = {"key": task.key, "question": task.question, "answer": task.answer, "valid": task.valid,
                 "pass_rate": task.pass_rate, "role": task.role, "format": task.format, "step": task.step,
                 "data": task.data, "live": True}
-    return {"key": item.task_key, "question": snap.get("question", ""), "answer": snap.get("answer", ""),
-            "valid": snap.get("valid", True), "pass_rate": snap.get("pass_rate"), "role": snap.get("role", ""),
-            "format": snap.get("format", ""), "step": item.step, "data": snap.get("data") or {}, "live": False}
+    else:
+        view = {"key": item.task_key, "question": snap.get("question", ""), "answer": snap.get("answer", ""),
+                "valid": snap.get("valid", True), "pass_rate": snap.get("pass_rate"), "role": snap.get("role", ""),
+                "format": snap.get("format", ""), "step": item.step, "data": snap.get("data") or {}, "live": False}
+    data = view["data"] if isinstance(view["data"], dict) else {}
+    # why the gate or the parser refused it, as the run page's samples say ("" for a valid task or none stored)
+    view["why"] = "" if view["valid"] else next(
+        (str(data[k]) for k in REASON_KEYS if data.get(k) not in (None, "", "ok")), "")
+    return view
 
 
 def _rubrics(item: ReviewItem, task: Task | None, snap: dict) -> list[dict]:

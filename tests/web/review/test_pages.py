@@ -180,3 +180,23 @@ def test_next_skips_ahead_and_wraps_around(client, queued, reviewer):
     assert f'data-item="{first.pk}"' in client.get(f"{base}&after={second.pk}").content.decode()
     first.review(reviewer, "approve")  # the only pending one left is shown even when skipped past
     assert f'data-item="{second.pk}"' in client.get(f"{base}&after={second.pk}").content.decode()
+
+
+def test_an_invalid_task_says_why_it_was_refused(client, run, reviewer):
+    """A reviewer shown an invalid task (the demo's SmolLM2 writes mostly those) reads the gate's or the parser's
+    reason, as the run page's samples give it, instead of a bare "invalid" over "(no question)"."""
+    sink = DjangoSink(run)
+    recs = records(1, n=1)
+    recs[0].update(valid=False, question="", data={"invalid_reason": "task: no parsable JSON object"})
+    sink.samples(1, recs)
+    sink.control()
+    client.force_login(reviewer)
+    html = client.get(f"/review/?run={run.pk}&kind=task").content.decode()
+    reason = html.split('id="task-invalid-reason">', 1)[1].split("</span>", 1)[0]
+    assert reason == "task: no parsable JSON object" and "(no question)" in html
+    valid = DjangoSink(run)
+    valid.samples(2, records(2, n=1))
+    valid.control()
+    item = ReviewItem.objects.get(run=run, kind="task", step=2)
+    page = client.get(f"/review/?item={item.pk}").content.decode()
+    assert "Question 2-0: what year?" in page and 'id="task-invalid-reason"' not in page
