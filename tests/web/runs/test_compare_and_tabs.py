@@ -199,10 +199,12 @@ def test_runs_without_training_time_are_left_out_with_a_note(client, researcher)
     assert data["lacking"] == [{"run": untimed.pk, "steps": [35]}]
     note = html.split('id="compare-wallclock-note"')[1].split("</p>")[0]
     assert f"run {untimed.pk}</a> (step 35)" in note and "train_seconds" in note and f"run {timed.pk}<" not in note
+    assert 'id="compare-wallclock-title">Evaluations by training time</h2>' in html
     # only untimed runs: the note, no chart
     other = _imported("spice-wiki-qwen15-lr2e-6")
     html = client.get(f"/runs/compare/?ids={untimed.pk},{other.pk}").content.decode()
     assert 'id="compare-wallclock-note"' in html and 'id="compare-wallclock-chart"' not in html
+    assert 'id="compare-wallclock-title">Evaluations</h2>' in html  # no chart: the card does not promise one
     assert _wallclock(html) == {"series": [], "lacking": [{"run": untimed.pk, "steps": [35]},
                                                           {"run": other.pk, "steps": [15]}]}
 
