@@ -553,3 +553,15 @@ def test_the_recipes_challenger_rounds_mark_repeated_answers(monkeypatch):
     by_doc, _ = spice.challenge_until_valid(SimpleNamespace(config=off, policy=ctx.policy), docs, 37, [0] * len(docs),
                                             ReviewState())
     assert all(a.valid for row in by_doc for a in row if a.task)
+
+
+def test_a_step_without_a_valid_task_logs_no_reasoner_accuracy():
+    """The demo's SmolLM2 SPICE run wrote no valid task in 30 steps; its run page drew a flat 'reasoner accuracy 0'
+    line that looked measured. A step whose tasks all failed logs tasks = 0 and no accuracy, boxed rate, length or
+    Challenger pass rate."""
+    def attempt(reason):
+        return Attempt("d", "Doc", 0, "1:d:0", [1], task=SpiceTask("free_form", "integer", "q", "1"), reason=reason)
+
+    metrics = step_metrics([attempt("format: no JSON object"), attempt("task: integer answer expected, got 'x'")])
+    assert metrics["reasoner"] == {"tasks": 0.0}
+    assert "pass_rate_mean" not in metrics["challenger"] and metrics["challenger"]["valid_rate"] == 0.0

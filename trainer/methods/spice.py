@@ -347,7 +347,7 @@ def step_metrics(attempts: list[Attempt], clusters: list[int] | None = None) -> 
         "valid_rate": sum(a.valid for a in attempts) / len(attempts),
         "kept_valid_rate": sum(a.valid for a in kept) / max(len(kept), 1),
         "reward_mean": sum(a.reward for a in kept) / max(len(kept), 1),
-        "pass_rate_mean": sum(a.pass_rate for a in graded) / len(graded) if graded else 0.0,
+        **({"pass_rate_mean": sum(a.pass_rate for a in graded) / len(graded)} if graded else {}),
         "mcq_share": sum(a.choice is not None and a.choice.format == "mcq" for a in attempts) / len(attempts),
         "response_length": sum(sum(a.loss_mask) for a in kept) / max(len(kept), 1),
         **{f"invalid_{r.split()[0]}_rate": n / len(attempts) for r, n in reasons.items()},
@@ -363,6 +363,8 @@ def step_metrics(attempts: list[Attempt], clusters: list[int] | None = None) -> 
         "zero_variance_groups": zero_variance_groups([[a.reward for a in kept if a.group == g]
                                                       for g in {a.group for a in kept}]),
     }
+    if not graded:  # no valid task reached the Reasoner: nothing was measured, so no accuracy / boxed / length
+        return {CHALLENGER: challenger, REASONER: {"tasks": 0.0}}  # (a 0 would draw as a measured point)
     trained = [c for a in graded if a.trained_reasoner for c in a.answers]
     reasoner = {
         "accuracy": sum(sum(a.graded if a.graded is not None else a.correct) for a in graded) / max(len(answers), 1),
