@@ -110,14 +110,25 @@ def time_axes(runs: list[Run], points: int = AXIS_POINTS) -> dict[int, dict]:
 
 # Config keys that say how long or where a run went, not what it trained: seeds of one config may differ in them.
 NOT_THE_CONFIG = ("seed", "train.time_limit_minutes", "train.steps", "checkpoint", "output_dir", "run_dir")
+# When seeds repeat among runs of one config, their checkpoint settings (which mark separate launches) tell them apart.
+SPLIT_BY_CHECKPOINTS = tuple(k for k in NOT_THE_CONFIG if k != "checkpoint")
 
 
-def _config_key(config: dict) -> str:
+def _config_key(config: dict, ignored=NOT_THE_CONFIG) -> str:
     def strip(value, prefix=""):
         if not isinstance(value, dict):
             return value
-        return {k: strip(v, f"{prefix}{k}.") for k, v in value.items() if f"{prefix}{k}" not in NOT_THE_CONFIG}
+        return {k: strip(v, f"{prefix}{k}.") for k, v in value.items() if f"{prefix}{k}" not in ignored}
     return json.dumps(strip(config or {}), sort_keys=True, default=str)
+
+
+def _seed(run: Run):
+    return (run.config or {}).get("seed") if isinstance(run.config, dict) else None
+
+
+def _distinct_seeds(runs: list[Run]) -> bool:
+    seeds = [json.dumps(_seed(r), sort_keys=True, default=str) for r in runs]
+    return len(set(seeds)) == len(seeds)
 
 
 def seed_groups(runs: list[Run]) -> list[dict]:
@@ -126,6 +137,11 @@ def seed_groups(runs: list[Run]) -> list[dict]:
     Two runs are seeds of one group when they share a ``group:<name>`` tag (``by`` "tag"), else when their configs
     (each naming a ``seed``) are the same apart from it and how long they ran (``NOT_THE_CONFIG``: the time limit, the step count,
     checkpointing, paths; ``by`` "config"). A run belongs to one group at most, tags first.
+
+    Seeds of a config group must differ: runs of one config that share a seed are repeats (or runs told apart by
+    something outside the config, such as TRL's own arguments), not seeds. When seeds repeat, the runs are split by
+    their checkpoint settings (ignored otherwise: they do not change learning, but they tell separate launches
+    apart), and each part of 2+ runs whose seeds all differ is a group; the rest stand alone.
     """
     taken: set[int] = set()
     groups: list[dict] = []
@@ -144,10 +160,17 @@ def seed_groups(runs: list[Run]) -> list[dict]:
         if run.pk not in taken and isinstance(run.config, dict) and "seed" in run.config:
             same.setdefault(_config_key(run.config), []).append(run)
     for members in same.values():
-        if len(members) >= 2:
-            seeds = [str((r.config or {}).get("seed", "?")) for r in members]
-            groups.append({"label": f"{members[0].method} · {_common_name(members)} · seeds {', '.join(seeds)}",
-                           "runs": [r.pk for r in members], "by": "config"})
+        parts = [members]
+        if not _distinct_seeds(members):
+            split: dict[str, list[Run]] = {}
+            for run in members:
+                split.setdefault(_config_key(run.config, SPLIT_BY_CHECKPOINTS), []).append(run)
+            parts = list(split.values())
+        for part in parts:
+            if len(part) >= 2 and _distinct_seeds(part):
+                seeds = [str(_seed(r)) for r in part]
+                groups.append({"label": f"{part[0].method} · {_common_name(part)} · seeds {', '.join(seeds)}",
+                               "runs": [r.pk for r in part], "by": "config"})
     return groups
 
 

@@ -94,3 +94,71 @@ def test_the_runs_table_with_seed_groups_fits_1400_px(roles, researcher, server,
             assert errors == []
         finally:
             browser.close()
+
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[3] / "examples" / "runs"
+
+
+def _import_examples():
+    import io
+
+    from django.core.management import call_command
+
+    folders = sorted(str(p) for p in EXAMPLES.iterdir() if (p / "config.yaml").exists())
+    call_command("import_run", *folders, stdout=io.StringIO())
+    return {(r.imported_name or r.name): r for r in Run.objects.all()}
+
+
+@pytest.mark.django_db
+def test_runs_sharing_a_seed_are_no_seed_group(researcher):
+    a = _run(researcher, seed=0, name="trl-a", config={**GRPO, "train": {"lr": 1e-6, "time_limit_minutes": 13}})
+    b = _run(researcher, seed=0, name="trl-b", config={**GRPO, "train": {"lr": 1e-6, "time_limit_minutes": 11}})
+    c = _run(researcher, seed=0, name="trl-c", config={**GRPO, "train": {"lr": 1e-6, "time_limit_minutes": 11}})
+    assert [("group" if "group" in r else r["run"].pk) for r in _rows(a, b, c)] == [c.pk, b.pk, a.pk]
+    from apps.runs import compare
+    assert compare.seed_groups([a, b, c]) == []
+
+
+@pytest.mark.django_db
+def test_the_demo_examples_group_only_runs_with_distinct_seeds(researcher):
+    from apps.runs import compare
+    runs = _import_examples()
+    groups = compare.seed_groups(list(Run.objects.order_by("id")))
+    names = [sorted((Run.objects.get(pk=pk).imported_name or "") for pk in g["runs"]) for g in groups]
+    # the h100 pair and the tta triple share every learning setting but checkpointing: seeds 0, 1 and 0, 1, 2
+    # repeat together, so each part is split off by its checkpoint settings; runs that share seed 0 stay apart
+    assert sorted(names) == [["grpo-gsm8k-qwen05-lr1e-6-h100-seed0", "grpo-gsm8k-qwen05-lr1e-6-h100-seed1"],
+                             ["grpo-gsm8k-qwen05-tta-seed0", "grpo-gsm8k-qwen05-tta-seed1",
+                              "grpo-gsm8k-qwen05-tta-seed2"]], names
+    for g in groups:
+        seeds = [Run.objects.get(pk=pk).config["seed"] for pk in g["runs"]]
+        assert len(set(seeds)) == len(seeds), g
+    assert "trl-grpo-gsm8k-qwen05-tta" in runs
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make browser installs it)")
+def test_the_runs_table_of_the_demo_examples_fits_1400_px(roles, researcher, server, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs an event loop here
+    _import_examples()
+    Run.objects.update(owner=researcher)
+    # make demo's own live run: launcher overrides shown as key=value codes in the settings column
+    Run.objects.create(method="spice", model_name="/tmp/models/smollm2-135m-instruct", owner=researcher,
+                       status="running", corpus_name="wikipedia", total_steps=30, current_step=5, config={},
+                       overrides={"config": {"train": {"device": "cpu", "steps": 30, "prompts_per_step": 1,
+                                                       "time_limit_minutes": 20.0, "micro_batch_size": 2},
+                                             "rollout": {"group_size": 2, "max_new_tokens": 96, "temperature": 1.0},
+                                             "spice": {"challenger_max_new_tokens": 160, "docs_per_step": 1}}})
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser, page, errors = logged_in_page(p, server, "/runs/", {"width": 1400, "height": 900})
+        try:
+            width = page.evaluate("document.documentElement.scrollWidth")
+            right = page.evaluate("document.getElementById('runs').getBoundingClientRect().right")
+            assert width <= 1400 and right <= 1400, (width, right)
+            assert page.locator("tr.seed-group").count() == 2
+            assert "seeds 0, 0" not in page.content()
+            assert errors == []
+        finally:
+            browser.close()
