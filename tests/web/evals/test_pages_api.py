@@ -224,6 +224,17 @@ def test_the_crossplay_page_draws_a_heatmap(reader, run, client):
     assert api(reader).get(f"/api/v1/runs/{run.pk}/crossplay/").json()["results"][0]["cells_done"] == 3
 
 
+def test_the_crossplay_page_names_its_run_by_its_label(reader, run, client):
+    run.name = "spice-gate-wiki-qwen15"
+    run.save(update_fields=["name"])
+    job = CrossPlay.objects.create(run=run, checkpoints=[], matrix=[], status="queued")
+    client.force_login(reader)
+    html = client.get(f"/evals/crossplay/{job.pk}/").content.decode()
+    heading = html.split("<h1>")[1].split("</h1>")[0]
+    assert f'<a href="/runs/{run.pk}/">run {run.pk} · spice-gate-wiki-qwen15</a>' in heading
+    assert f"<title>Cross-play {job.pk} · run {run.pk} · spice-gate-wiki-qwen15" in html
+
+
 def test_a_cpu_evaluation_defaults_to_a_few_items_with_an_estimate_before_launch(db, researcher, client, data_dir):
     """No limit on the CPU means 10 items (a GPU keeps the whole benchmark); the form's estimate line says
     items x tokens, and a time once an evaluation on that queue has finished (scaled by max_new_tokens)."""
