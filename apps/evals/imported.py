@@ -56,7 +56,9 @@ def _benchmark(record: dict, run: Run) -> Benchmark:
         bench = Benchmark.objects.create(
             name=record["benchmark"], title=record["benchmark"], kind=Benchmark.Kind.IMPORTED,
             scoring=record["scoring"], size=record["n"], meta={"imported_from": run.imported_from},
-            description=f"Scores imported with run {run.pk} ({run.imported_from}); its items are not stored here.")
+            description=f"Scores imported with run {run.pk} ({run.imported_from}); each imported evaluation keeps "
+                        "the answered items its folder recorded (eval_samples/), but the benchmark's questions file "
+                        "is not stored here, so it cannot be evaluated again here.")
     elif bench.kind == Benchmark.Kind.IMPORTED and record["n"] > bench.size:
         Benchmark.objects.filter(pk=bench.pk).update(size=record["n"])
     return bench

@@ -129,7 +129,8 @@ def launch_eval(*, benchmarks, model=None, checkpoint=None, run: Run | None = No
     scores_only = [b.name for b in found if b.kind == Benchmark.Kind.IMPORTED]
     if scores_only:
         raise EvalLaunchError(f"{', '.join(scores_only)}: scores imported with a run folder (manage.py import_run); "
-                              "the items are not here, so it cannot be evaluated (upload them under another name)",
+                              "the benchmark's questions file is not here (only the items those evaluations answered), so it "
+                              "cannot be evaluated (upload the questions under another name)",
                               "benchmarks")
     limit = _int(limit, "limit", 1, MAX_LIMIT)
     if limit is None and _queue(queue, run) == CPU_EVAL_QUEUE:

@@ -145,8 +145,9 @@ class Benchmark(models.Model):
         from trainer.evaluate import BenchmarkError, load_builtin, read_jsonl
 
         if self.kind == self.Kind.IMPORTED:
-            raise BenchmarkError(f"benchmark {self.name} holds scores imported with a run folder; its items are "
-                                 "not here, so it cannot be evaluated again (upload its JSONL under another name)")
+            raise BenchmarkError(f"benchmark {self.name} holds scores imported with a run folder; its questions "
+                                 "file is not here (its imported evaluations keep only the items they answered), so it "
+                                 "cannot be evaluated again (upload its JSONL under another name)")
         if self.kind == self.Kind.BUILTIN:
             return load_builtin(self.name)[0]
         return read_jsonl(self.path, self.name)

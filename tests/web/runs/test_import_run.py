@@ -132,6 +132,9 @@ def test_import_makes_a_finished_imported_run_with_the_rows_of_a_live_run(db, fo
     assert got == {(s, b): (sc, lo, hi, 200, round(sc * 200), True) for s, b, sc, lo, hi in EVALS}
     bench = Benchmark.objects.get(name="gsm8k-660-1318")
     assert bench.kind == "imported" and bench.scoring == "math"
+    # what the imported benchmark lacks is its questions file, not the item samples its evaluations keep
+    assert "not stored here" in bench.description and "questions file" in bench.description
+    assert "items are not stored" not in bench.description and "eval_samples/" in bench.description
 
     cross = CrossPlay.objects.get(run=run)
     assert (cross.status, cross.matrix, cross.counts, cross.cells_done, cross.cells_total) == \
@@ -270,7 +273,7 @@ def test_the_run_page_carries_the_eval_chart_and_the_heatmap(db, folder, client,
     assert "gsm8k-660-1318 (" not in picker and "<option" in picker  # the benchmarks with items are offered
     from apps.evals.launch import EvalLaunchError, launch_eval
 
-    with pytest.raises(EvalLaunchError, match="scores imported with a run folder"):
+    with pytest.raises(EvalLaunchError, match="scores imported with a run folder.*questions file is not here"):
         launch_eval(benchmarks=["gsm8k-660-1318"], model="base:smollm2-135m-instruct", enqueue_job=False)
 
 
