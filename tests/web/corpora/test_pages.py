@@ -37,7 +37,7 @@ def test_detail_shows_documents_progress_and_searches_through_htmx(client, reade
     assert "3 / 10 documents" in partial or "0 / 10 documents" in partial
     corpus.finish_ingest()
     partial = client.get(f"/corpora/{corpus.pk}/progress/").content.decode()
-    assert "every 1s" not in partial and f"{corpus.doc_count} documents · " in partial  # polling stops
+    assert "every 1s" not in partial and f"{corpus.doc_count} documents stored · " in partial  # polling stops
     results = client.get(f"/corpora/{corpus.pk}/search/?q=chess+opening&mode=hybrid&k=2").content.decode()
     assert results.index("The Sicilian Defence") < results.index("#1 · by meaning: #")  # its rank, not a score
     bad = client.get(f"/corpora/{corpus.pk}/search/?q=chess&mode=fuzzy")
@@ -67,3 +67,18 @@ def test_a_bad_upload_shows_a_form_error_naming_the_problem(client, admin_user, 
     assert "unsupported file type (.exe)" in response.content.decode()
     corpus.refresh_from_db()
     assert corpus.status == "empty"
+
+
+def test_stored_documents_and_the_ingests_progress_read_consistently(client, reader, corpus):
+    """A corpus holding 1000 documents from an earlier ingest, 576 of a 9033-document source read by this one: the
+    stored count, the percentage and the done / total each say what they count, and the percentage is done / total."""
+    Corpus.objects.filter(pk=corpus.pk).update(doc_count=1576, chunk_count=4000, status="ingesting",
+                                               progress_done=576, progress_total=9033)
+    client.force_login(reader)
+    listing = client.get("/corpora/").content.decode()
+    assert "Documents stored</th>" in listing and ">1576<" in listing
+    assert "6% of this ingest: 576 / 9033 documents of its source read" in listing
+    partial = client.get(f"/corpora/{corpus.pk}/progress/").content.decode()
+    assert "1576 documents stored · 4000 chunks" in partial
+    assert "this ingest: 576 / 9033 documents of its source read (6%)" in partial
+    assert 'aria-valuenow="6"' in partial
