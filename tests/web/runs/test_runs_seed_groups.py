@@ -162,3 +162,16 @@ def test_the_runs_table_of_the_demo_examples_fits_1400_px(roles, researcher, ser
             assert errors == []
         finally:
             browser.close()
+
+
+@pytest.mark.django_db
+def test_the_compare_view_bands_the_examples_by_distinct_seeds(client, researcher):
+    runs = _import_examples()
+    names = ["grpo-gsm8k-qwen05-lr1e-6-h100-seed0", "grpo-gsm8k-qwen05-lr1e-6-h100-seed1",
+             "grpo-gsm8k-qwen05-tta-seed0", "grpo-gsm8k-qwen05-tta-seed1", "grpo-gsm8k-qwen05-tta-seed2",
+             "trl-grpo-gsm8k-qwen05-lr1e-6", "trl-grpo-gsm8k-qwen05-tta"]
+    client.force_login(researcher)
+    response = client.get("/runs/compare/?ids=" + ",".join(str(runs[n].pk) for n in names))
+    assert response.status_code == 200
+    bands = [sorted(g["runs"]) for g in response.context["seed_groups"]]
+    assert sorted(bands) == sorted([sorted(runs[n].pk for n in names[:2]), sorted(runs[n].pk for n in names[2:5])])
