@@ -101,12 +101,9 @@ class Corpus(models.Model):
     def begin_ingest(self, total: int, done: int = 0) -> None:
         """The job starts on ``total`` documents; ``done`` of them were stored by an earlier attempt of the same
         ingest (a resume), so the progress goes on from there and keeps that attempt's duplicate count."""
-        if done:
-            Corpus.objects.filter(pk=self.pk).update(status=self.Status.INGESTING, progress_total=total,
-                                                     progress_done=done)
-        else:
-            Corpus.objects.filter(pk=self.pk).update(status=self.Status.INGESTING, progress_total=total,
-                                                     progress_done=0, skipped_duplicates=0)
+        fresh = {} if done else {"skipped_duplicates": 0}
+        Corpus.objects.filter(pk=self.pk).update(status=self.Status.INGESTING, progress_total=total,
+                                                 progress_done=done, **fresh)
         self.refresh_from_db()
 
     def finish_ingest(self, error: str | None = None) -> None:

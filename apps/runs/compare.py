@@ -122,12 +122,13 @@ def _config_key(config: dict, ignored=NOT_THE_CONFIG) -> str:
     return json.dumps(strip(config or {}), sort_keys=True, default=str)
 
 
-def _seed(run: Run):
+def seed_of(run: Run):
+    """The seed a run's config names (None when it names none)."""
     return (run.config or {}).get("seed") if isinstance(run.config, dict) else None
 
 
 def _distinct_seeds(runs: list[Run]) -> bool:
-    seeds = [json.dumps(_seed(r), sort_keys=True, default=str) for r in runs]
+    seeds = [json.dumps(seed_of(r), sort_keys=True, default=str) for r in runs]
     return len(set(seeds)) == len(seeds)
 
 
@@ -168,7 +169,7 @@ def seed_groups(runs: list[Run]) -> list[dict]:
             parts = list(split.values())
         for part in parts:
             if len(part) >= 2 and _distinct_seeds(part):
-                seeds = [str(_seed(r)) for r in part]
+                seeds = [str(seed_of(r)) for r in part]
                 groups.append({"label": f"{part[0].method} · {_common_name(part)} · seeds {', '.join(seeds)}",
                                "runs": [r.pk for r in part], "by": "config"})
     return groups

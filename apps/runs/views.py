@@ -78,7 +78,7 @@ def seed_rows(runs: list) -> list[dict]:
             continue
         shown.add(i)
         g, members = groups[i], [by_pk[pk] for pk in groups[i]["runs"]]
-        seeds = [(m.config or {}).get("seed") if isinstance(m.config, dict) else None for m in members]
+        seeds = [run_compare.seed_of(m) for m in members]
         rewards = [float(m.last_reward) for m in members if m.last_reward is not None]
         mean = sum(rewards) / len(rewards) if rewards else None
         sd = (sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)) ** 0.5 if len(rewards) > 1 else None
