@@ -17,7 +17,8 @@
 #                      `python3 benchmarks/gpu/stage_gguf.py collect && bash benchmarks/gpu/session_learn.sh join ...`
 #   start JOB...       start jobs in the background (see `chain` below); MIN=13 (env) = a run's training minutes
 #   stop JOB...        stop a job gone wrong (a run's own time limit is what ends it with a checkpoint)
-#   watch SECS         wait SECS while the jobs run; then status, curves and the packed run folders in $OUT
+#   watch SECS         wait SECS while the jobs run (less once all have ended); then status, curves and the packed
+#                      run folders in $OUT
 # On the dev machine first: benchmarks/gpu/stage_wheels.sh, learn_assets.sh, gsm8k_split.py, then `bundle`;
 # `python benchmarks/gpu/stage_gguf.py split MODEL` for each model; for vLLM, vllm_deps.sh then vllm_pack.sh
 # (FIRST_MB / REST_MB: parts that fit beside the working tree, e.g. 40 / 40 with a 20 MiB tree).
@@ -258,6 +259,17 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
                 $E eval --run $RUNS/$name --bench $A/me_piplay_multihop.jsonl --name piplay-multihop $S ;;
       esac
       touch $RUNS/$name.done ;;
+    ov0|ov1)  # held-out parity of train.overlap: GRPO on Qwen2.5-Coder-0.5B over GSM8K items 0-659, overlap off (ov0)
+              # or one_step (ov1), the same seed ($SEED, default 0), $OV_MIN minutes of training each, one card each;
+              # the base and the last checkpoint evaluated on items 660-1318 (paired_runs.py ov1 --control ov0
+              # gives one_step - off, paired)
+      local o=off
+      [ $name = ov1 ] && o=one_step
+      python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_grpo_gsm8k.yaml --run $RUNS/$name \
+        --minutes ${OV_MIN:-4} --deadline 900 --bench $A/gsm8k_heldout.jsonl --scoring math --set seed=${SEED:-0} \
+        --set model.name_or_path=$Q05 --set data.path=$A/gsm8k_train.jsonl --set checkpoint.every=0 \
+        --set train.overlap=$o
+      touch $RUNS/$name.done ;;
     ovl)  # GRPO step with train.overlap off vs one_step on the 321M shape (bench_overlap.py), each
           # setting twice at 8 prompts and once at 32, alternating; needs only `first` (wheels + SmolLM2 tokenizer),
           # so it runs on a card that is idle while the model parts are staged. RESULT lines: $LOGS/ovl/results.jsonl
@@ -275,13 +287,13 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15|tta0|ttav|gs|so) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc|ovl) gpu=1 ;;
+    spice15|speval15|tta0|ttav|gs|so|ov0) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc|ovl|ov1) gpu=1 ;;
     trl05|vllmb|ttatrl|gm|sg|sc|pp) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|scc|ppc) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   gpu=$((gpu % $(nvidia-smi -L | wc -l)))  # a 2-GPU machine: 2 -> 0, 3 -> 1 (gm and sg share card 0, their controls 1)
   mkdir -p $LOGS/$name
-  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|sg|sgc|sc|scc|so|soc|pp|ppc)
+  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|sg|sgc|sc|scc|so|soc|pp|ppc|ov0|ov1)
     rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
   # the code a job runs: /tmp/code, a snapshot of the committed tree (carried as .gpu_code, made on the dev machine by
@@ -366,9 +378,13 @@ case $phase in
   stop)  # stop jobs (their runs end at the next step boundary with a checkpoint: SIGINT is not that, so the
          # time limit is what ends a run; this is for a job gone wrong)
     shift; for j in "$@"; do pkill -TERM -s "$(ps -o sid= -p "$(cat $LOGS/$j.pid)" | tr -d ' ')" 2>/dev/null; echo "stopped $j"; done ;;
-  watch)
+  watch)  # waits SECS, or less once every started job has ended (no device time spent waiting on nothing)
     end=$((SECONDS + ${2:-60}))
-    while [ $SECONDS -lt $end ]; do sleep 20; done
+    while [ $SECONDS -lt $end ]; do
+      sleep 10; alive=0
+      for pidf in $LOGS/*.pid; do [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null && alive=1; done
+      [ $alive = 0 ] && { echo "== every job has ended"; break; }
+    done
     status; pack ;;
   *) echo "unknown phase $phase"; exit 2 ;;
 esac
