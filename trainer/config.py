@@ -194,6 +194,13 @@ class TrainConfig(Section):
         "W&B login; `wandb sync` uploads it later), as TRL's report_to. Optional packages: pip install "
         "'selfplay[tensorboard]' or 'selfplay[wandb]'.")
 
+    @field_validator("overlap", mode="before")
+    @classmethod
+    def _overlap_off(cls, value):
+        # YAML 1.1 reads a bare `off` (and `no`) as false: `overlap: off` in a config file or `--set train.overlap=off`
+        # means the setting named off
+        return "off" if value is False else value
+
     @field_validator("micro_batch_tokens", mode="before")
     @classmethod
     def _micro_batch_tokens(cls, value):

@@ -194,3 +194,16 @@ def test_a_saved_scope_config_with_its_own_train_steps_loads_again(tmp_path):
         assert again.train.steps == 2 and again.section == cfg.section
         planned = load_config({"method": method})
         assert load_config(save_config(planned, tmp_path / "p.yaml")).section.iterations == 3
+
+
+def test_overlap_off_written_bare_in_yaml_or_set_means_off(tmp_path):
+    # YAML 1.1 reads a bare `off` as false; a GPU run given `--set train.overlap=off` was refused as
+    # "Input should be 'auto', 'off' or 'one_step' (got False)"
+    path = tmp_path / "c.yaml"
+    path.write_text("method: grpo\ndata: {path: bundled:gsm8k}\ntrain: {overlap: off}\n")
+    assert load_config(path).train.overlap == "off"
+    path.write_text("method: grpo\ndata: {path: bundled:gsm8k}\n")
+    assert load_config(path, ["train.overlap=off"]).train.overlap == "off"
+    assert load_config(path, ["train.overlap=one_step"]).train.overlap == "one_step"
+    with pytest.raises(ConfigError, match="train.overlap"):
+        load_config(path, ["train.overlap=on"])  # true is not a setting: one_step is
