@@ -9,10 +9,20 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+# This process's own database sessions carry this name in pg_stat_activity, so that a test waiting for the sessions
+# of the servers and workers it started to end (tests/fault/conftest.py wait_for_other_sessions_to_close) is not held
+# by one of its own: a connection Django opens inside playwright's event loop belongs to that loop's context and is
+# never closed, and each such session made every later browser test wait out the full 20 s in its teardown.
+TEST_PROCESS_APP = "selfplay-pytest"
+
+
 def pytest_configure(config):
+    from django.conf import settings
+
     from selfplay_web import services
 
     services.start_all()  # selfplay_web/test_settings.py puts the tests on Redis db 9, away from the demo's db 0
+    settings.DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = TEST_PROCESS_APP
 
 
 # The tiers (markers registered in pyproject.toml). `make test` runs everything; `make test-fast` deselects these.

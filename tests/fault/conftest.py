@@ -190,12 +190,15 @@ def worker(fault_redis, web_dirs, tmp_path):  # noqa: F811
 
 
 def wait_for_other_sessions_to_close(seconds: float = 20) -> None:
-    """Killed workers' database sessions end a moment after the processes (the test db is flushed / dropped later)."""
+    """Killed workers' and servers' database sessions end a moment after the processes (the test db is flushed /
+    dropped later). This process's own sessions (TEST_PROCESS_APP, tests/conftest.py) are not waited for."""
+    from tests.conftest import TEST_PROCESS_APP
+
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         with connection.cursor() as cur:
             cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND pid <> pg_backend_pid()")
+                        "AND pid <> pg_backend_pid() AND application_name IS DISTINCT FROM %s", [TEST_PROCESS_APP])
             if cur.fetchone()[0] == 0:
                 return
         time.sleep(0.2)

@@ -121,7 +121,9 @@ def test_the_run_page_updates_live(roles, researcher, server, monkeypatch):
         assert "<b>bold?</b>" in row.inner_text() and row.locator("b").count() == 0
         assert page.locator("#run-step").inner_text() == "4"
 
-        Run.objects.filter(pk=run.pk).update(worker_name="host-9:42")  # the page still shows the old worker
+        moved = threading.Thread(target=_set_worker, args=(run.pk, "host-9:42"))  # the page still shows the old one
+        moved.start()
+        moved.join()
         page.click("text=Pause")
         page.wait_for_selector("#run-requested", timeout=30_000)
         assert "pause requested" in page.locator("#run-controls").inner_text()
@@ -130,6 +132,15 @@ def test_the_run_page_updates_live(roles, researcher, server, monkeypatch):
         assert not errors, errors
         browser.close()
     assert Run.objects.get(pk=run.pk).requested == "pause"  # outside playwright's loop (its own connection)
+
+
+def _set_worker(run_id, worker):
+    """A claim by another worker, on a connection closed after it (an ORM call inside playwright's event loop opens
+    one that nothing closes)."""
+    try:
+        Run.objects.filter(pk=run_id).update(worker_name=worker)
+    finally:
+        connection.close()
 
 
 def _resume_elsewhere(run_id):
