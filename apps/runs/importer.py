@@ -23,7 +23,10 @@ as it was. Every problem is a ``RunImportError`` that names the file, the line a
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
+from datetime import datetime
+from datetime import timezone as dt_timezone
 from pathlib import Path
 
 from django.db import transaction
@@ -179,9 +182,13 @@ def _import(folder: Path, cfg, user) -> ImportSummary:
     summary = ImportSummary(run=run, created=created)
 
     sink = DjangoSink(run, flush_seconds=math.inf, max_buffer=2000, live=False)
+    ran_at = None  # the earliest wall_clock of metrics.jsonl: when the run ran (its "created" in lists)
     for step, role, values in read_metrics(folder):
         sink.metrics(step, role, values)
         summary.metrics += 1
+        stamp = _wall_clock(values.get("wall_clock"))
+        if stamp is not None and (ran_at is None or stamp < ran_at):
+            ran_at = stamp
     for record in read_samples(folder):
         sink.samples(record.get("step", 0), [record])
         summary.samples += 1
@@ -197,7 +204,11 @@ def _import(folder: Path, cfg, user) -> ImportSummary:
         run.checkpoint_path = checkpoints[last][:1000]
     run.current_step = max(run.current_step, last or 0)
     run.heartbeat_at = None  # the sink stamped the import's own time: no worker of this site ever ran it
-    run.save(update_fields=["checkpoint_path", "current_step", "heartbeat_at"])
+    update = ["checkpoint_path", "current_step", "heartbeat_at"]
+    if ran_at is not None:  # else created_at stays the import's time
+        run.created_at = datetime.fromtimestamp(ran_at, tz=dt_timezone.utc)
+        update.append("created_at")
+    run.save(update_fields=update)
 
     for hook in hooks.IMPORT:  # apps.evals: evals.jsonl, eval_samples/, crossplay.json
         counts = hook(run, folder) or {}
@@ -210,3 +221,11 @@ def _import(folder: Path, cfg, user) -> ImportSummary:
     RunEvent.objects.create(run=run, kind=RunEvent.Kind.STATUS, step=run.current_step, message=message,
                             data={"to": Status.FINISHED, "imported_from": str(folder)})
     return summary
+
+
+def _wall_clock(value) -> float | None:
+    """A metrics line's ``wall_clock`` (seconds since the epoch) as a time a run can have run at, else None (absent,
+    not a number, before 2000 or in the future)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if 946684800 <= value <= time.time() + 86400 else None

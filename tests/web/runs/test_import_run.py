@@ -417,3 +417,43 @@ def test_an_imported_run_is_named_after_its_folder_with_its_notes_md(db, folder)
     _import(folder)  # a second import keeps what a researcher wrote
     run.refresh_from_db()
     assert (run.name, run.tags, run.notes.startswith("GRPO on arithmetic")) == ("tiny arithmetic GRPO", ["smoke"], True)
+
+
+def _bare_folder(root, name, lines):
+    folder = root / name
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump({"method": "spice", "model": {"name_or_path": "Qwen/Qwen2.5-0.5B"},
+                                                        "train": {"steps": 5}}))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return folder
+
+
+def test_an_imported_run_was_created_when_it_ran_not_when_it_was_imported(db, tmp_path, client, researcher):
+    """Run.created_at of an imported run is the earliest wall_clock of its metrics.jsonl (seconds since the epoch);
+    a folder without one keeps the import's time. /runs/ shows and sorts by it, live runs still first."""
+    from datetime import datetime, timedelta
+    from datetime import timezone as dt_timezone
+
+    from django.utils import timezone
+
+    ran = 1795878014.25
+    old = _bare_folder(tmp_path, "ran-earlier", [
+        {"step": 2, "role": "solver", "loss": 0.4, "wall_clock": ran + 60},
+        {"step": 1, "role": "schedule", "wall_clock": ran}, {"step": 1, "role": "solver", "loss": 0.5},
+        {"step": 3, "role": "schedule", "wall_clock": "soon"}])  # not a number: ignored
+    plain = _bare_folder(tmp_path, "no-clock", [{"step": 1, "role": "solver", "loss": 0.5}])
+    before = timezone.now()
+    _import(old)
+    _import(plain)
+    run = Run.objects.get(imported_from=str(old))
+    assert run.created_at == datetime.fromtimestamp(ran, tz=dt_timezone.utc)
+    assert Run.objects.get(imported_from=str(plain)).created_at >= before  # no wall_clock: the import's time
+    _import(old)  # imported again: still when it ran
+    assert Run.objects.get(pk=run.pk).created_at == datetime.fromtimestamp(ran, tz=dt_timezone.utc)
+    live = Run.objects.create(method="spice", model_name="m", status="running", config={}, total_steps=5,
+                              created_at=timezone.now() - timedelta(days=30))
+    client.force_login(researcher)
+    ids = [r.pk for r in client.get("/runs/").context["runs"]]
+    assert ids == [live.pk, Run.objects.get(imported_from=str(plain)).pk, run.pk]  # live first, then newest
+    ids = [r.pk for r in client.get("/runs/?sort=newest").context["runs"]]
+    assert ids == [Run.objects.get(imported_from=str(plain)).pk, run.pk, live.pk]
