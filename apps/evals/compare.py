@@ -37,12 +37,24 @@ def base_results(run, names, shared: dict | None = None) -> dict[str, EvalResult
     """Benchmark name -> the base model's result ``run``'s checkpoints are measured against (its step 0): the
     run's own evaluation of ``base:<its model>``, else the newest from anywhere (``shared``, when the caller
     has read them: (spec, benchmark) -> result)."""
-    spec = f"base:{run.model_name}"
-    own = _latest(_complete(names).filter(job__run=run, job__model_spec=spec))
+    return base_results_many([run], names, shared)[run.pk]
+
+
+def base_results_many(runs, names, shared: dict | None = None) -> dict[int, dict[str, EvalResult]]:
+    """``base_results`` of each of ``runs`` (run id -> benchmark name -> result), in two queries for all of them."""
+    specs = {run.pk: f"base:{run.model_name}" for run in runs}
+    own: dict[tuple, EvalResult] = {}
+    for r in (_complete(names).filter(job__run__in=list(specs), job__model_spec__in=set(specs.values()))
+              .order_by("job__finished_at", "job_id")):
+        own[(r.job.run_id, r.job.model_spec, r.benchmark.name)] = r  # the newest wins
     if shared is None:
-        shared = _latest(_complete(names).filter(job__model_spec=spec))
-    found = {n: own.get((spec, n)) or shared.get((spec, n)) for n in names}
-    return {n: r for n, r in found.items() if r is not None}
+        shared = _latest(_complete(names).filter(job__model_spec__in=set(specs.values())))
+    out = {}
+    for run in runs:
+        spec = specs[run.pk]
+        found = {n: own.get((run.pk, spec, n)) or shared.get((spec, n)) for n in names}
+        out[run.pk] = {n: r for n, r in found.items() if r is not None}
+    return out
 
 
 def _by_item(rows: list[tuple[int, str, float]], by_id: bool) -> dict:

@@ -51,3 +51,25 @@ def points(value):
         return "—"
     x = round(100 * value, 1)
     return f"{x + 0.0:+.1f}"  # + 0.0: no "-0.0"
+
+
+@register.simple_tag
+def run_headlines(runs):
+    """``{% run_headlines runs as headlines %}``: run id -> its headline result (apps/evals/learned.py ``headlines``
+    with ``latest``: its latest evaluated checkpoint's paired gain over its base model, and over its control), for
+    the runs table, in a fixed number of queries."""
+    from apps.evals.learned import headlines
+    return headlines(list(runs), latest=True)
+
+
+@register.filter
+def headline_of(headlines, run_id):
+    """``headlines|headline_of:run.pk``: that run's row of ``run_headlines``, or None."""
+    return (headlines or {}).get(run_id)
+
+
+@register.inclusion_tag("evals/_headline_line.html")
+def run_headline(run):
+    """The run page's one-line result under its title: ``headlines`` of this run, as the runs table shows it."""
+    from apps.evals.learned import headlines
+    return {"h": headlines([run], latest=True).get(run.pk), "run": run, "long": True}

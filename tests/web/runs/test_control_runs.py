@@ -202,3 +202,89 @@ def test_the_shipped_ssp_and_gsm8k_pairs_show_their_paired_gains(client, django_
     page = client.get(f"/runs/{run.pk}/").content.decode().replace("\u2212", "-")
     for text in shown:
         assert text in page
+
+
+def _import_examples(*names):
+    import io
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3] / "examples" / "runs"
+    for name in names:
+        call_command("import_run", str(root / name), stdout=io.StringIO())
+    return {name: Run.objects.get(imported_from=str((root / name).resolve())) for name in names}
+
+
+def _result_cells(html) -> dict[int, str]:
+    """Run id -> the text of its row's "result" cell on /runs/."""
+    import re
+
+    cells = {}
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S):
+        pick = re.search(r'name="ids" value="(\d+)"', row)
+        cell = re.search(r'<td class="run-result">(.*?)</td>\s*<td>', row, re.S)
+        if pick and cell:
+            cells[int(pick.group(1))] = cell.group(1)
+    return cells
+
+
+def _text(fragment: str) -> str:
+    import re
+
+    return " ".join(re.sub(r"<[^>]+>", " ", fragment).split())
+
+
+def test_the_runs_table_says_what_each_run_showed(client, django_user_model):
+    """/runs/'s result column (issue 32 follow-up): a run's headline paired gain over its base model with its
+    interval, marked learned only when the interval lies above 0, its gain over its control where it has one, and an
+    empty cell for a run without evaluations; the same numbers as the home page's "runs that learned" (one
+    computation: apps/evals/learned.py), and a header line on the run page above the charts."""
+    from apps.evals.learned import headlines
+
+    runs = _import_examples("spice-gate-wiki-qwen15-control", "spice-gate-wiki-qwen15",
+                            "ssp-gate-wiki-qwen15-control", "ssp-gate-wiki-qwen15")
+    bare = Run.objects.create(method="grpo", model_name="m", status="finished", config={}, total_steps=3)
+    admin = django_user_model.objects.create_superuser("res-admin", "a@example.com", "pw-Long-enough-1")
+    client.force_login(admin)
+    html = client.get("/runs/").content.decode().replace("\u2212", "-")
+    cells = _result_cells(html)
+    assert set(cells) == {r.pk for r in runs.values()} | {bare.pk}
+    assert cells[bare.pk].strip() == ""  # no evaluation: nothing, not "0"
+    spice, ssp = runs["spice-gate-wiki-qwen15"], runs["ssp-gate-wiki-qwen15"]
+    rows = headlines(list(runs.values()), latest=True)
+    for run in (spice, ssp):
+        h, text = rows[run.pk], _text(cells[run.pk])
+        assert text.startswith(f"{h['text']} {h['interval']} vs base"), text
+        assert ("learned" in text.split("vs base")[1].split("vs control")[0]) == h["learned"]
+        c = h["vs_control"]
+        assert c is not None and f"{c['text']} {c['interval']} vs control" in text
+        assert ("beat its control" in text) == c["learned"]
+    # its latest checkpoint, as the run page's gains: ssp under its base and its control, spice over both
+    assert _text(cells[ssp.pk]).startswith("-14.0 [") and "no clear gain" in _text(cells[ssp.pk])
+    assert "-2.7" in _text(cells[ssp.pk])
+    assert _text(cells[spice.pk]).startswith("+5.0 [") and "+6.0" in _text(cells[spice.pk])
+    control = runs["spice-gate-wiki-qwen15-control"]
+    assert "vs base" in _text(cells[control.pk]) and "vs control" not in _text(cells[control.pk])
+    page = client.get(f"/runs/{spice.pk}/").content.decode().replace("\u2212", "-")
+    head = page.index('id="run-headline"')
+    assert head < page.index('id="reward-card"') and head < page.index('class="run-facts')
+    line = _text(page[head:page.index("</p>", head)])
+    assert f"{rows[spice.pk]['text']} {rows[spice.pk]['interval']} vs base on" in line and "vs control" in line
+    assert 'id="run-headline"' not in client.get(f"/runs/{bare.pk}/").content.decode()
+
+
+def test_the_result_column_reads_a_fixed_number_of_queries(client, django_user_model):
+    """The result column costs the same number of queries whatever the number of evaluated runs without a control
+    (no query per row)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    admin = django_user_model.objects.create_superuser("q-admin", "a@example.com", "pw-Long-enough-1")
+    client.force_login(admin)
+    _import_examples("grpo-gsm8k-qwen05-lr1e-6", "grpo-gsm8k-qwen05-lr5e-6")
+    with CaptureQueriesContext(connection) as two:
+        assert client.get("/runs/").status_code == 200
+    _import_examples("grpo-gsm8k-qwen05-tta-seed0", "grpo-gsm8k-qwen05-tta-seed1", "grpo-gsm8k-qwen05-tta-seed2")
+    with CaptureQueriesContext(connection) as five:
+        html = client.get("/runs/").content.decode()
+    assert sum(1 for cell in _result_cells(html).values() if "vs base" in cell) == 5
+    assert len(five) == len(two) <= 40, [q["sql"][:120] for q in five.captured_queries]
