@@ -126,10 +126,13 @@ def test_the_demo_examples_group_only_runs_with_distinct_seeds(researcher):
     groups = compare.seed_groups(list(Run.objects.order_by("id")))
     names = [sorted((Run.objects.get(pk=pk).imported_name or "") for pk in g["runs"]) for g in groups]
     # the h100 pair and the tta triple share every learning setting but checkpointing: seeds 0, 1 and 0, 1, 2
-    # repeat together, so each part is split off by its checkpoint settings; runs that share seed 0 stay apart
+    # repeat together, so each part is split off by its checkpoint settings; runs that share seed 0 stay apart.
+    # SPICE on GSM8K's solutions, seeds 0 and 1, and their two controls: two groups (a control is its own config)
     assert sorted(names) == [["grpo-gsm8k-qwen05-lr1e-6-h100-seed0", "grpo-gsm8k-qwen05-lr1e-6-h100-seed1"],
                              ["grpo-gsm8k-qwen05-tta-seed0", "grpo-gsm8k-qwen05-tta-seed1",
-                              "grpo-gsm8k-qwen05-tta-seed2"]], names
+                              "grpo-gsm8k-qwen05-tta-seed2"],
+                             ["spice-gate-gsm8kdocs-qwen15", "spice-gate-gsm8kdocs-qwen15-seed1"],
+                             ["spice-gate-gsm8kdocs-qwen15-control", "spice-gate-gsm8kdocs-qwen15-seed1-control"]], names
     for g in groups:
         seeds = [Run.objects.get(pk=pk).config["seed"] for pk in g["runs"]]
         assert len(set(seeds)) == len(seeds), g
@@ -157,7 +160,7 @@ def test_the_runs_table_of_the_demo_examples_fits_1400_px(roles, researcher, ser
             width = page.evaluate("document.documentElement.scrollWidth")
             right = page.evaluate("document.getElementById('runs').getBoundingClientRect().right")
             assert width <= 1400 and right <= 1400, (width, right)
-            assert page.locator("tr.seed-group").count() == 2
+            assert page.locator("tr.seed-group").count() == 4  # the two GRPO groups, SPICE seeds 0 + 1, their controls
             assert "seeds 0, 0" not in page.content()
             assert errors == []
         finally:
