@@ -80,6 +80,9 @@ def test_greedy_ragged_and_repeated_prompts_match_the_eager_loop(tiny, tok):
 
 def test_seeded_sampling_draws_the_same_tokens(tiny, tok):
     # every row runs to the end, so both paths sample the same batch with the same draws
+    # in float64: the two paths' logits differ in rounding (other attention shapes), and in float32 that rounding
+    # once moved a draw onto the neighbouring token in the full suite (16994 for 16993 at step 6); 1e-16 cannot
+    tiny = tiny.double()
     prompts = prompts_of(tok, QUESTIONS[:5])
     params = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=12, min_new_tokens=12)
     eager = HFGenerator(tiny, tok, seed=7).generate(prompts, params)
