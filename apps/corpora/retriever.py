@@ -13,7 +13,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from apps.corpora.embedder import embedder_for
 from apps.corpora.models import Corpus, Document as DocumentRow
@@ -69,6 +69,8 @@ class PgvectorRetriever:
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         self._pool: ThreadPoolExecutor | None = None
+        self._connections: list = []  # each worker thread's connection, closed by close()
+        self._lock = threading.Lock()
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
         _drop_dead_connection()
@@ -95,6 +97,10 @@ class PgvectorRetriever:
 
         def part(lo: int, hi: int, vectors):
             _drop_dead_connection()  # the worker thread's own connection, kept from call to call
+            own = connections[DEFAULT_DB_ALIAS]
+            with self._lock:
+                if not any(c is own for c in self._connections):
+                    self._connections.append(own)
             return search_many(self.corpus, texts[lo:hi], k, mode, vectors)
 
         pool = self._executor()
@@ -110,21 +116,20 @@ class PgvectorRetriever:
         return self._pool
 
     def close(self) -> None:
-        """Close the worker threads' connections and stop them (a run's end; the retriever can search again)."""
+        """Stop the worker threads, then close the connections they opened (a run's end; the retriever can
+        search again). Closed here rather than by a task per thread: a thread that had just finished its last
+        piece could leave its close task to a new, connectionless thread (seen once under load)."""
         pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        threads = len(pool._threads)
-        if threads:
-            barrier = threading.Barrier(threads)  # one task per thread: each waits until all hold one
-
-            def close_own() -> None:
-                barrier.wait(timeout=30)
-                connection.close()
-
-            for future in [pool.submit(close_own) for _ in range(threads)]:
-                future.result()
-        pool.shutdown(wait=True)
+        if pool is not None:
+            pool.shutdown(wait=True)
+        with self._lock:
+            opened, self._connections = self._connections, []
+        for wrapper in opened:
+            wrapper.inc_thread_sharing()  # its thread has ended: closing it from this one is safe
+            try:
+                wrapper.close()
+            finally:
+                wrapper.dec_thread_sharing()
 
     def __enter__(self):
         return self

@@ -179,7 +179,7 @@ def test_a_large_batch_is_searched_in_slices_on_connections_of_their_own(monkeyp
     assert again == got
     backends = {pid for _, _, pid in calls}
     assert 1 <= len(backends) <= 3 and connection.connection.info.backend_pid not in backends  # idle threads take the next piece
-    for _ in range(50):  # closed with the retriever (a backend exits just after its client hangs up)
+    for _ in range(100):  # closed with the retriever (a backend exits just after its client hangs up)
         with connection.cursor() as cur:
             cur.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [list(backends)])
             if cur.fetchone()[0] == 0:
