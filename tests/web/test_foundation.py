@@ -39,6 +39,20 @@ def test_it_shows_home_with_navigation_when_logged_in(client, reader):
         assert label in response.content
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_roles_are_made_again_after_a_flush():
+    """`manage.py flush` (and the flush that ends each transactional test) empties auth_group; the roles come back
+    with their permissions, so a test or a site after a flush does not find its researchers without a role."""
+    from django.contrib.auth.models import Group
+    from django.core.management import call_command
+
+    Group.objects.all().delete()
+    call_command("flush", interactive=False, verbosity=0)
+    perms = {g.name: set(g.permissions.values_list("codename", flat=True)) for g in Group.objects.all()}
+    assert set(perms) == {"researcher", "reviewer", "admin"} and perms["reviewer"] == {"review_items"}
+    assert "launch_run" in perms["researcher"]
+
+
 def test_it_creates_roles_with_permissions(db):
     from django.contrib.auth.models import Group
 
