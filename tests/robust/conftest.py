@@ -11,9 +11,11 @@ import os
 
 import pytest
 
+from selfplay_web.test_settings import JOBS_TEST_REDIS_DB
+
 from tests.web.conftest import admin_user, reader, researcher, reviewer  # noqa: F401  (fixtures)
 
-REDIS_DB = int(os.environ.get("SELFPLAY_ROBUST_TEST_REDIS_DB", "13"))
+REDIS_DB = int(os.environ.get("SELFPLAY_ROBUST_TEST_REDIS_DB", JOBS_TEST_REDIS_DB))  # 13 outside pytest-xdist
 
 KEPT = [
     ("Glaciers of Patagonia", "The Perito Moreno glacier in Patagonia advances across Lake Argentino and "

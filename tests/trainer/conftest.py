@@ -82,12 +82,17 @@ def tiny_config(tiny_model_dir, tiny_prompts_path):
 
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory):
-    """The real SmolLM2-135M-Instruct, imported once from the bundled GGUF (slowish)."""
+    """The real SmolLM2-135M-Instruct, imported once from the bundled GGUF (slowish). Under pytest-xdist the
+    workers share one import (the session's common temporary folder; import_gguf locks, and the later ones find it
+    there)."""
     from trainer.models import BUNDLED, bundled_gguf, import_gguf
 
     name = "smollm2-135m-instruct"
     assert name in BUNDLED
-    dest = tmp_path_factory.mktemp("data") / "models" / name
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        dest = tmp_path_factory.getbasetemp().parent / "shared-data" / "models" / name
+    else:
+        dest = tmp_path_factory.mktemp("data") / "models" / name
     return import_gguf(bundled_gguf(name), dest)
 
 

@@ -18,7 +18,7 @@ ROOT = settings.BASE_DIR
 def _read(module: str, first: str = "", **env_values) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()
            if k not in ("DEBUG", "SELFPLAY_PRODUCTION", "SELFPLAY_TEST_FAST_HASHER", "REDIS_URL",
-                        "DJANGO_SETTINGS_MODULE")}
+                        "DJANGO_SETTINGS_MODULE", "PYTEST_XDIST_WORKER")}
     env.update({"SECRET_KEY": secrets.token_urlsafe(50), **env_values})
     code = (f"{first}import json, os; os.environ['DJANGO_SETTINGS_MODULE'] = {module!r}; "
             "from django.conf import settings; "
@@ -51,4 +51,19 @@ def test_the_redis_database_does_not_depend_on_what_was_imported_first():
     tests = _ok(_read("selfplay_web.test_settings", DEBUG="0"))
     assert tests["redis"].endswith("/9") and tests["rq"] == [tests["redis"]] and tests["channels"] == [tests["redis"]]
     assert "MD5" in tests["hashers"][0]  # the suite's fast hashes, with no environment switch
-    assert settings.REDIS_URL == (os.environ.get("REDIS_URL") or tests["redis"])  # this process: the same choice
+    from selfplay_web.test_settings import TEST_REDIS_DB
+
+    assert settings.REDIS_URL == (os.environ.get("REDIS_URL")  # this process: the same choice, for its xdist worker
+                                  or tests["redis"].rsplit("/", 1)[0] + f"/{TEST_REDIS_DB}")
+
+
+def test_each_xdist_worker_has_redis_databases_of_its_own():
+    """`make test` runs pytest-xdist workers: the second worker's tests, and the processes they start, are on other
+    Redis databases than the first's (one worker's flush would drop the other's queued job); too many workers are
+    refused with what to do."""
+    first = _ok(_read("selfplay_web.test_settings", DEBUG="0", PYTEST_XDIST_WORKER="gw0"))
+    second = _ok(_read("selfplay_web.test_settings", DEBUG="0", PYTEST_XDIST_WORKER="gw1"))
+    assert first["redis"].endswith("/9") and not second["redis"].endswith(("/0", "/9", "/12", "/13"))
+    assert second["rq"] == [second["redis"]] and second["channels"] == [second["redis"]]
+    many = _read("selfplay_web.test_settings", DEBUG="0", PYTEST_XDIST_WORKER="gw5")
+    assert many.returncode != 0 and "at most 5 workers" in many.stderr and "-n 5 or fewer" in many.stderr

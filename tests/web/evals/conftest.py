@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("SELFPLAY_RUNS_TEST_REDIS_DB", "13")
+from selfplay_web.test_settings import JOBS_TEST_REDIS_DB  # noqa: E402  (13 outside pytest-xdist)
+
+os.environ.setdefault("SELFPLAY_RUNS_TEST_REDIS_DB", str(JOBS_TEST_REDIS_DB))
 
 import pytest  # noqa: E402
 

@@ -12,10 +12,12 @@ import shutil
 
 import pytest
 
+from selfplay_web.test_settings import RUNS_TEST_REDIS_DB
+
 from tests.trainer.conftest import smollm2_tokenizer, tiny_model_dir, tiny_prompts_path  # noqa: F401  (fixtures)
 
 
-REDIS_DB = int(os.environ.get("SELFPLAY_RUNS_TEST_REDIS_DB", "12"))
+REDIS_DB = int(os.environ.get("SELFPLAY_RUNS_TEST_REDIS_DB", RUNS_TEST_REDIS_DB))  # 12 outside pytest-xdist
 
 
 @pytest.fixture(autouse=True)
