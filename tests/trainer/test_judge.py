@@ -122,20 +122,29 @@ class JudgeServer:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     n = len(server.requests)
+                    self.counted = True
                 try:
                     server.handle(self, body, n)
                 finally:
-                    with server.lock:
-                        server.in_flight -= 1
+                    server.done(self)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
+    def done(self, handler) -> None:
+        with self.lock:
+            if getattr(handler, "counted", False):
+                self.in_flight -= 1
+                handler.counted = False
+
     def reply(self, handler, status: int, content: str | None, finish: str = "stop"):
         payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": content},
                                            "finish_reason": finish}]}
                              if status == 200 else {"error": "nope"}).encode()
+        # no longer in flight once the answer is on its way: the client may send its next request as soon as it has
+        # read this one, before this thread would get back to count it off (measured 3 in flight with 2 allowed)
+        self.done(handler)
         try:
             handler.send_response(status)
             handler.send_header("Content-Type", "application/json")
