@@ -58,10 +58,10 @@ browser:
 	  || { echo "could not install Debian's chromium (apt-get install chromium failed): the browser tests need it;" \
 	       "install it, or run make test-fast (no browser tests)" >&2; exit 1; }; }
 
-# The suite in TEST_WORKERS pytest-xdist processes (default: one per core, at most 4), whole files to a worker
-# (module fixtures such as a browser server are set up once), the longest files first (tests/conftest.py);
-# TEST_WORKERS=0 runs it in this process alone.
-TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+# The suite in TEST_WORKERS pytest-xdist processes (default: one more than the cores, at most 4: a worker often waits
+# on a server, a worker process or ranks it started), whole files to a worker (module fixtures such as a browser
+# server are set up once), the longest files first (tests/conftest.py); TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 2) + 1 )); [ $$n -gt 4 ] && n=4; echo $$n)
 
 test: install $(VENV)/.installed-qwen-0.5b deepspeed services-start browser
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
