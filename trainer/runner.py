@@ -194,6 +194,8 @@ def run(config: dict | Config | str | Path, sink=None, retriever=None, documents
             try:
                 get_recipe(cfg.method)(ctx)
             except torch.OutOfMemoryError as exc:  # say where, what held the memory and what to lower
+                with contextlib.suppress(Exception):  # the checkpoint named is whole: a background write completes
+                    ctx.wait_for_saves()
                 raise GpuMemoryError(gpu_memory_message(cfg, exc, ctx._last_step + 1,
                                                         latest_checkpoint(run_dir))) from exc
         except BaseException:

@@ -12,6 +12,7 @@ import torch
 
 import trainer.update as update_module
 from trainer.config import load_config
+from trainer.context import RecipeContext
 from trainer.runner import GpuMemoryError, gpu_memory_message, run
 
 H200_TEXT = ("CUDA out of memory. Tried to allocate 712.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which "
@@ -38,13 +39,19 @@ def test_the_message_names_the_co_tenants_the_settings_and_the_checkpoint(tiny_c
 
 def test_a_run_out_of_memory_fails_with_the_message_and_resumes_from_its_checkpoint(tiny_config, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
-    real = update_module._micro_loss
+    real, real_checkpoint = update_module._micro_loss, RecipeContext.checkpoint
+    saved = []
+
+    def checkpoint(self, step, *args, **kwargs):  # step 1's save is asked for (it may still be writing in the
+        saved.append(step)                         # background when step 2 starts: the runner waits for it)
+        return real_checkpoint(self, step, *args, **kwargs)
 
     def out_of_memory_after_step_1(*args, **kwargs):
-        if (run_dir / "checkpoints" / "step-000001").exists():
+        if saved:
             raise torch.OutOfMemoryError(H200_TEXT)
         return real(*args, **kwargs)
 
+    monkeypatch.setattr(RecipeContext, "checkpoint", checkpoint)
     monkeypatch.setattr(update_module, "_micro_loss", out_of_memory_after_step_1)
     with pytest.raises(GpuMemoryError) as caught:
         run(tiny_config(train={"steps": 3, "skip_zero_advantage": False}), run_dir=run_dir)
