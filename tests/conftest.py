@@ -8,6 +8,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# DeepSpeed's CPU shared-memory op (the ZeRO tests' all-reduce on gloo) is built by `make deepspeed` into the venv;
+# without this, the first DeepSpeed test compiles it (about 2 CPU-minutes) into ~/.cache.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(__file__).resolve().parent.parent / ".venv" / "torch-extensions"))
 
 
 # This process's own database sessions carry this name in pg_stat_activity, so that a test waiting for the sessions
