@@ -65,9 +65,11 @@ def _train(run: Run, run_dir: Path, sink: DjangoSink, stream):
 
     cfg = load_config(_config_for_worker(run))
     retriever, documents = corpus_tools(run)
-    resume = latest_checkpoint(run_dir) is not None
+    latest = latest_checkpoint(run_dir)
+    resume = latest is not None
     if resume:
-        run.notable(f"resuming from {latest_checkpoint(run_dir).name}")
+        _record_unreported(run, sink, latest)
+        run.notable(f"resuming from {latest.name}")
     if cfg.train.gpus > 1:  # one process per GPU; rank 0 reports through its own DjangoSink
         return train_ranks(run, run_dir, cfg, stream, resume)
     both = MultiSink(sink, ConsoleSink(cfg.train.steps, stream=stream))
@@ -76,6 +78,16 @@ def _train(run: Run, run_dir: Path, sink: DjangoSink, stream):
     finally:
         if retriever is not None:
             retriever.close()  # its search threads' connections
+
+
+def _record_unreported(run: Run, sink: DjangoSink, checkpoint: Path) -> None:
+    """A checkpoint written whole in the background just before its worker died was never reported (the step loop
+    hears of a background write at the next step's end): the resume starts from it, so the run lists it too."""
+    from trainer.checkpoint import STEP_DIR
+
+    step = int(STEP_DIR.match(checkpoint.name).group(1))
+    if not run.checkpoints.filter(step=step).exists():
+        sink.checkpoint(step, str(checkpoint))
 
 
 def _config_for_worker(run: Run) -> dict:

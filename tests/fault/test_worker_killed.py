@@ -20,6 +20,7 @@ from apps.runs.models import Checkpoint, Metric, Run, RunEvent
 from apps.jobs.reaper import reaper_interval
 from apps.runs.services import lifecycle
 from apps.runs.services.launch import launch
+from trainer.checkpoint import latest_checkpoint
 from tests.fault.conftest import HEARTBEAT_SECONDS, wait_for
 from tests.web.runs.conftest import burst
 
@@ -68,7 +69,9 @@ def test_a_sigkilled_worker_is_reaped_and_the_resumed_run_loses_and_duplicates_n
     killed_at = time.monotonic()
     assert running.current_step < STEPS, "the run finished before the kill; make it longer"
     before = _values(run)
-    checkpoint_step = int(Path(Run.objects.get(pk=run.pk).checkpoint_path).name.split("-")[1])
+    # the newest whole checkpoint on disk: a background write may have finished just before the kill, unreported
+    newest = latest_checkpoint(Path(Run.objects.get(pk=run.pk).checkpoint_path).parent.parent)
+    checkpoint_step = int(newest.name.split("-")[1])
 
     failed = wait_for(lambda: Run.objects.filter(pk=run.pk, status="failed").first(), HEARTBEAT_SECONDS + 30,
                       "the reaper to mark the run failed", interval=0.2, on_timeout=lambda: ops.output() + _queue_state())

@@ -73,6 +73,30 @@ def test_pause_at_a_step_boundary_then_resume_from_the_checkpoint_without_duplic
     assert any(m.startswith(f"paused at step {paused_at}") for m in messages)
 
 
+def test_a_checkpoint_written_but_never_reported_is_listed_when_the_run_resumes_from_it(roles, researcher, tiny_grpo):
+    """A background write that finished just before its worker was killed is on disk, whole, but unreported: the
+    resume starts from it, and the run's checkpoints (rows and events) list it once (CI saw a run resume from
+    such a checkpoint that the run page never showed)."""
+    run = _launch(researcher, tiny_grpo, steps=4)
+    pauser = pause_after_step_one(run.pk, seconds=120)
+    burst("cpu")
+    pauser.join()
+    run.refresh_from_db()
+    assert run.status == "paused", run.error
+    paused_at = run.current_step
+    Checkpoint.objects.filter(run=run, step=paused_at).delete()  # as if the sink never heard of it
+    run.events.filter(message=f"checkpoint at step {paused_at}").delete()
+
+    lifecycle.resume(run, researcher)
+    burst("cpu")
+    run.refresh_from_db()
+    assert run.status == "finished", run.error
+    steps = list(Checkpoint.objects.filter(run=run).order_by("step").values_list("step", flat=True))
+    assert paused_at in steps and steps == sorted({paused_at, 2, 4})
+    assert run.events.filter(message=f"checkpoint at step {paused_at}").count() == 1
+    assert run.events.filter(message__startswith=f"resuming from step-{paused_at:06d}").count() == 1
+
+
 def test_a_failing_run_records_the_message_and_logs_the_traceback(roles, researcher, tiny_grpo, run_env):
     bad = run_env / "prompts" / "bad.jsonl"
     bad.write_text('{"question": "no prompt key here"}\n')
