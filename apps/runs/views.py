@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, Subquery, Value, When
+from django.db.models import Case, CharField, Count, F, Func, IntegerField, OuterRef, Q, Subquery, Value, When
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Lower
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.debug import sensitive_post_parameters
@@ -57,7 +59,17 @@ def with_last_reward(qs):
 
 
 RUN_SORTS = {"live": "live runs first, then newest", "newest": "newest first", "oldest": "oldest first",
-             "name": "by name", "method": "by method"}
+             "name": "by name", "method": "by method", "status": "by status", "model": "by model",
+             "tag": "by first tag"}
+
+# "by status": the order of the status filter (queued, running, paused, finished, failed, cancelled)
+_STATUS_RANK = Case(*(When(status=s, then=Value(i)) for i, s in enumerate(Status.values)),
+                    default=Value(len(Status.values)), output_field=IntegerField())
+# "by model": the model as the list shows it, a path by its folder's name (Run.model_label), case-insensitive
+_MODEL_KEY = Lower(Func(Func(F("model_name"), Value("/"), function="rtrim"), Value("^.*/"), Value(""),
+                        function="regexp_replace", output_field=CharField()))
+# "by tag": a run's first tag in alphabetical order; untagged runs last
+_FIRST_TAG = RawSQL("(SELECT min(t) FROM jsonb_array_elements_text(runs_run.tags) AS t)", (), output_field=CharField())
 
 
 def seed_rows(runs: list) -> list[dict]:
@@ -109,12 +121,16 @@ def index(request):
     if chosen["tag"]:
         qs = qs.filter(tags__contains=[chosen["tag"].lower()])
     if chosen["model"]:  # a model's name, or its path (an admin's list): a path's runs show under its folder's name too
-        qs = qs.filter(Q(model_name=chosen["model"]) | Q(model_name__endswith="/" + chosen["model"].strip("/")))
+        folder = "/" + chosen["model"].strip("/")  # a stored path may end in "/" (the list shows its folder's name)
+        qs = qs.filter(Q(model_name=chosen["model"]) | Q(model_name__endswith=folder)
+                       | Q(model_name__endswith=folder + "/"))
     if chosen["q"]:
         qs = qs.filter(Q(name__icontains=chosen["q"]) | Q(notes__icontains=chosen["q"]))
     live = Case(When(status__in=ACTIVE, then=Value(0)), default=Value(1), output_field=IntegerField())
     order = {"live": (live, "-created_at", "-id"), "newest": ("-created_at", "-id"), "oldest": ("created_at", "id"),
-             "name": ("name", "-id"), "method": ("method", "-created_at")}[sort]
+             "name": ("name", "-id"), "method": ("method", "-created_at"),
+             "status": (_STATUS_RANK, "-created_at", "-id"), "model": (_MODEL_KEY, "-created_at", "-id"),
+             "tag": (_FIRST_TAG.asc(nulls_last=True), "-created_at", "-id")}[sort]
     runs = list(with_last_reward(qs.order_by(*order))[:200])
     every = Run.objects.all()
     return render(request, "runs/index.html", {

@@ -149,3 +149,37 @@ def test_the_heartbeat_shows_its_age(client, researcher):
     client.force_login(researcher)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="run-heartbeat-age">3\xa0minutes ago<' in page
+
+
+def test_the_runs_list_filters_by_model_and_sorts_by_name_method_status_model_and_tag(client, researcher):
+    a = _run(researcher, name="beta", method="spice", status="failed", model_name="/tmp/models/Zeta-model/",
+             tags=["wiki", "baseline"])
+    b = _run(researcher, name="alpha", method="grpo", status="running", model_name="alpha-model", tags=["zzz"])
+    c = _run(researcher, name="gamma", method="absolute_zero", status="queued", model_name="mid-model")
+    d = _run(researcher, name="delta", method="ssp", status="cancelled", model_name="mid-model", tags=["lr"])
+    client.force_login(researcher)
+
+    def ids(query=""):
+        answer = client.get(f"/runs/?{query}")
+        assert answer.status_code == 200
+        return [r.pk for r in answer.context["runs"]]
+
+    # the model filter: a catalog name, and a path's runs under its folder's name as well as under the path
+    assert ids("model=mid-model") == [c.pk, d.pk]  # live (queued) first
+    assert ids("model=Zeta-model") == [a.pk]
+    assert ids("model=/tmp/models/Zeta-model/") == [a.pk]
+    assert ids("model=alpha-model&method=spice") == []
+    assert ids("sort=name") == [b.pk, a.pk, d.pk, c.pk]
+    assert ids("sort=method") == [c.pk, b.pk, a.pk, d.pk]  # absolute_zero, grpo, spice, ssp
+    # the order of the status filter: queued, running, paused, finished, failed, cancelled
+    assert ids("sort=status") == [c.pk, b.pk, a.pk, d.pk]
+    # as the list shows the model (a path by its folder's name), A-Z regardless of case; newest first within one
+    assert ids("sort=model") == [b.pk, d.pk, c.pk, a.pk]
+    # a run's first tag A-Z (baseline, lr, zzz), untagged runs last
+    assert ids("sort=tag") == [a.pk, d.pk, b.pk, c.pk]
+    # the sort control offers each order, the chosen one selected
+    page = client.get("/runs/?sort=model").content.decode()
+    for key in ("name", "method", "status", "tag"):
+        assert f'<option value="{key}">' in page
+    assert '<option value="model" selected>by model</option>' in page
+    assert ids("sort=nonsense") == [c.pk, b.pk, d.pk, a.pk]  # an unknown sort: live first, then newest
