@@ -108,3 +108,66 @@ def test_the_page_shows_cancel_for_a_queued_evaluation_only(roles, researcher, r
     assert "Evaluation %d cancelled." % job.pk in page and 'id="eval-cancel"' not in page
     job.refresh_from_db()
     assert job.status == "cancelled"
+
+
+def test_a_running_crossplay_stops_before_its_next_cell_and_keeps_the_cells_it_scored(roles, researcher,
+                                                                                     run_env):
+    """A real cross-play (three checkpoints of the tiny model, nine cells on the CPU) runs in a worker thread;
+    cancelled once it has scored a cell, it stops before the next one: the cells scored so far stay in its matrix
+    (row by row of one solver's column at a time), the rest stay empty, and it ends cancelled. The challengers'
+    tasks are written in advance (the resume path of apps/evals/jobs.py: an untaught tiny model writes no valid
+    task), so every cell is a real solver pass over them."""
+    import threading
+    import time
+
+    from django.db import connection
+
+    from apps.corpora.models import Corpus, Document
+    from apps.evals.jobs import execute_crossplay
+    from apps.evals.launch import launch_crossplay
+    from apps.evals.models import CrossPlay
+    from apps.runs.models import Checkpoint, Run
+
+    corpus = Corpus.objects.create(name="arith-docs", status="ready")
+    Document.objects.create(corpus=corpus, title="sums", text="Two plus two is four.", content_hash="h1")
+    run = Run.objects.create(method="spice", model_name="tiny", corpus=corpus, owner=researcher, queue="cpu",
+                             config={"method": "spice", "rollout": {"max_new_tokens": 16}})
+    tiny = str(run_env / "models" / "tiny")
+    ckpts = [Checkpoint.objects.create(run=run, step=s, path=tiny) for s in (10, 20, 30)]
+    job = launch_crossplay(run, [c.pk for c in ckpts], n_tasks=4, answers_per_task=2, temperature=0.0,
+                           max_new_tokens=16, queue="cpu", user=researcher, enqueue_job=False)
+    tasks = [{"question": f"What is {a} + {b}?", "answer": str(a + b), "format": "free_form", "answer_type": "integer"}
+             for a in range(2) for b in range(2)]
+    CrossPlay.objects.filter(pk=job.pk).update(tasks=[{"step": c.step, "tasks": tasks, "attempts": 4} for c in ckpts])
+    outcome = {}
+
+    def work():
+        try:
+            outcome["line"] = execute_crossplay(job.pk)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    deadline = time.monotonic() + 180
+    while (CrossPlay.objects.get(pk=job.pk).cells_done < 1 and worker.is_alive()
+           and time.monotonic() < deadline):
+        time.sleep(0.02)
+    response = _api(researcher).post(f"/api/v1/evals/crossplay/{job.pk}/cancel/")
+    assert response.status_code == 200, response.json()
+    at_cancel = CrossPlay.objects.get(pk=job.pk).cells_done
+    worker.join(timeout=180)
+    assert not worker.is_alive()
+    job.refresh_from_db()
+    assert outcome["line"] == f"cross-play {job.pk} cancelled", outcome
+    assert job.status == "cancelled" and "while running" in job.error
+    # it stopped before its next cell: at most the cell in flight when it was cancelled was added, far from nine
+    assert 1 <= at_cancel <= job.cells_done <= at_cancel + 1 < 9
+    scored = [(i, j) for j in range(3) for i in range(3) if job.matrix[i][j] is not None]
+    order = [(i, j) for j in range(3) for i in range(3)]  # column by column: one solver loaded at a time
+    assert scored == order[:job.cells_done]  # the cells it scored are kept, every other cell is empty
+    assert all(0.0 <= job.matrix[i][j] <= 1.0 for i, j in scored)
+    assert [len(t["tasks"]) for t in job.tasks] == [4, 4, 4]
+    again = _api(researcher).post(f"/api/v1/evals/crossplay/{job.pk}/cancel/")
+    assert again.status_code == 409 and "only a queued or running cross-play" in again.json()["error"]
+    assert "nothing to do" in execute_crossplay(job.pk)  # a worker that meets it again does not resume it
