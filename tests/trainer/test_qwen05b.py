@@ -1,7 +1,7 @@
 """The real Qwen2.5-Coder-0.5B-Instruct, by its bundled name, answers a GSM8K item.
 
 It is imported once into ``$SELFPLAY_DATA_DIR/models/`` from its six installed packages (about
-60 s on a free 2-core machine, 2.5 GB float32; later sessions reuse it), then answers GSM8K test
+90 s on a free 2-core machine, 2.5 GB float32; ``make test`` does it before the suite), then answers GSM8K test
 item 1 greedily with the product's own evaluation path: SPICE's Reasoner prompt through the
 model's chat template, the answer parsed from ``\\boxed{}``. Greedy decoding on the CPU in float32
 is deterministic; the model's step-by-step answer ends in ``\\boxed{3}`` after 229 tokens.

@@ -17,6 +17,7 @@ from django.utils import timezone
 from apps.runs.models import Run
 from apps.runs.services import lifecycle
 from apps.runs.services.launch import launch
+from tests.trainer.conftest import smollm2_dir  # noqa: F401  (fixture)
 from tests.web.runs.conftest import burst, pause_after_step_one
 from trainer.checkpoint import check_compatible
 from trainer.config import load_config
@@ -59,7 +60,7 @@ def _paused_after_step_one(researcher, data_dir: Path) -> Run:
     assert run.status == "paused", run.error
     assert 1 <= run.current_step < 3
     assert Path(run.checkpoint_path).name == f"step-{run.current_step:06d}"
-    assert (data_dir / "models" / BUNDLED / "config.json").is_file()  # imported by the first job
+    assert (data_dir / "models" / BUNDLED / "config.json").is_file()  # imported by the first job (or before it)
     return run
 
 
@@ -78,8 +79,20 @@ def test_a_bundled_model_run_on_a_fresh_data_dir_pauses_and_resumes_to_the_end(r
     _finishes(run, paused_at=run.current_step)
 
 
-def test_a_bundled_model_run_failed_by_a_ctrl_c_resumes_to_the_end(roles, researcher, fresh_data_dir):
-    """README: a demo run left behind by Ctrl-C is marked failed (resumable) by the reaper; Resume continues it."""
+def test_a_bundled_model_run_failed_by_a_ctrl_c_resumes_to_the_end(roles, researcher, fresh_data_dir, smollm2_dir):
+    """README: a demo run left behind by Ctrl-C is marked failed (resumable) by the reaper; Resume continues it.
+    The import on a fresh data dir is the test above's: here the data dir already holds the model (hard links to the
+    suite's import, or a copy), as a demo's does after its first run."""
+    import os
+    import shutil
+
+    def link_or_copy(src, dst):  # a copy where the data dir is on another file system
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(smollm2_dir, fresh_data_dir / "models" / BUNDLED, copy_function=link_or_copy)
     run = _paused_after_step_one(researcher, fresh_data_dir)
     lifecycle.resume(run, researcher)
     run.mark_running("worker stopped by Ctrl-C")  # it claimed the run, then died without a heartbeat

@@ -120,7 +120,7 @@ def test_runs_sharing_a_seed_are_no_seed_group(researcher):
 
 
 @pytest.mark.django_db
-def test_the_demo_examples_group_only_runs_with_distinct_seeds(researcher):
+def test_the_demo_examples_group_only_runs_with_distinct_seeds_and_compare_bands_them(client, researcher):
     from apps.runs import compare
     runs = _import_examples()
     groups = compare.seed_groups(list(Run.objects.order_by("id")))
@@ -137,6 +137,15 @@ def test_the_demo_examples_group_only_runs_with_distinct_seeds(researcher):
         seeds = [Run.objects.get(pk=pk).config["seed"] for pk in g["runs"]]
         assert len(set(seeds)) == len(seeds), g
     assert "trl-grpo-gsm8k-qwen05-tta" in runs
+    # the compare view bands them by the same groups (one import of the examples for both: it takes a while)
+    names = ["grpo-gsm8k-qwen05-lr1e-6-h100-seed0", "grpo-gsm8k-qwen05-lr1e-6-h100-seed1",
+             "grpo-gsm8k-qwen05-tta-seed0", "grpo-gsm8k-qwen05-tta-seed1", "grpo-gsm8k-qwen05-tta-seed2",
+             "trl-grpo-gsm8k-qwen05-lr1e-6", "trl-grpo-gsm8k-qwen05-tta"]
+    client.force_login(researcher)
+    response = client.get("/runs/compare/?ids=" + ",".join(str(runs[n].pk) for n in names))
+    assert response.status_code == 200
+    bands = [sorted(g["runs"]) for g in response.context["seed_groups"]]
+    assert sorted(bands) == sorted([sorted(runs[n].pk for n in names[:2]), sorted(runs[n].pk for n in names[2:5])])
 
 
 @pytest.mark.django_db(transaction=True)
@@ -165,16 +174,3 @@ def test_the_runs_table_of_the_demo_examples_fits_1400_px(roles, researcher, ser
             assert errors == []
         finally:
             browser.close()
-
-
-@pytest.mark.django_db
-def test_the_compare_view_bands_the_examples_by_distinct_seeds(client, researcher):
-    runs = _import_examples()
-    names = ["grpo-gsm8k-qwen05-lr1e-6-h100-seed0", "grpo-gsm8k-qwen05-lr1e-6-h100-seed1",
-             "grpo-gsm8k-qwen05-tta-seed0", "grpo-gsm8k-qwen05-tta-seed1", "grpo-gsm8k-qwen05-tta-seed2",
-             "trl-grpo-gsm8k-qwen05-lr1e-6", "trl-grpo-gsm8k-qwen05-tta"]
-    client.force_login(researcher)
-    response = client.get("/runs/compare/?ids=" + ",".join(str(runs[n].pk) for n in names))
-    assert response.status_code == 200
-    bands = [sorted(g["runs"]) for g in response.context["seed_groups"]]
-    assert sorted(bands) == sorted([sorted(runs[n].pk for n in names[:2]), sorted(runs[n].pk for n in names[2:5])])
