@@ -111,9 +111,16 @@ def pool_size(processes: int) -> int:
     return max(2, min(POOL_MAX_SIZE, POOL_BUDGET // processes))
 
 
-def warm_embedders() -> None:
-    """In the background: load the corpora's embedders before the first search asks (apps/corpora/embedder.py)."""
+WARM_EMBEDDER_ENV = "SELFPLAY_WARM_EMBEDDER"  # "0": a server process starts without loading the embedders
+
+
+def warm_embedders():
+    """In the background: load the corpora's embedders before the first search asks (apps/corpora/embedder.py).
+    Returns the thread doing it, or None when ``SELFPLAY_WARM_EMBEDDER=0`` turns the warm-up off."""
     import threading
+
+    if os.environ.get(WARM_EMBEDDER_ENV, "1") == "0":
+        return None
 
     def warm():
         from django.db import connection
@@ -127,15 +134,16 @@ def warm_embedders() -> None:
         finally:
             connection.close()
 
-    threading.Thread(target=warm, name="warm-embedders", daemon=True).start()
+    thread = threading.Thread(target=warm, name="warm-embedders", daemon=True)
+    thread.start()
+    return thread
 
 
 def run_daphne(host: str, port: int, fd: int | None) -> None:
     from daphne.cli import CommandLineInterface
 
     pool_database_connections()
-    if os.environ.get("SELFPLAY_WARM_EMBEDDER", "1") != "0":
-        warm_embedders()
+    warm_embedders()
     sys.argv = daphne_argv(host, port, fd)
     CommandLineInterface.entrypoint()
 
