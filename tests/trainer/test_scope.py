@@ -259,3 +259,31 @@ def test_scope_runs_three_steps_on_cpu_with_the_in_memory_retriever(tiny_config,
     assert {t["data"]["stage"] for t in tasks} == {"challenger", "filter"}
     assert all(t["format"] in ("long_form_qa", "summarisation", "planning", "writing") for t in tasks)
     assert {t["data"]["n_searches"] for t in tasks} <= {1, 2, 3}
+
+
+def test_an_edited_task_reaches_the_pool_and_the_solvers_next_batch(scope_ctx):
+    """A reviewer corrects the questions of two pooled tasks (task Verdicts with an edit, as the sink hands them
+    over): the next Solver step asks the corrected question of the task it takes, and the task still waiting in
+    the pool holds its corrected question (SCOPE's pool has no gold answer: the answer of an edit is ignored)."""
+    import json
+
+    from tests.trainer.test_ssp import PromptLog
+
+    ctx, scope = scope_ctx
+    tasks = [_task() for _ in range(3)]
+    for i, t in enumerate(tasks):
+        t.key, t.question = f"1:c0.{i}", f"Plan visit number {i} to the old castle."
+    ctx.state["pool"] = [t.to_state() for t in tasks]  # solver_prompts_per_step 2: the third waits
+    edited = {"1:c0.0": "Plan a day at Castle Drogo for a family.", "1:c0.2": "Plan a walk around Hestercombe."}
+    ctx.verdicts = [Verdict("task", key, "approve", edit=json.dumps({"question": q, "answer": "ignored"}))
+                    for key, q in edited.items()]
+    log = ctx.generator = PromptLog(ctx.generator, ctx.policy.tokenizer)
+    scope.solver_step(1)
+
+    solver_asked = [p for p in log.prompts if "old castle" in p or "Castle Drogo" in p]
+    assert any(edited["1:c0.0"] in p for p in solver_asked)  # the edited task, taken by this step
+    assert any(tasks[1].question in p for p in solver_asked)  # the unedited one, as it was
+    assert not any(tasks[0].question in p for p in solver_asked)  # never the old text of the edited one
+    [waiting] = ctx.state["pool"]
+    assert waiting["key"] == "1:c0.2" and waiting["question"] == edited["1:c0.2"] and "answer" not in waiting
+    assert ctx.state["review"]["edits"]["1:c0.0"] == {"question": edited["1:c0.0"], "answer": "ignored"}

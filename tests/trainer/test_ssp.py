@@ -569,3 +569,71 @@ def test_a_question_restating_the_proposers_example_is_refused():
                "Which archipelago off West Africa was named after the westernmost point of the continent?"]
     assert not any(copies_prompt_example(q, PROPOSER_EXAMPLES) for q in healthy)
     assert not copies_prompt_example(copies[0], PROPOSER_EXAMPLES, limit=1.0)  # 1 turns the rule off
+
+
+# ---- issue 32: a reviewer's task edit reaches the recipe ------------------------------------------
+
+class PromptLog:
+    """The run's real generator, with the prompts it was asked to continue noted (decoded) on the way."""
+
+    def __init__(self, generator, tokenizer):
+        self.inner, self.tok, self.prompts = generator, tokenizer, []
+
+    def generate(self, prompts, *args, **kwargs):
+        self.prompts += [self.tok.decode(p) for p in prompts]
+        return self.inner.generate(prompts, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_an_edited_task_reaches_the_replay_buffer_and_the_solvers_next_batch(tiny_config, tiny_model_dir, tmp_path):
+    """A reviewer corrects a buffered question and its gold answer (a task Verdict with an edit, handed over by
+    the sink after step 1): from step 2 on the replay buffer holds the corrected question and answer under the
+    same key, and the Solver's batch of step 2 asks the corrected question, no longer the old one. (The random
+    tiny model writes no valid question: every slot is refilled from the buffer, seeded as a resumed run's.)"""
+    import json as _json
+
+    from trainer.config import load_config
+    from trainer.context import RecipeContext
+    from trainer.engine import make_engine
+    from trainer.methods.ssp import run_ssp
+    from trainer.models import load_policy
+    from trainer.runner import make_generator
+    from trainer.sink import Control, JsonlSink
+
+    old_q, new_q = "Who built the house in Devon for the grocer?", "Which architect designed Castle Drogo?"
+    edit = Verdict("task", "0:t0", "approve", edit=_json.dumps({"question": new_q, "answer": "Edwin Lutyens"}))
+
+    class ReviewSink(JsonlSink):  # what the web's sink does: verdicts handed over once, at a step's end
+        def __init__(self, run_dir):
+            super().__init__(run_dir)
+            self.queue, self.prompts_before = [edit], None
+
+        def control(self):
+            if self.prompts_before is None:
+                self.prompts_before = len(log.prompts)  # everything step 1 asked
+            out, self.queue = self.queue, []
+            return Control(verdicts=out)
+
+    cfg = load_config(_ssp_config(tiny_config, tiny_model_dir, replay_reset_every=10,
+                                  **{"max_turns": 1}) | {"checkpoint": {"every": 0, "final": False}})
+    cfg.train.steps = 2
+    policy = load_policy(cfg)
+    log = PromptLog(make_generator(cfg, policy), policy.tokenizer)
+    sink = ReviewSink(tmp_path / "run")
+    ctx = RecipeContext(config=cfg, policy=policy, generator=log, engine=make_engine(cfg, policy), sink=sink,
+                        retriever=InMemoryRetriever(DOCS), documents=JsonlDocumentSource(DOCS), run_dir=tmp_path / "run")
+    ctx.state["replay"] = {"reset_every": 10, "entries": [{"key": "0:t0", "question": old_q, "answer": "Lutyens",
+                                                           "step": 0}]}
+    run_ssp(ctx)
+
+    assert ctx.state["replay"]["entries"] == [{"key": "0:t0", "question": new_q, "answer": "Edwin Lutyens", "step": 0}]
+    assert ctx.state["review"]["edits"] == {"0:t0": {"question": new_q, "answer": "Edwin Lutyens"}}
+    step1, step2 = log.prompts[:sink.prompts_before], log.prompts[sink.prompts_before:]
+    assert any(old_q in p for p in step1) and not any(new_q in p for p in step1)
+    assert any(new_q in p for p in step2) and not any(old_q in p for p in step2)  # the Solver asks the edited one
+    samples = _rows(tmp_path / "run", "samples.jsonl")
+    solver = [r for r in samples if r["kind"] == "attempt" and r["role"] == "solver"]
+    assert {r["step"] for r in solver} == {1, 2} and all(r["task_key"] == "0:t0" and r["data"]["replayed"]
+                                                          for r in solver)
