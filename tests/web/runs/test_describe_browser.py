@@ -59,3 +59,46 @@ def test_a_researcher_names_and_notes_a_run_in_the_browser(live_server, research
         assert f"/runs/{other.pk}/" not in page.content()
         page.screenshot(path=str(tmp_path / "runs.png"), full_page=True)
         browser.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
+@pytest.mark.django_db(transaction=True)
+def test_the_runs_list_is_sorted_by_model_and_by_status_from_its_sort_control(live_server, researcher):
+    from importlib import import_module
+
+    from django.apps import apps
+    from django.contrib.auth.models import Group
+    from playwright.sync_api import sync_playwright
+
+    import_module("apps.accounts.migrations.0001_roles").create_roles(apps, None)  # live_server flushed them
+    researcher.groups.add(*Group.objects.filter(name="researcher"))
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+    def make(model, status, i):
+        return Run.objects.create(method="grpo", model_name=model, config={"method": "grpo", "seed": i},
+                                  owner=researcher, status=status, total_steps=10, current_step=1)
+
+    zeta = make("/tmp/models/zeta-model/", "failed", 1)
+    alpha = make("alpha-model", "finished", 2)
+    mid = make("mid-model", "queued", 3)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page()
+        page.goto(f"{live_server.url}/runs/")
+        page.fill("#id_username", "rita")
+        page.fill("#id_password", "pw-rita")
+        page.click("button[type=submit]")
+        page.wait_for_selector("#run-filters")
+
+        def shown():
+            return [int(t) for t in page.locator("#runs tbody tr td:nth-child(2) > a").all_inner_texts()]
+
+        assert shown() == [mid.pk, alpha.pk, zeta.pk]  # live first, then newest
+        for sort, order in (("model", [alpha.pk, mid.pk, zeta.pk]), ("status", [mid.pk, alpha.pk, zeta.pk])):
+            page.select_option("#run-filters select[name=sort]", sort)
+            with page.expect_navigation():
+                page.click("#run-filters button[type=submit]")
+            assert f"sort={sort}" in page.url and shown() == order, (sort, shown())
+            assert page.eval_on_selector("#run-filters select[name=sort]", "s => s.value") == sort
+        browser.close()
