@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make demo`: migrate, create the admin, start the web server and two workers, print the login as
-# soon as the login page answers, then load the corpus and launch a small SPICE run on the CPU.
+# `make demo`: migrate, create the admin, start the web server and three workers (queues cpu; short and
+# default; evals), print the login as soon as the login page answers, then load the corpus, launch a
+# small SPICE run on the CPU and import the example runs.
 # DEBUG stays off (its default): only localhost is served, over plain HTTP (docs/SECURITY.md).
 # Ctrl-C stops everything this script started. Knobs: PORT (default 8000), SELFPLAY_DATA_DIR
 # (default ./var; logs go to its log/), REDIS_URL / DATABASE_URL (see README).

@@ -1,4 +1,4 @@
-"""Starting evaluations: checks, the job rows, and their RQ jobs (queue gpu or cpu, like runs).
+"""Starting evaluations: checks, the job rows, and their RQ jobs (queue ``gpu``, or ``evals`` for the CPU).
 
 - ``launch_eval(...)``: a checkpoint of a run (its folder must still exist: ``checkpoint.keep_last``
   prunes old ones) or ``base:<model name>`` on one or more benchmarks, optionally with the search
@@ -81,7 +81,7 @@ CPU_EVAL_QUEUE = "evals"  # an evaluation on the CPU waits behind no training ru
 
 
 def _queue(queue, run: Run | None) -> str:
-    """The RQ queue of an evaluation: ``gpu``, or ``short`` for one on the CPU (asked as ``cpu``)."""
+    """The RQ queue of an evaluation: ``gpu``, or ``evals`` (CPU_EVAL_QUEUE) for one on the CPU (asked as ``cpu``)."""
     if queue in (None, ""):
         queue = run.queue if run is not None and run.queue in QUEUES else "gpu"
     if queue not in (*QUEUES, CPU_EVAL_QUEUE):
