@@ -378,7 +378,7 @@ case $phase in
   stop)  # stop jobs (their runs end at the next step boundary with a checkpoint: SIGINT is not that, so the
          # time limit is what ends a run; this is for a job gone wrong)
     shift; for j in "$@"; do pkill -TERM -s "$(ps -o sid= -p "$(cat $LOGS/$j.pid)" | tr -d ' ')" 2>/dev/null; echo "stopped $j"; done ;;
-  watch)  # waits SECS, or less once every started job has ended (no device time spent waiting on nothing)
+  watch)  # waits SECS, or less once every started job has ended
     end=$((SECONDS + ${2:-60}))
     while [ $SECONDS -lt $end ]; do
       sleep 10; alive=0

