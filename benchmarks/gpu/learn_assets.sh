@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Offline staging for an air-gapped GPU node, on the dev machine, from the repo root: the data the GPU jobs read
 # (benchmarks/gpu/learn.py, session_learn.sh's jobs), git-ignored under .gpu_assets/:
-# the bundled SmolLM2-135M-Instruct GGUF split in two parts of one call each (.gpu_assets/gguf1/part00,
+# the bundled SmolLM2-135M-Instruct GGUF split in two parts that each fit beside the working tree on the node (.gpu_assets/gguf1/part00,
 # .gpu_assets/gguf2/part01; benchmarks/gpu/gguf_manifest.txt = "SHA256 part00,part01"), the training corpus
 # (.gpu_assets/wiki.jsonl: the first 3,000 bundled Wikipedia summaries) and held-out documents the run never
 # sees (.gpu_assets/wiki_heldout.jsonl: the next 1,000); GSM8K test as JSONL (.gpu_assets/gsm8k_test.jsonl).

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The GRPO-step measurements against TRL and the SPICE Learn run on SmolLM2-135M (benchmarks/gpu/learn.py), on an
-# air-gapped GPU node: one phase per call, back to back (the node keeps /tmp between calls while held and is released
-# 30 s after a call ends; a call carries 64 MiB), e.g. c1, graphs, stage, c3, gguf, train, eval. Stage on the dev
+# air-gapped GPU node: one phase per command, one after another (the node keeps /tmp from one command to the next until about 30 s after
+# a command ends with no next one; a command takes 64 MiB of copied paths), e.g. c1, graphs, stage, c3, gguf, train, eval. Stage on the dev
 # machine first: stage_wheels.sh, learn_assets.sh, vllm_deps.sh + vllm_pack.sh.
-#   c1     carry .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_assets/wiki.jsonl .gpu_vllm/p0:
+#   c1     needs .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_assets/wiki.jsonl .gpu_vllm/p0:
 #          stage, then TRL's GRPO step (the anchor of every ratio) and the update MFU with 16k-token packed
 #          micro-batches
-#   stage  carry .gpu_vllm/p1 (one vLLM part)
-#   c3     carry .gpu_vllm/p2 .gpu_vllm/deps: vLLM unpacked; ours vs bare vLLM, GRPO step with vLLM
-#   gguf   carry .gpu_assets/gguf1 .gpu_assets/wiki_heldout.jsonl .gpu_assets/gsm8k_test.jsonl (first GGUF half, eval sets)
-#   train  carry .gpu_assets/gguf2: SmolLM2 imported, the SPICE Learn run (MINUTES, default 7.5)
+#   stage  needs .gpu_vllm/p1 (one vLLM part)
+#   c3     needs .gpu_vllm/p2 .gpu_vllm/deps: vLLM unpacked; ours vs bare vLLM, GRPO step with vLLM
+#   gguf   needs .gpu_assets/gguf1 .gpu_assets/wiki_heldout.jsonl .gpu_assets/gsm8k_test.jsonl (first GGUF half, eval sets)
+#   train  needs .gpu_assets/gguf2: SmolLM2 imported, the SPICE Learn run (MINUTES, default 7.5)
 #   eval   cross-play matrix + held-out cloze + GSM8K, base vs checkpoints
 #   graphs decode eager vs CUDA graphs, GRPO step ours (hf backend, graphs) - compared with c1's TRL
-#   e.g. `bash benchmarks/gpu/run_learn.sh c1` with the paths of c1 carried
+#   e.g. `bash benchmarks/gpu/run_learn.sh c1` with the paths c1 needs copied to the node
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
 source benchmarks/gpu/steps.sh

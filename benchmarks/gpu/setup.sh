@@ -1,7 +1,7 @@
 # Source on the air-gapped GPU node, from the repository root:  source benchmarks/gpu/setup.sh
-# Installs the carried wheels (.gpu_wheels/, built/downloaded offline by benchmarks/gpu/stage_wheels.sh)
+# Installs the copied wheels (.gpu_wheels/, built/downloaded offline by benchmarks/gpu/stage_wheels.sh)
 # into /tmp/site without touching the image's packages, and sets the environment (offline Hugging Face, $OUT).
-# Once per node while it is held: a later call with the same wheels skips the install, so jobs that are still
+# Once per node while it is held: a later command with the same wheels skips the install, so jobs that are still
 # running never see their packages replaced under them.
 WHEELS_ID=$(ls .gpu_wheels/*.whl 2>/dev/null | md5sum | cut -c1-12)
 if [ -f /tmp/site/.wheels-$WHEELS_ID ]; then
@@ -11,7 +11,7 @@ elif ls .gpu_wheels/*.whl > /dev/null 2>&1; then
     || { echo "setup: wheel install failed"; return 1 2>/dev/null || exit 1; }
   touch /tmp/site/.wheels-$WHEELS_ID
 elif [ ! -d /tmp/site/deepspeed ]; then
-  echo "setup: no .gpu_wheels carried and nothing in /tmp/site (a cold machine): carry .gpu_wheels"; return 1 2>/dev/null || exit 1
+  echo "setup: no .gpu_wheels copied and nothing in /tmp/site (a fresh node): copy .gpu_wheels to the node"; return 1 2>/dev/null || exit 1
 fi
 export PYTHONPATH=/tmp/site:$PWD
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1

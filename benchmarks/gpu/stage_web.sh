@@ -6,9 +6,9 @@
 # on the PATH) as python 3.12 manylinux x86_64 wheels, for benchmarks/gpu/session_product.sh. Into the git-ignored
 # .gpu_web/:
 #   .gpu_web/all/      every wheel (the versions of this machine's .venv)
-#   .gpu_web/w1 .. wN  the same wheels in folders that each fit one call to the node beside the working tree
-#                      (a call carries 64 MiB in all; PART_MIB, default: 64 MiB - the tree - 4 MiB); w1 travels
-#                      with .gpu_wheels and .gpu_web/data in the first call (session_product.sh first)
+#   .gpu_web/w1 .. wN  the same wheels in folders that each fit beside the working tree on the node
+#                      (64 MiB of copied paths in all; PART_MIB, default: 64 MiB - the tree - 4 MiB); w1 travels
+#                      with .gpu_wheels and .gpu_web/data in the first phase (session_product.sh first)
 #   .gpu_web/data/     the GSM8K halves the product run trains and evaluates on (from benchmarks/gpu/gsm8k_split.py)
 #   .gpu_web/data/manifest.txt  the wheel names; session_product.sh up checks them all before it installs
 # What the GPU image has (torch's venv: packaging, pyyaml, psutil; typing_extensions comes with .gpu_wheels) is
@@ -45,7 +45,7 @@ limit = float(sys.argv[2]) if sys.argv[2] else 64 - tree - 4
 extra = sum(f.stat().st_size for f in Path(".gpu_wheels").glob("*.whl")) / MIB \
     + sum(f.stat().st_size for f in (W / "data").glob("*")) / MIB
 wheels = sorted((W / "all").glob("*.whl"), key=lambda f: -f.stat().st_size)
-parts: list[list[Path]] = [[]]  # w1 travels with .gpu_wheels and data/ in the first call
+parts: list[list[Path]] = [[]]  # w1 travels with .gpu_wheels and data/ in the first phase
 sizes: list[float] = [0.0]
 cap = lambda i: limit - extra if i == 0 else limit  # noqa: E731
 for wheel in wheels:  # first fit, largest first

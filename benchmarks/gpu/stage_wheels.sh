@@ -2,7 +2,7 @@
 # Offline staging for an air-gapped GPU node: run on the dev machine (with internet), from the repository root.
 # Builds/downloads the python 3.12 manylinux x86_64 wheels the GPU image lacks (DeepSpeed built with DS_BUILD_OPS=0,
 # trl, datasets, pydantic, math-verify, gguf, ...) into .gpu_wheels/ (git-ignored, ~7 MiB) and SmolLM2's tokenizer
-# into .gpu_assets/smollm2-tokenizer. Carry .gpu_wheels in the first call to the node; benchmarks/gpu/setup.sh
+# into .gpu_assets/smollm2-tokenizer. Copy .gpu_wheels to the node with the first command; benchmarks/gpu/setup.sh
 # installs it into /tmp/site there.
 set -euo pipefail
 mkdir -p .gpu_wheels .gpu_assets

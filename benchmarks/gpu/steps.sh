@@ -12,8 +12,8 @@ step() {
   return 0
 }
 
-# The start of every phase on the GPU node (run_learn.sh, run_measure.sh): the carried vLLM part
-# (if any) staged, the carried wheels installed (benchmarks/gpu/setup.sh), the environment set.
+# The start of every phase on the GPU node (run_learn.sh, run_measure.sh): the copied vLLM part
+# (if any) staged, the copied wheels installed (benchmarks/gpu/setup.sh), the environment set.
 session_setup() {
   bash benchmarks/gpu/vllm_stage.sh 2>/dev/null | tail -1
   source benchmarks/gpu/setup.sh > /tmp/setup.log 2>&1 || { cat /tmp/setup.log; return 1; }

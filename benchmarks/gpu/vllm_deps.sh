@@ -2,7 +2,7 @@
 # Offline staging of vLLM for an air-gapped GPU node: run on the dev machine (with internet), from the repo root.
 # Downloads the vLLM 0.24.0 wheel into .gpu_vllm/ and the dependency wheels the GPU image lacks into
 # .gpu_vllm/deps/ (the list and pins: what vLLM 0.24.0 imports on top of the image; RESULTS.md "vLLM backend").
-# Then `bash benchmarks/gpu/vllm_pack.sh` slims and splits the vLLM wheel into parts that fit one call each.
+# Then `bash benchmarks/gpu/vllm_pack.sh` slims and splits the vLLM wheel into parts that each fit beside the working tree on the node.
 set -euo pipefail
 mkdir -p .gpu_vllm/deps
 PIP=${PIP:-.venv/bin/pip}

@@ -2,10 +2,10 @@
 # Offline staging of vLLM for an air-gapped GPU node, on the dev machine, from the repo root (after vllm_deps.sh):
 # slim the vLLM 0.24.0 wheel (drop FA2 kernels, MoE kernels, the Rust router
 # and Blackwell/DeepGEMM sources: a dense Llama on Hopper uses none of them; each import is guarded in
-# vLLM) with `zip -d` (no recompression: 279 MB -> 135 MB), split it into parts that each fit one call to the node
-# beside the working tree (64 MiB a call), one folder each (.gpu_vllm/p0 .. pN), and write
+# vLLM) with `zip -d` (no recompression: 279 MB -> 135 MB), split it into parts that each fit beside the working tree
+# on the node (64 MiB of copied paths in all), one folder each (.gpu_vllm/p0 .. pN), and write
 # benchmarks/gpu/vllm_manifest.txt ("SHA256 part00,part01,..."); on the node benchmarks/gpu/vllm_stage.sh joins them.
-#   FIRST_MB: size of part00 (it rides along with the first call, beside .gpu_wheels); REST_MB: the others.
+#   FIRST_MB: size of part00 (it goes with the first command, beside .gpu_wheels); REST_MB: the others.
 #   Both plus the working tree (plus what rides along) must stay under 64 MiB, e.g. 40 / 40 with a 20 MiB tree.
 set -euo pipefail
 FIRST_MB=${FIRST_MB:-44}; REST_MB=${REST_MB:-55}

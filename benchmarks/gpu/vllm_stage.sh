@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Offline staging of vLLM on an air-gapped GPU node (the wheel is too large for one 64 MiB call), one part per call,
+# Offline staging of vLLM on an air-gapped GPU node (the wheel is larger than the 64 MiB a command may take), one part per command,
 # from the repo root:
-#   bash benchmarks/gpu/vllm_stage.sh        (each call carries one folder .gpu_vllm/pN/ holding partN)
-# Parts accumulate in /tmp/vllm_parts (the node keeps /tmp between calls while held). When every part named in
+#   bash benchmarks/gpu/vllm_stage.sh        (each command comes with one folder .gpu_vllm/pN/ holding partN)
+# Parts accumulate in /tmp/vllm_parts (the node keeps /tmp from one command to the next while it stays up). When every part named in
 # benchmarks/gpu/vllm_manifest.txt is there and the sha256 matches, the slimmed vLLM 0.24.0 wheel is
-# unpacked into /tmp/site and the dependency wheels carried in .gpu_vllm/deps/ are installed there.
+# unpacked into /tmp/site and the dependency wheels copied in .gpu_vllm/deps/ are installed there.
 # Prints "VLLM_STAGED" when vLLM is in place. Build the parts on the dev machine with benchmarks/gpu/vllm_pack.sh.
 mkdir -p /tmp/vllm_parts /tmp/site
 for f in .gpu_vllm/p*/part*; do [ -f "$f" ] && cp -n "$f" /tmp/vllm_parts/; done
