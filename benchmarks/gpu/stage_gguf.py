@@ -1,12 +1,12 @@
-"""Offline staging of a bundled model's GGUF onto an air-gapped GPU node, in parts of one call each, with a checksum.
+"""Offline staging of a bundled model's GGUF onto an air-gapped GPU node, in parts, with a checksum.
 
-A call to the node carries at most 64 MiB, the working tree included, and the Qwen GGUFs are 0.5-1.1 GB, so the
-file travels in parts, one folder per call, into /tmp of the node (kept between calls while the node is held; it is
-released 30 s after a call ends with no new call), and is joined and imported there.
+The node accepts at most 64 MiB per transfer, the working tree included, and the Qwen GGUFs are 0.5-1.1 GB, so the
+file travels in parts, one folder per transfer, into /tmp of the node (kept there while the node stays up), and is
+joined and imported there.
 
 ``split`` sizes the parts to what the working tree leaves of 64 MiB (less a 2 MiB margin), measured when it runs:
 moving large files that the node does not need out of the tree before splitting (session_learn.sh's header: the
-example runs and plotly) makes the parts larger and fewer; keep them out until the last part has been carried.
+example runs and plotly) makes the parts larger and fewer; keep them out until the last part has been copied.
 
 On the dev machine (repository root)::
 
