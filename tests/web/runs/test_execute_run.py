@@ -28,6 +28,17 @@ def _metric_keys(run):
     return list(Metric.objects.filter(run=run).values_list("step", "role", "name"))
 
 
+def _paused_after_step_one(user, tiny_grpo) -> Run:
+    """A 4-step run paused at the step boundary after step 1 (or 2) by a request from another thread."""
+    run = _launch(user, tiny_grpo, steps=4)
+    pauser = pause_after_step_one(run.pk, seconds=120)
+    burst("cpu")
+    pauser.join()
+    run.refresh_from_db()
+    assert run.status == "paused", run.error
+    return run
+
+
 def test_a_launched_run_trains_to_the_end(roles, researcher, tiny_grpo):
     run = _launch(researcher, tiny_grpo)
     burst("cpu")
@@ -46,12 +57,7 @@ def test_a_launched_run_trains_to_the_end(roles, researcher, tiny_grpo):
 
 
 def test_pause_at_a_step_boundary_then_resume_from_the_checkpoint_without_duplicates(roles, researcher, tiny_grpo):
-    run = _launch(researcher, tiny_grpo, steps=4)
-    pauser = pause_after_step_one(run.pk, seconds=120)
-    burst("cpu")
-    pauser.join()
-    run.refresh_from_db()
-    assert run.status == "paused", run.error
+    run = _paused_after_step_one(researcher, tiny_grpo)
     paused_at = run.current_step
     assert 1 <= paused_at < 4
     assert Path(run.checkpoint_path).name == f"step-{paused_at:06d}"  # the trainer checkpoints when it pauses
@@ -77,12 +83,7 @@ def test_a_checkpoint_written_but_never_reported_is_listed_when_the_run_resumes_
     """A background write that finished just before its worker was killed is on disk, whole, but unreported: the
     resume starts from it, and the run's checkpoints (rows and events) list it once (CI saw a run resume from
     such a checkpoint that the run page never showed)."""
-    run = _launch(researcher, tiny_grpo, steps=4)
-    pauser = pause_after_step_one(run.pk, seconds=120)
-    burst("cpu")
-    pauser.join()
-    run.refresh_from_db()
-    assert run.status == "paused", run.error
+    run = _paused_after_step_one(researcher, tiny_grpo)
     paused_at = run.current_step
     Checkpoint.objects.filter(run=run, step=paused_at).delete()  # as if the sink never heard of it
     run.events.filter(message=f"checkpoint at step {paused_at}").delete()
