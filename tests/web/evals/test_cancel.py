@@ -27,6 +27,30 @@ def _api(user) -> APIClient:
     return client
 
 
+def _running(execute, pk: int, done, seconds: float):
+    """``execute(pk)`` started in a thread (its own DB connection, closed at the end), returned once ``done()`` counts
+    a first scored unit (or the thread ended, or ``seconds`` passed): (thread, outcome dict with its "line")."""
+    import threading
+    import time
+
+    from django.db import connection
+
+    outcome = {}
+
+    def work():
+        try:
+            outcome["line"] = execute(pk)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    deadline = time.monotonic() + seconds
+    while done() < 1 and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return worker, outcome
+
+
 def test_the_api_cancels_a_queued_evaluation_and_its_job_does_nothing(roles, researcher):
     job = queued_eval(researcher)
     response = _api(researcher).post(f"/api/v1/evals/{job.pk}/cancel/")
@@ -57,10 +81,6 @@ def test_a_running_evaluation_stops_at_the_next_item_and_keeps_what_it_scored(ro
     their samples and a score, marked incomplete, and the job ends cancelled (not finished)."""
     import io
     import json
-    import threading
-    import time
-
-    from django.db import connection
 
     from apps.evals import benchmarks as bench_service
     from apps.evals.jobs import execute_eval
@@ -71,19 +91,7 @@ def test_a_running_evaluation_stops_at_the_next_item_and_keeps_what_it_scored(ro
     bench_service.upload("arith30", io.BytesIO(items.encode()), "math")
     job = launch_eval(benchmarks=["arith30"], model="base:tiny", max_new_tokens=4, user=researcher,
                       queue="cpu", limit=30, enqueue_job=False)
-    outcome = {}
-
-    def work():
-        try:
-            outcome["line"] = execute_eval(job.pk)
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    deadline = time.monotonic() + 120
-    while EvalJob.objects.get(pk=job.pk).done < 1 and worker.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    worker, outcome = _running(execute_eval, job.pk, lambda: EvalJob.objects.get(pk=job.pk).done, 120)
     response = _api(researcher).post(f"/api/v1/evals/{job.pk}/cancel/")
     assert response.status_code == 200, response.json()
     worker.join(timeout=120)
@@ -117,11 +125,6 @@ def test_a_running_crossplay_stops_before_its_next_cell_and_keeps_the_cells_it_s
     (row by row of one solver's column at a time), the rest stay empty, and it ends cancelled. The challengers'
     tasks are written in advance (the resume path of apps/evals/jobs.py: an untaught tiny model writes no valid
     task), so every cell is a real solver pass over them."""
-    import threading
-    import time
-
-    from django.db import connection
-
     from apps.corpora.models import Corpus, Document
     from apps.evals.jobs import execute_crossplay
     from apps.evals.launch import launch_crossplay
@@ -139,20 +142,7 @@ def test_a_running_crossplay_stops_before_its_next_cell_and_keeps_the_cells_it_s
     tasks = [{"question": f"What is {a} + {b}?", "answer": str(a + b), "format": "free_form", "answer_type": "integer"}
              for a in range(2) for b in range(2)]
     CrossPlay.objects.filter(pk=job.pk).update(tasks=[{"step": c.step, "tasks": tasks, "attempts": 4} for c in ckpts])
-    outcome = {}
-
-    def work():
-        try:
-            outcome["line"] = execute_crossplay(job.pk)
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    deadline = time.monotonic() + 180
-    while (CrossPlay.objects.get(pk=job.pk).cells_done < 1 and worker.is_alive()
-           and time.monotonic() < deadline):
-        time.sleep(0.02)
+    worker, outcome = _running(execute_crossplay, job.pk, lambda: CrossPlay.objects.get(pk=job.pk).cells_done, 180)
     response = _api(researcher).post(f"/api/v1/evals/crossplay/{job.pk}/cancel/")
     assert response.status_code == 200, response.json()
     at_cancel = CrossPlay.objects.get(pk=job.pk).cells_done
