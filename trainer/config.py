@@ -405,6 +405,8 @@ class _SharedConfig(BaseModel):
         if SECTIONS[self.method].needs_prompt_set and not self.data.path:
             problems.append(("data.path", f"method {self.method} needs a JSONL prompt set (prompt, answer) "
                                           "or bundled:gsm8k"))
+        if sec is not None:
+            problems += sec.cross_problems(self)
         if self.rollout.min_new_tokens > self.rollout.max_new_tokens:
             problems.append(("rollout.min_new_tokens", "must not exceed rollout.max_new_tokens"))
         if self.train.rollout_is_cap > 0 and self.train.old_logprobs == "rollout":

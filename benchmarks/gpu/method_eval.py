@@ -222,12 +222,14 @@ def measure(loaded, items, cfg, sampling, tool, batch_size: int, judge) -> tuple
     from trainer.rollout import multi_turn_rollout
 
     prompt, max_turns, _, _ = answering(cfg)
+    # a SCORE run's reports keep their reserve, as in training (trainer/methods/score.py write_reports)
+    reserve = cfg.score.report_reserve(sampling.max_new_tokens) if cfg.method == "score" else 0
     samples, t0 = [], time.perf_counter()
     for start in range(0, len(items), batch_size):
         batch = items[start:start + batch_size]
         trajs = multi_turn_rollout(loaded.generator, loaded.tokenizer, [chat(loaded.tokenizer, *prompt(it))
                                                                         for it in batch],
-                                   sampling, tool, max_turns=max_turns)
+                                   sampling, tool, max_turns=max_turns, answer_reserve=reserve)
         rubric = [i for i, it in enumerate(batch) if it.rubric]
         plain = [i for i, it in enumerate(batch) if not it.rubric]
         scores, preds, grades = [0.0] * len(batch), [None] * len(batch), [None] * len(batch)

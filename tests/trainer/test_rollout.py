@@ -305,6 +305,35 @@ def test_a_tool_response_that_does_not_fit_is_cut_and_ends_the_rollout(tok, sear
     assert t.truncated and t.finish_reason == "length" and t.final is None
 
 
+def test_an_answer_reserve_keeps_room_for_the_answer(tok, tmp_path):
+    """The GPU failure (RESULTS.md, SCORE on Qwen2.5-Coder-1.5B, 512-token trajectories): a writer that searches
+    three times fills its budget with passages and is cut before its <answer>. With a reserve, results are cut so
+    that the reserve stays, a search with no room left is refused with a note, and the answer fits."""
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps({"id": str(i), "title": t, "text": f"{t} is a city in France. " * 30}) + "\n"
+                            for i, t in enumerate(["Paris", "Lyon", "Nice"])))
+    search_tool = SearchTool(InMemoryRetriever.from_jsonl(path), k=2, max_tokens=150, tokenizer=tok)
+    prompts = prompts_of(tok, ["report on Paris"])
+    answer = "<answer>" + "Paris is the capital of France. " * 12 + "</answer>"
+    script = [["<search>paris</search>", "<search>france capital</search>", "<search>paris history</search>",
+               answer]]
+    answer_tokens = len(tok.encode(answer, add_special_tokens=False))
+    budget, reserve = 400, answer_tokens + 40
+    params = SamplingParams(max_new_tokens=budget)
+    [cut] = multi_turn_rollout(ScriptedGenerator(tok, prompts, script), tok, prompts, params, search_tool, max_turns=5)
+    assert cut.truncated and cut.final is None and cut.n_refused_searches == 0  # no reserve: the passages win
+
+    [t] = multi_turn_rollout(ScriptedGenerator(tok, prompts, script), tok, prompts, params, search_tool, max_turns=5,
+                             answer_reserve=reserve)
+    assert t.final is not None and t.final.startswith("Paris is the capital") and not t.truncated
+    assert t.n_refused_searches >= 1 and t.n_searches + t.n_refused_searches == 3
+    assert any("Search budget spent" in turn["text"] for turn in t.turns if turn["role"] == "tool")
+    assert len(t.completion_ids) <= budget and len(t.loss_mask) == len(t.completion_ids)
+    with pytest.raises(ValueError, match="answer_reserve 400 must be less than the trajectory budget 400"):
+        multi_turn_rollout(ScriptedGenerator(tok, prompts, script), tok, prompts, params, search_tool,
+                           answer_reserve=budget)
+
+
 def test_without_a_tool_search_tags_are_plain_text(tok):
     prompts = prompts_of(tok, ["q"])
     gen = ScriptedGenerator(tok, prompts, [["<search>x</search> so <answer>7</answer>"]])

@@ -141,19 +141,34 @@ def test_a_bad_harness_lists_every_problem():
 
 def test_rule_driver_lowers_the_search_minimum_when_the_depth_rule_zeroes_most_scores():
     h = _harness(tools=2)
-    update = RuleDriver(POOL, 10).next(h, HarnessStats(depth_zeroed_rate=0.8, evaluator_searches=0.5))
+    update = RuleDriver(POOL, 10).next(h, HarnessStats(depth_zeroed_rate=0.8, depth_zeroed_of_valid=0.8,
+                                                       valid_report_rate=1.0, evaluator_searches=0.5))
     assert update.changed and update.harness["process_constraints"]["min_number_of_tool_call"] == 1
     assert "depth rule" in update.reason
     assert h["process_constraints"]["min_number_of_tool_call"] == 2  # the current harness is not mutated
 
 
+def test_rule_driver_counts_zeroed_scores_among_valid_reports():
+    """Qwen2.5-Coder-1.5B on an H200 (RESULTS.md, SCORE vs its control): 13% of reports valid, every one of them
+    zeroed by the depth rule (the evaluator searched 0.05 times a report against a minimum of 1), so the share of
+    all reports was 13% and the old rule never fired: 14 steps with every group's rewards equal."""
+    window = [{"step": s, "valid_report_rate": 0.13, "depth_zeroed_rate": 0.13, "depth_zeroed_of_valid": 1.0,
+               "evaluator_searches": 0.05, "evaluator_truncated_rate": 0.016} for s in range(1, 6)]
+    update = RuleDriver(POOL, 10).next(_harness(tools=1), summarize(window))
+    assert update.harness["process_constraints"]["min_number_of_tool_call"] == 0
+    assert update.reason.startswith("100% of valid reports' scores fell to the depth rule")
+    # a few zeroed scores among many valid reports leave the minimum alone
+    quiet = dict(window[0], valid_report_rate=0.9, depth_zeroed_rate=0.13, depth_zeroed_of_valid=0.14)
+    assert not RuleDriver(POOL, 10).next(_harness(tools=1), summarize([quiet])).changed
+
+
 def test_rule_driver_raises_the_minimum_when_the_evaluator_searches_comfortably():
-    update = RuleDriver(POOL, 10).next(_harness(tools=1), HarnessStats(depth_zeroed_rate=0.0, evaluator_searches=3))
+    update = RuleDriver(POOL, 10).next(_harness(tools=1), HarnessStats(depth_zeroed_of_valid=0.0, evaluator_searches=3))
     assert update.harness["process_constraints"]["min_number_of_tool_call"] == 2
 
 
 def test_rule_driver_makes_the_weakest_dimension_mandatory_when_scores_saturate():
-    stats = HarnessStats(valid_report_rate=1.0, evaluator_searches=1, depth_zeroed_rate=0.2,
+    stats = HarnessStats(valid_report_rate=1.0, evaluator_searches=1, depth_zeroed_of_valid=0.2,
                          dimension_means={"factuality": 0.9, "insight": 0.3, "coherence": 0.95})
     update = RuleDriver(POOL, 10).next(_harness(), stats)
     assert update.harness["dimension_constraints"]["must_include"] == ["factuality", "insight"]
@@ -161,14 +176,14 @@ def test_rule_driver_makes_the_weakest_dimension_mandatory_when_scores_saturate(
 
 def test_rule_driver_reacts_to_consistency_hacking_and_format_failures():
     stats = HarnessStats(consistency=0.95, solver_reward=1.1, eval_format_failures=0.5, evaluator_searches=1,
-                         depth_zeroed_rate=0.2)
+                         depth_zeroed_of_valid=0.2)
     h = RuleDriver(POOL, 10).next(_harness(k=3), stats).harness
     assert h["process_constraints"]["require_gap_analysis"] and h["dimension_constraints"]["k"] == 4
     assert "broke the output format" in h["notes"]
 
 
 def test_rule_driver_changes_nothing_on_quiet_statistics():
-    stats = HarnessStats(depth_zeroed_rate=0.3, evaluator_searches=1.2, consistency=0.5, solver_reward=1.5)
+    stats = HarnessStats(depth_zeroed_of_valid=0.3, evaluator_searches=1.2, consistency=0.5, solver_reward=1.5)
     update = RuleDriver(POOL, 10).next(_harness(), stats)
     assert not update.changed and update.reason == "no rule fired"
 
@@ -217,6 +232,20 @@ def test_a_harness_asking_more_searches_than_the_evaluator_may_make_is_refused()
     assert apply_human_edit(_harness(), _harness(tools=3), POOL, sec.evaluator_searches()).changed
     proposal = EndpointDriver(lambda m: json.dumps(_harness(tools=5)), POOL, sec.evaluator_searches())
     assert "rejected" in proposal.next(_harness(), HarnessStats()).reason
+
+
+def test_the_report_reserve_defaults_to_a_quarter_of_the_trajectory_and_must_leave_room_for_a_search():
+    from trainer.config import ConfigError, load_config
+
+    cfg = load_config({"method": "score"})
+    assert cfg.score.report_reserve(cfg.rollout.max_new_tokens) == 4096 // 4  # the paper's 4,096-token report
+    small = load_config({"method": "score", "rollout": {"max_new_tokens": 128}})
+    assert small.score.report_reserve(128) == 32
+    assert load_config({"method": "score", "rollout": {"max_new_tokens": 32}}).score.report_reserve(32) == 0
+    assert load_config({"method": "score", "score": {"report_reserve_tokens": 0}}).score.report_reserve(4096) == 0
+    with pytest.raises(ConfigError) as err:
+        load_config({"method": "score", "rollout": {"max_new_tokens": 128}, "score": {"report_reserve_tokens": 100}})
+    assert "raise rollout.max_new_tokens to at least 148" in str(err.value)
 
 
 def test_the_solver_updates_in_the_papers_mini_batches_of_32_queries():

@@ -35,7 +35,9 @@ Per step (score.txt, Algorithm 1):
    entropy (or below ``entropy_floor``) for ``entropy_patience`` steps -> an event record and
    the run ends after a checkpoint.
 
-Token budgets: a report ``rollout.max_new_tokens`` (paper 4096), an evaluator turn
+Token budgets: a report ``rollout.max_new_tokens`` (paper 4096), of which ``report_reserve_tokens``
+(default a quarter) stays for the report itself: search results are cut to keep it, and a search
+with no room left is refused with a note asking for the report (``searches_refused``), an evaluator turn
 ``evaluator_max_new_tokens`` (2048: the paper's "evaluator maximum generation length", read per
 turn), a whole evaluator trajectory ``evaluator_trajectory_tokens()`` (by default every turn's budget
 plus every allowed search's tool output, 9,740 at the defaults: a trajectory budget of 2,048 left
@@ -61,7 +63,10 @@ Departures from the paper (ours, visible fields):
 - training queries come from ``queries_path`` or are written from corpus documents (the paper:
   255 Reddit queries);
 - the two updates are two optimizer steps, so the learning-rate warmup (``train.warmup_steps``)
-  counts both; early stopping on entropy collapse uses ``entropy_collapse_ratio`` (ours).
+  counts both; early stopping on entropy collapse uses ``entropy_collapse_ratio`` (ours);
+- the report's reserve (``report_reserve_tokens``) is ours; the paper states none;
+- the rule driver's depth rule reads the share of VALID reports whose score it zeroed (a share of
+  all reports stays low when most reports are cut, while every score that could count is zeroed).
 """
 from __future__ import annotations
 
@@ -271,7 +276,8 @@ class Score:
         judged_on = "Your report will be judged on: " + ", ".join(f"{d} (weight {w:.2f})" for d, w in rubric.dims)
         prompts = [self.ids(SOLVER_SYSTEM, f"{q}\n\n{judged_on}") for q in queries for _ in range(G)]
         return multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
-                                  max_turns=self.sec.max_tool_calls)
+                                  max_turns=self.sec.max_tool_calls, answer_reserve=self.sec.report_reserve(
+                                      self.cfg.rollout.max_new_tokens))
 
     def evaluate(self, queries: list[str], reports: list, rubric) -> list:
         G = self.cfg.rollout.group_size
@@ -326,7 +332,8 @@ class Score:
         n = len(reports)
         record = {"step": step, "solver_reward": sum(rewards) / n, "consistency": r_eval,
                   "valid_report_rate": sum(valid) / n, "evaluator_searches": sum(e.n_searches for e in evals) / n,
-                  "depth_zeroed_rate": sum(zeroed) / n, "evaluator_truncated_rate": truncated_rate(evals),
+                  "depth_zeroed_rate": sum(zeroed) / n, "depth_zeroed_of_valid": sum(zeroed) / max(1, sum(valid)),
+                  "evaluator_truncated_rate": truncated_rate(evals),
                   "eval_format_failures": sum(not s.well_formed for s in scores) / n,
                   "dimension_means": {d: sum(s.values[d] for s in scores) / n for d in dims}}
         self.ctx.state["window"] = (self.ctx.state["window"] + [record])[-self.sec.harness_every:]
@@ -336,6 +343,7 @@ class Score:
                                         [rewards[i * G:(i + 1) * G] for i in range(len(queries))]),
                                     "response_length": sum(r.n_model_tokens for r in reports) / n,
                                     "searches": sum(r.n_searches for r in reports) / n, "gen_seconds": gen_seconds,
+                                    "searches_refused": sum(r.n_refused_searches for r in reports) / n,
                                     "harness_version": self.ctx.state["harness_version"],
                                     **{f"score_{d}": v for d, v in record["dimension_means"].items()}})
         self.ctx.log(step, EVALUATOR, {**evaluator, "consistency": r_eval, "advantage": a_eval,

@@ -112,6 +112,7 @@ class Trajectory:
     # extensions: how it ended and what went wrong (bounded, counted, never raised)
     finish_reason: str = ""  # "final" | "eos" | "stop" | "max_turns" | "length"
     n_invalid_searches: int = 0  # closed query tag with an empty / unopened query
+    n_refused_searches: int = 0  # queries not run because their result would eat the answer's reserve
     n_tool_tokens: int = 0
     temperature: float = 1.0
 

@@ -42,10 +42,12 @@ class SearchTool:
             raise RuntimeError(f"retriever returned {len(results)} result lists for {len(queries)} queries")
         return [list(r)[: self.k] for r in results]
 
-    def format(self, passages: list[Passage]) -> str:
-        """The tool response text for one query's passages, within the token budget."""
+    def format(self, passages: list[Passage], max_tokens: int | None = None) -> str:
+        """The tool response text for one query's passages, within the token budget (``max_tokens``
+        when smaller: the room a rollout has left for this result)."""
         body = "".join(f"Doc {i} (Title: {p.title}) {p.text}\n" for i, p in enumerate(passages, start=1))
-        body = truncate_to_tokens(body, self.tokenizer, self.max_tokens) if body else NO_RESULTS
+        cap = self.max_tokens if max_tokens is None else max(0, min(self.max_tokens, max_tokens))
+        body = truncate_to_tokens(body, self.tokenizer, cap) if body else NO_RESULTS
         return f"<{self.info_tag}>{body}</{self.info_tag}>"
 
     def message(self, text: str) -> str:
