@@ -17,7 +17,7 @@ Limits keep every rollout bounded whatever the model writes:
   ``MIN_RESULT_TOKENS`` of result is not run, and a short tool message says the search budget
   is spent and asks for the final answer (counted in ``n_refused_searches``). Searches then never
   eat the room the answer needs: with a 512-token trajectory, Qwen2.5-Coder-1.5B's SCORE reports
-  were cut before their ``<answer>`` 84-94% of the time, nearly every one that searched
+  were cut before their ``<answer>`` 59-96% of the time, nearly every one that searched
   (RESULTS.md).
 """
 from __future__ import annotations
