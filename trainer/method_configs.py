@@ -133,10 +133,6 @@ class MethodSection(Section):
         """A role is judged by the frozen base model (it must be kept next to the policy)."""
         return False
 
-    def cross_problems(self, config) -> list[tuple[str, str]]:
-        """(dotted key, problem) pairs between this section and the shared sections of ``config``."""
-        return []
-
     # Whether step_tokens counts every sequence a step generates (else judge calls and extra turns
     # come on top of it: "at least").
     step_tokens_exact: ClassVar[bool] = False
@@ -517,11 +513,6 @@ class ScoreSection(MethodSection):
         "rollout.max_new_tokens": 4096,
     }
     max_tool_calls: int = Field(10, ge=1, description="Most assistant turns per report (paper 10).")
-    report_reserve_tokens: int | None = Field(
-        None, ge=0, description="Tokens of a report's trajectory (rollout.max_new_tokens) kept for the report itself: "
-        "search results are cut so that they remain, and once a search has no room left the solver is told to write "
-        "its report (ours; None = a quarter of rollout.max_new_tokens, none under 64; 0 = off). At a 512-token trajectory with "
-        "none, a 1.5B's reports were cut before their <answer> 59-96% of the time.")
     mini_batch_size: int = Field(
         32, ge=1, description="PPO mini-batch in queries: the Solver's update takes batch / this optimizer steps "
         "(paper 32 of 64).")
@@ -600,27 +591,6 @@ class ScoreSection(MethodSection):
                              f"plus one turn of evaluator_max_new_tokens for the scores: {need}; raise it to at least "
                              f"{need}, leave it unset, or lower evaluator_max_turns")
         return self
-
-    def report_reserve(self, max_new_tokens: int) -> int:
-        """The report's reserve in tokens: ``report_reserve_tokens``, or a quarter of the trajectory budget
-        (none where that would leave no room for a search result: budgets under 64 tokens)."""
-        from trainer.rollout.multi_turn import MIN_RESULT_TOKENS, TOOL_WRAPPER_TOKENS
-
-        if self.report_reserve_tokens is not None:
-            return self.report_reserve_tokens
-        quarter = max_new_tokens // 4
-        return quarter if max_new_tokens >= quarter + MIN_RESULT_TOKENS + TOOL_WRAPPER_TOKENS else 0
-
-    def cross_problems(self, config) -> list[tuple[str, str]]:
-        from trainer.rollout.multi_turn import MIN_RESULT_TOKENS, TOOL_WRAPPER_TOKENS
-
-        budget, reserve = config.rollout.max_new_tokens, self.report_reserve(config.rollout.max_new_tokens)
-        least = reserve + MIN_RESULT_TOKENS + TOOL_WRAPPER_TOKENS
-        if reserve and budget < least:
-            return [("score.report_reserve_tokens", f"keeping {reserve} of rollout.max_new_tokens {budget} for the "
-                     f"report leaves no room for a search result; raise rollout.max_new_tokens to at least {least}, "
-                     "lower score.report_reserve_tokens, or set it to 0 (off)")]
-        return []
 
     panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("solver", "harness_version", "harness v"), ("solver", "solver_reward", "solver reward"),

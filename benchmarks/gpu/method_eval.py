@@ -222,8 +222,7 @@ def measure(loaded, items, cfg, sampling, tool, batch_size: int, judge) -> tuple
     from trainer.rollout import multi_turn_rollout
 
     prompt, max_turns, _, _ = answering(cfg)
-    # a SCORE run's reports keep their reserve, as in training (trainer/methods/score.py write_reports)
-    reserve = cfg.score.report_reserve(sampling.max_new_tokens) if cfg.method == "score" else 0
+    reserve = cfg.rollout.answer_reserve_tokens  # the answering role keeps its answer reserve, as in training
     samples, t0 = [], time.perf_counter()
     for start in range(0, len(items), batch_size):
         batch = items[start:start + batch_size]

@@ -329,9 +329,24 @@ def test_an_answer_reserve_keeps_room_for_the_answer(tok, tmp_path):
     assert t.n_refused_searches >= 1 and t.n_searches + t.n_refused_searches == 3
     assert any("Search budget spent" in turn["text"] for turn in t.turns if turn["role"] == "tool")
     assert len(t.completion_ids) <= budget and len(t.loss_mask) == len(t.completion_ids)
-    with pytest.raises(ValueError, match="answer_reserve 400 must be less than the trajectory budget 400"):
+    with pytest.raises(ValueError, match="answer_reserve must be >= 0 tokens, got -1"):
         multi_turn_rollout(ScriptedGenerator(tok, prompts, script), tok, prompts, params, search_tool,
-                           answer_reserve=budget)
+                           answer_reserve=-1)
+
+
+def test_the_answer_reserve_setting_defaults_to_a_quarter_and_must_leave_room_for_a_search():
+    from trainer.config import ConfigError, load_config
+    from trainer.rollout.multi_turn import reserve_for
+
+    for method in ("score", "ssp", "scope", "piplay"):
+        cfg = load_config({"method": method})
+        assert cfg.rollout.answer_reserve_tokens is None
+        assert reserve_for(None, cfg.rollout.max_new_tokens) == cfg.rollout.max_new_tokens // 4
+    assert (reserve_for(None, 128), reserve_for(None, 32), reserve_for(0, 4096), reserve_for(256, 768)) == (32, 0, 0, 256)
+    assert reserve_for(256, 200) == 152  # a role with a smaller budget keeps room for one search result
+    with pytest.raises(ConfigError) as err:
+        load_config({"method": "ssp", "rollout": {"max_new_tokens": 128, "answer_reserve_tokens": 100}})
+    assert "raise rollout.max_new_tokens to at least 148" in str(err.value)
 
 
 def test_without_a_tool_search_tags_are_plain_text(tok):

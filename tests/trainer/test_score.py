@@ -234,20 +234,6 @@ def test_a_harness_asking_more_searches_than_the_evaluator_may_make_is_refused()
     assert "rejected" in proposal.next(_harness(), HarnessStats()).reason
 
 
-def test_the_report_reserve_defaults_to_a_quarter_of_the_trajectory_and_must_leave_room_for_a_search():
-    from trainer.config import ConfigError, load_config
-
-    cfg = load_config({"method": "score"})
-    assert cfg.score.report_reserve(cfg.rollout.max_new_tokens) == 4096 // 4  # the paper's 4,096-token report
-    small = load_config({"method": "score", "rollout": {"max_new_tokens": 128}})
-    assert small.score.report_reserve(128) == 32
-    assert load_config({"method": "score", "rollout": {"max_new_tokens": 32}}).score.report_reserve(32) == 0
-    assert load_config({"method": "score", "score": {"report_reserve_tokens": 0}}).score.report_reserve(4096) == 0
-    with pytest.raises(ConfigError) as err:
-        load_config({"method": "score", "rollout": {"max_new_tokens": 128}, "score": {"report_reserve_tokens": 100}})
-    assert "raise rollout.max_new_tokens to at least 148" in str(err.value)
-
-
 def test_the_solver_updates_in_the_papers_mini_batches_of_32_queries():
     from trainer.config import load_config
     from trainer.methods.parts import mini_batches
@@ -377,6 +363,7 @@ def test_score_runs_three_steps_on_cpu_and_reports_harness_versions(tiny_config,
     # the paper's PPO mini-batch: 2 queries in mini-batches of 1 -> two Solver optimizer steps a step
     assert all(m["optimizer_steps"] == 2.0 and 0.0 <= m["truncated_rate"] <= 1.0 for m in solver)
     assert all(0.0 <= m["scoring_truncated_rate"] <= 1.0 for m in evaluator)
+    assert all(m["searches_refused"] >= 0 and 0.0 <= m["depth_zeroed_of_valid"] <= 1.0 for m in solver)
     # the watchdog's rules read these for every role: groups without signal, generations cut
     assert all(0.0 <= m["zero_variance_groups"] <= 1.0 and 0.0 <= m["evaluator_truncated_rate"] <= 1.0 for m in solver)
     assert all(m["rubric_repaired"] == 1.0 and 0.0 <= m["truncated_rate"] <= 1.0 for m in evaluator)  # random model

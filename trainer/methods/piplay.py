@@ -53,6 +53,10 @@ Departures from the paper (each a config field where it is a choice):
   0.5 r_fmt with r_d = 0, as much as a valid question the Student never solves: on Qwen2.5-Coder-1.5B
   (benchmarks/RESULTS.md, 2026-11-28) the Examiner's valid questions fell from 72% to 23-41% in 7 steps under it,
   and its replies cut off by the budget rose from 6% to 38%, while its random-reward control stayed 56-77% valid;
+- searching rollouts keep ``rollout.answer_reserve_tokens`` (default a quarter of the budget) for the
+  Examiner's question and the Student's answer:
+  search results are cut to keep it, and a search with no room left is refused with a note (ours; the
+  paper states none);
 - the divergence direction is ``piplay.divergence`` (reverse KL by default, ours; the formulas
   were lost from the paper's text);
 - budgets bound the response, tool output included (the paper bounds the whole sequence: 4096
@@ -199,7 +203,8 @@ class PiPlay:
         ids = [chat(self.tok, None, p) for p in prompts]
         params = self.ctx.sampling_params(**({} if budget is None else {"max_new_tokens": budget}))
         with self.ctx.policy.acting(role):
-            return multi_turn_rollout(self.ctx.generator, self.tok, ids, params, self.tool, max_turns=max_turns)
+            return multi_turn_rollout(self.ctx.generator, self.tok, ids, params, self.tool, max_turns=max_turns,
+                                      answer_reserve=self.ctx.config.rollout.answer_reserve_tokens)
 
     def examine(self, step: int, tag: str = "e") -> list[Question]:
         """One examiner question per passage, hops stratified 4:3:2:1 over the batch."""

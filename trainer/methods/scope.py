@@ -57,6 +57,10 @@ Departures from the paper (visible config fields where a choice):
 - the gate budget is ours (the paper gives none); the Solver pool's fill is bounded
   (``candidate_rounds``) where the paper generates until 5,120 tasks pass; a pool short of tasks is
   topped up during the stage;
+- searching rollouts keep ``rollout.answer_reserve_tokens`` (default a quarter of the budget) for the
+  Challenger's task and the Solver's answer:
+  search results are cut to keep it, and a search with no room left is refused with a note (ours; the
+  paper states none);
 - learning-rate warmup is 1 step (``train.warmup_steps``; the paper: a warmup ratio of 0.03);
 - Qwen3's per-turn datums (thinking trimmed from earlier turns) are not reproduced: a trajectory
   trains as one sequence.
@@ -249,9 +253,11 @@ class Scope:
         trajs: list = [None] * len(prompts)
         for n in sorted(set(searches)):  # n searches, then the task: n + 1 turns
             rows = [k for k in range(len(prompts)) if searches[k // group] == n]
+            params = self.ctx.sampling_params()
             with self.ctx.policy.acting(CHALLENGER):
-                rollouts = multi_turn_rollout(self.ctx.generator, self.tok, [prompts[k] for k in rows],
-                                              self.ctx.sampling_params(), self.tool, max_turns=n + 1, final_tag="task")
+                rollouts = multi_turn_rollout(self.ctx.generator, self.tok, [prompts[k] for k in rows], params,
+                                              self.tool, max_turns=n + 1, final_tag="task",
+                                              answer_reserve=self.ctx.config.rollout.answer_reserve_tokens)
             for k, traj in zip(rows, rollouts):
                 trajs[k] = traj
         out = []
@@ -285,9 +291,11 @@ class Scope:
             return {}
         prompts = [chat(self.tok, None, solver_prompt(t.question, max(self.sec.max_turns - 1, 1)))
                    for t in tasks for _ in range(n)]
+        params = self.ctx.sampling_params()
         with self.ctx.policy.acting(SOLVER):
-            trajs = multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
-                                       max_turns=self.sec.max_turns)
+            trajs = multi_turn_rollout(self.ctx.generator, self.tok, prompts, params, self.tool,
+                                       max_turns=self.sec.max_turns,
+                                       answer_reserve=self.ctx.config.rollout.answer_reserve_tokens)
         by_task = {t.key: [Attempt(traj) for traj in trajs[i * n:(i + 1) * n]] for i, t in enumerate(tasks)}
         self.judge_grades(tasks, by_task)
         return by_task

@@ -35,7 +35,7 @@ Per step (score.txt, Algorithm 1):
    entropy (or below ``entropy_floor``) for ``entropy_patience`` steps -> an event record and
    the run ends after a checkpoint.
 
-Token budgets: a report ``rollout.max_new_tokens`` (paper 4096), of which ``report_reserve_tokens``
+Token budgets: a report ``rollout.max_new_tokens`` (paper 4096), of which ``rollout.answer_reserve_tokens``
 (default a quarter) stays for the report itself: search results are cut to keep it, and a search
 with no room left is refused with a note asking for the report (``searches_refused``), an evaluator turn
 ``evaluator_max_new_tokens`` (2048: the paper's "evaluator maximum generation length", read per
@@ -64,7 +64,7 @@ Departures from the paper (ours, visible fields):
   255 Reddit queries);
 - the two updates are two optimizer steps, so the learning-rate warmup (``train.warmup_steps``)
   counts both; early stopping on entropy collapse uses ``entropy_collapse_ratio`` (ours);
-- the report's reserve (``report_reserve_tokens``) is ours; the paper states none;
+- the report's reserve (``rollout.answer_reserve_tokens``) is ours; the paper states none;
 - the rule driver's depth rule reads the share of VALID reports whose score it zeroed (a share of
   all reports stays low when most reports are cut, while every score that could count is zeroed).
 """
@@ -275,9 +275,10 @@ class Score:
         G = self.cfg.rollout.group_size
         judged_on = "Your report will be judged on: " + ", ".join(f"{d} (weight {w:.2f})" for d, w in rubric.dims)
         prompts = [self.ids(SOLVER_SYSTEM, f"{q}\n\n{judged_on}") for q in queries for _ in range(G)]
-        return multi_turn_rollout(self.ctx.generator, self.tok, prompts, self.ctx.sampling_params(), self.tool,
-                                  max_turns=self.sec.max_tool_calls, answer_reserve=self.sec.report_reserve(
-                                      self.cfg.rollout.max_new_tokens))
+        params = self.ctx.sampling_params()
+        return multi_turn_rollout(self.ctx.generator, self.tok, prompts, params, self.tool,
+                                  max_turns=self.sec.max_tool_calls,
+                                  answer_reserve=self.cfg.rollout.answer_reserve_tokens)
 
     def evaluate(self, queries: list[str], reports: list, rubric) -> list:
         G = self.cfg.rollout.group_size

@@ -55,6 +55,10 @@ Departures from the paper (and its reference code, Alibaba-Quark/SSP):
   (``judge_needs_shared_word``, on by default; ours): the frozen 1.5B base judge accepted such answers
   ("The Dnieper River flows ..." for "Semen"), so most of run sg's "valid" questions and 14 of the
   Solver's 38 accepted answers were the judge's false positives;
+- searching rollouts keep ``rollout.answer_reserve_tokens`` (default a quarter of the budget) for the
+  Proposer's question and the Solver's answer:
+  search results are cut to keep it, and a search with no room left is refused with a note (ours; the
+  paper states none);
 - a replayed question fills at most ``replay_max_repeats`` (2) slots of one Solver batch (ours; the
   paper's buffer has no cap): slots beyond it stay empty (``empty_slots``). The periodically reset
   buffer itself is the paper's main setting (Table 5, "Replay Buffer (Periodic Reset)"), not a
@@ -192,8 +196,10 @@ def shares_a_word(prediction: str, gold: str) -> bool:
 def propose(ctx, tool, slots: list[Slot]) -> None:
     sec, tok = ctx.config.ssp, ctx.policy.tokenizer
     prompts = [chat(tok, PROPOSER_SYSTEM, PROPOSER_USER.format(answer=s.answer, n=s.n_searches)) for s in slots]
-    trajs = multi_turn_rollout(ctx.generator, tok, prompts, ctx.sampling_params(), tool, max_turns=sec.max_turns,
-                               query_tag="search", final_tag="question")
+    params = ctx.sampling_params()
+    trajs = multi_turn_rollout(ctx.generator, tok, prompts, params, tool, max_turns=sec.max_turns,
+                               query_tag="search", final_tag="question",
+                               answer_reserve=ctx.config.rollout.answer_reserve_tokens)
     for s, t in zip(slots, trajs):
         s.proposer, s.question = t, (t.final or "").strip() or None
         s.filter = rule_filter(s.question, s.answer, t.queries, len(t.passages), min_chars=sec.question_min_chars,
@@ -312,8 +318,10 @@ def solve(ctx, tool, judge, slots: list[Slot]) -> None:
         return
     asks = [chat(tok, SOLVER_SYSTEM, SOLVER_USER.format(question=s.solve["question"])) for s in todo]
     prompts = [p for p in asks for _ in range(G)]
-    trajs = multi_turn_rollout(ctx.generator, tok, prompts, ctx.sampling_params(), tool, max_turns=sec.max_turns,
-                               query_tag="search", final_tag="answer")
+    params = ctx.sampling_params()
+    trajs = multi_turn_rollout(ctx.generator, tok, prompts, params, tool, max_turns=sec.max_turns,
+                               query_tag="search", final_tag="answer",
+                               answer_reserve=ctx.config.rollout.answer_reserve_tokens)
     correct = judged(judge, [(todo[i // G].solve["question"], t.final, todo[i // G].solve["answer"])
                              for i, t in enumerate(trajs)], sec.judge_needs_shared_word)
     for i, s in enumerate(todo):

@@ -12,7 +12,8 @@ Limits keep every rollout bounded whatever the model writes:
   the "max response length" of the papers); a tool response that does not fit is cut;
 - an empty query or a ``</search>`` without its opening tag gets a short corrective tool
   message instead of results and is counted in ``n_invalid_searches``;
-- ``answer_reserve`` (default 0, off): this many tokens of the budget are kept for the answer.
+- ``answer_reserve`` (default 0, off; the recipes pass ``rollout.answer_reserve_tokens``, where None
+  is a quarter of the budget; ``reserve_for``): this many tokens of the budget are kept for the answer.
   A search result is cut so that they remain; a search with room for fewer than
   ``MIN_RESULT_TOKENS`` of result is not run, and a short tool message says the search budget
   is spent and asks for the final answer (counted in ``n_refused_searches``). Searches then never
@@ -34,6 +35,20 @@ BUDGET_SPENT = ("Search budget spent: no more searches. Write your final answer 
                 "from what you have found.")
 TOOL_WRAPPER_TOKENS = 16  # the "\n\n<information>...</information>\n\n" around a result, generously
 MIN_RESULT_TOKENS = 32  # with an answer reserve: a search with room for less result than this is not run
+
+
+def reserve_for(setting: int | None, budget: int) -> int:
+    """The answer reserve of a trajectory of ``budget`` tokens under ``rollout.answer_reserve_tokens``:
+    None = a quarter of the budget, 0 = none; either at most what leaves room for one search result
+    (none at all under 64 tokens).
+
+    >>> reserve_for(None, 512), reserve_for(256, 768), reserve_for(None, 60), reserve_for(300, 320), reserve_for(0, 512)
+    (128, 256, 0, 272, 0)
+    """
+    room = budget - MIN_RESULT_TOKENS - TOOL_WRAPPER_TOKENS  # the most a reserve may keep
+    if setting is None:
+        return budget // 4 if budget // 4 <= room else 0
+    return max(0, min(setting, room))
 
 
 def tag_contents(text: str, tag: str) -> list[str]:
@@ -99,16 +114,15 @@ def multi_turn_rollout(
     use_adapter: bool = True,
     *,
     max_total_tokens: int | None = None,
-    answer_reserve: int = 0,
+    answer_reserve: int | None = 0,
 ) -> list[Trajectory]:
     """Roll out every prompt with the search tool; see the module docstring."""
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-    if answer_reserve < 0:
+    if answer_reserve is not None and answer_reserve < 0:
         raise ValueError(f"answer_reserve must be >= 0 tokens, got {answer_reserve}")
     budget = max_total_tokens if max_total_tokens is not None else params.max_new_tokens
-    if answer_reserve >= budget:
-        raise ValueError(f"answer_reserve {answer_reserve} must be less than the trajectory budget {budget}")
+    answer_reserve = reserve_for(answer_reserve, budget)
     stops = list(dict.fromkeys([*params.stop, f"</{final_tag}>"] + ([f"</{query_tag}>"] if search_tool else [])))
     turn_params = replace(params, stop=stops)
     trajs = [Trajectory(prompt_ids=list(p), temperature=params.logprob_temperature) for p in prompts]
