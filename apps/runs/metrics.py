@@ -18,9 +18,10 @@ DEFAULT_POINTS = 2000
 MAX_POINTS = 20000
 # What the charts call "reward": the first of these names a run reports.
 REWARD_NAMES = ("reward_mean", "reward/mean", "reward")
-# What the run page's reward chart plots for each role: its reward, else its score (SPICE's
-# Reasoner logs `accuracy`, pi-Play's Student `exact_match`, SCORE's Evaluator `consistency`).
-CURVE_NAMES = (*REWARD_NAMES, "accuracy", "exact_match", "consistency")
+# What the run page's reward chart plots for each role: its reward, else its score (SCORE's Solver
+# logs `solver_reward` beside the step's `consistency`, SPICE's Reasoner `accuracy`, pi-Play's
+# Student `exact_match`, SCORE's Evaluator `consistency`).
+CURVE_NAMES = (*REWARD_NAMES, "solver_reward", "accuracy", "exact_match", "consistency")
 NOT_A_PLAYER = "system"  # the run's own costs (trainer/context.py SYSTEM)
 # Not a curve of its own: each step's end on the wall clock (trainer/context.py), the compare view's time axis.
 AXIS_ONLY = ("wall_clock",)

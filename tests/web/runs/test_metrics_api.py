@@ -4,7 +4,7 @@ import math
 import pytest
 from rest_framework.test import APIClient
 
-from apps.runs.metrics import minmax_downsample
+from apps.runs.metrics import minmax_downsample, role_curves
 from apps.runs.models import Metric, Run
 
 
@@ -63,3 +63,13 @@ def test_bad_parameters_are_400s(run, reader):
     response = _get(reader, f"/api/v1/runs/{run.pk}/metrics/?points=lots")
     assert response.status_code == 400 and "points" in response.json()["error"]
     assert _get(reader, "/api/v1/runs/424242/metrics/").status_code == 404
+
+
+def test_the_reward_chart_plots_each_players_reward_before_its_scores(db):
+    """SCORE's Solver logs its reward (`solver_reward`) and the step's consistency; the chart plots the reward, so
+    a run whose reports all earn 0 shows a flat zero (the first GPU run of SCORE plotted consistency instead)."""
+    run = Run.objects.create(method="score", model_name="tiny", config={})
+    Metric.objects.bulk_create([Metric(run=run, step=1, role=role, name=name, value=0.0) for role, name in (
+        ("solver", "solver_reward"), ("solver", "consistency"), ("evaluator", "consistency"),
+        ("system", "reward_mean"))])
+    assert role_curves(run) == [{"role": "evaluator", "name": "consistency"}, {"role": "solver", "name": "solver_reward"}]
