@@ -110,6 +110,7 @@ detach() {  # detach NAME GPU command...: runs on after this command returns; it
 #     and four runs checkpointing every 10 steps fill the node's disk before their final checkpoints.
 # ovl (GPU 1) needs only `first` (wheels + SmolLM2 tokenizer), so it can use a card while the model parts are staged.
 # spice05 / speval15 / speval05 / sspeval15 run one step on its own (GPU=N to choose).
+# consn (after gs, or CONS_RUN=gm CONS_DOCS=$A/gsm8k_docs.jsonl): how many consensus readers the gate needs.
 waitfor() {  # waitfor JOB: until JOB's process has ended
   while [ -f $LOGS/$1.pid ] && kill -0 "$(cat $LOGS/$1.pid)" 2>/dev/null; do sleep 5; done
 }
@@ -277,6 +278,16 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       for p in 8 32 8; do for o in off one_step; do
         python3 benchmarks/gpu/bench_overlap.py --overlap $o --prompts $p --steps 6 || echo "bench_overlap $o $p failed"
       done; done ;;
+    consn)  # the consensus readers' n (benchmarks/gpu/consensus_n.py): the tasks that a SPICE run's Challenger wrote and
+            # the gate's reader was asked about ($CONS_RUN, default gs; its documents from $CONS_DOCS, default
+            # wiki.jsonl) read 15 times each by the base 1.5B, then n = 1, 3, ..., 13 readers against all 15
+      local src=${CONS_RUN:-gs}
+      echo "== consn: waiting for $src"; waitfor $src
+      python3 benchmarks/gpu/consensus_n.py tasks --run $RUNS/$src --docs ${CONS_DOCS:-$A/wiki.jsonl} --out $A/consn_tasks.jsonl
+      python3 -m trainer gate $A/consn_tasks.jsonl --model $Q15 --answers 1 --max-new-tokens 512 \
+        --set gate.consensus_samples=15 --set gate.guess_probe=false --set gate.consensus_max_new_tokens=384 \
+        > $LOGS/consn/verdicts.jsonl
+      python3 benchmarks/gpu/consensus_n.py table $LOGS/consn/verdicts.jsonl --k 15 ;;
     speval15) spice_eval $RUNS/spice15 $Q15 ;;
     speval05) spice_eval $RUNS/spice05 $Q05 ;;
     sspeval15) ssp_cloze ssp15; python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 --bench $A/ssp_heldout.jsonl --judged ;;
@@ -288,7 +299,7 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
     spice15|speval15|tta0|ttav|gs|so|ov0) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc|ovl|ov1) gpu=1 ;;
-    trl05|vllmb|ttatrl|gm|sg|sc|pp) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|scc|ppc) gpu=3 ;;
+    trl05|vllmb|ttatrl|gm|sg|sc|pp) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|scc|ppc|consn) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   gpu=$((gpu % $(nvidia-smi -L | wc -l)))  # a 2-GPU machine: 2 -> 0, 3 -> 1 (gm and sg share card 0, their controls 1)
