@@ -162,6 +162,22 @@ def test_rule_driver_counts_zeroed_scores_among_valid_reports():
     assert not RuleDriver(POOL, 10).next(_harness(tools=1), summarize([quiet])).changed
 
 
+def test_steps_without_a_valid_report_do_not_dilute_the_zeroed_share():
+    """Valid reports are rare (the 1.5B's control: 0-7% a step), so some steps of the window have none; every valid
+    report of the window was zeroed. A mean of per-step shares (0 on the steps with none) read 40% and kept the
+    minimum; pooled over the window's reports the share is 100%."""
+    rates = [0.0, 0.0, 0.05, 0.0, 0.03]
+    window = [{"step": s, "valid_report_rate": v, "depth_zeroed_rate": v, "depth_zeroed_of_valid": 1.0 if v else 0.0,
+               "evaluator_searches": 0.05} for s, v in enumerate(rates, start=1)]
+    stats = summarize(window)
+    assert stats.depth_zeroed_of_valid == pytest.approx(1.0)
+    update = RuleDriver(POOL, 10).next(_harness(tools=1), stats)
+    assert update.harness["process_constraints"]["min_number_of_tool_call"] == 0
+    half = [dict(window[2], depth_zeroed_rate=0.025), dict(window[3])]  # half the valid reports of one step zeroed
+    assert summarize(half).depth_zeroed_of_valid == pytest.approx(0.5)
+    assert summarize([dict(window[0])]).depth_zeroed_of_valid == 0.0  # no valid report: nothing zeroed among them
+
+
 def test_rule_driver_raises_the_minimum_when_the_evaluator_searches_comfortably():
     update = RuleDriver(POOL, 10).next(_harness(tools=1), HarnessStats(depth_zeroed_of_valid=0.0, evaluator_searches=3))
     assert update.harness["process_constraints"]["min_number_of_tool_call"] == 2

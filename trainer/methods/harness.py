@@ -129,12 +129,18 @@ class HarnessStats:
 
 
 def summarize(window: list[dict]) -> HarnessStats:
-    """Average the per-step records the recipe keeps (keys as in HarnessStats) into stats."""
+    """Average the per-step records the recipe keeps (keys as in HarnessStats) into stats. The share of
+    valid reports zeroed is pooled over the window's reports (its steps write the same number of
+    reports), not a mean of per-step shares: a step without a valid report would count as one where
+    none was zeroed, and with few valid reports (the 1.5B's control: 0-7% of them) such steps would
+    keep the depth rule's ratchet from firing."""
     if not window:
         return HarnessStats()
     keys = ("solver_reward", "consistency", "valid_report_rate", "evaluator_searches",
-            "depth_zeroed_rate", "depth_zeroed_of_valid", "eval_format_failures", "evaluator_truncated_rate")
+            "depth_zeroed_rate", "eval_format_failures", "evaluator_truncated_rate")
     means = {k: sum(r.get(k, 0.0) for r in window) / len(window) for k in keys}
+    valid = means["valid_report_rate"]
+    means["depth_zeroed_of_valid"] = min(1.0, means["depth_zeroed_rate"] / valid) if valid > 0 else 0.0
     totals: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
     for record in window:
