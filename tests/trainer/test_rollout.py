@@ -343,10 +343,28 @@ def test_the_answer_reserve_setting_defaults_to_a_quarter_and_must_leave_room_fo
         assert cfg.rollout.answer_reserve_tokens is None
         assert reserve_for(None, cfg.rollout.max_new_tokens) == cfg.rollout.max_new_tokens // 4
     assert (reserve_for(None, 128), reserve_for(None, 32), reserve_for(0, 4096), reserve_for(256, 768)) == (32, 0, 0, 256)
-    assert reserve_for(256, 200) == 152  # a role with a smaller budget keeps room for one search result
+    assert reserve_for(256, 200) == 144  # a role with a smaller budget keeps room for one search and its result
     with pytest.raises(ConfigError) as err:
         load_config({"method": "ssp", "rollout": {"max_new_tokens": 128, "answer_reserve_tokens": 100}})
-    assert "raise rollout.max_new_tokens to at least 148" in str(err.value)
+    assert "raise rollout.max_new_tokens to at least 156" in str(err.value)
+    assert load_config({"method": "ssp", "rollout": {"max_new_tokens": 156, "answer_reserve_tokens": 100}})
+
+
+def test_the_largest_reserve_still_lets_a_short_search_run(tok, search_tool):
+    """The reserve's bound (and the config's) counts the search call itself: at the most a reserve may keep, a
+    short search ("<search>paris</search>", 8 SmolLM2 tokens) still gets its minimum result, cut so that the reserve
+    stays. Without the call counted, a reserve of budget - 48 passed the config check and refused every search."""
+    from trainer.rollout.multi_turn import MIN_RESULT_TOKENS, TOOL_WRAPPER_TOKENS, reserve_for
+
+    prompts = prompts_of(tok, ["q"])
+    search = "<search>paris</search>"
+    budget = 200
+    [t] = multi_turn_rollout(ScriptedGenerator(tok, prompts, [[search, "<answer>Paris</answer>"]]), tok, prompts,
+                             SamplingParams(max_new_tokens=budget), search_tool, answer_reserve=10**6)
+    assert t.n_searches == 1 and t.n_refused_searches == 0 and t.final == "Paris" and not t.truncated
+    assert MIN_RESULT_TOKENS <= t.n_tool_tokens <= MIN_RESULT_TOKENS + TOOL_WRAPPER_TOKENS  # the passages were cut
+    before_answer = len(tok.encode(search, add_special_tokens=False)) + t.n_tool_tokens
+    assert budget - before_answer >= reserve_for(10**6, budget) and len(t.completion_ids) <= budget
 
 
 def test_without_a_tool_search_tags_are_plain_text(tok):

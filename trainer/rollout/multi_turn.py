@@ -35,17 +35,18 @@ BUDGET_SPENT = ("Search budget spent: no more searches. Write your final answer 
                 "from what you have found.")
 TOOL_WRAPPER_TOKENS = 16  # the "\n\n<information>...</information>\n\n" around a result, generously
 MIN_RESULT_TOKENS = 32  # with an answer reserve: a search with room for less result than this is not run
+SEARCH_CALL_TOKENS = 8  # the shortest search the model can write, "<search>x</search>" (6-7 tokens on Qwen2.5, SmolLM2)
 
 
 def reserve_for(setting: int | None, budget: int) -> int:
     """The answer reserve of a trajectory of ``budget`` tokens under ``rollout.answer_reserve_tokens``:
-    None = a quarter of the budget, 0 = none; either at most what leaves room for one search result
-    (none at all under 64 tokens).
+    None = a quarter of the budget, 0 = none; either at most what leaves room for one search call and
+    its result (none at all under 74 tokens).
 
     >>> reserve_for(None, 512), reserve_for(256, 768), reserve_for(None, 60), reserve_for(300, 320), reserve_for(0, 512)
-    (128, 256, 0, 272, 0)
+    (128, 256, 0, 264, 0)
     """
-    room = budget - MIN_RESULT_TOKENS - TOOL_WRAPPER_TOKENS  # the most a reserve may keep
+    room = budget - SEARCH_CALL_TOKENS - MIN_RESULT_TOKENS - TOOL_WRAPPER_TOKENS  # the most a reserve may keep
     if setting is None:
         return budget // 4 if budget // 4 <= room else 0
     return max(0, min(setting, room))
