@@ -312,8 +312,10 @@ QUESTION = ("Which country house in Devon was designed by the garden architect o
             "of the Home and Colonial Stores?")
 
 
-def ssp_lessons(tok, retriever, top_k: int = 1, max_prompt_tokens: int = 512,
-                rag_reply: str = "Lutyens built it.\nAnswer: Castle Drogo") -> list:
+RAG_REPLY = "Lutyens built it.\nAnswer: Castle Drogo"
+
+
+def ssp_lessons(tok, retriever, top_k: int = 1, max_prompt_tokens: int = 512, rag_reply: str = RAG_REPLY) -> list:
     """What a tiny model must be taught for the SSP valid path over ``retriever``: for "Castle
     Drogo", two searches then QUESTION; for "Devon", a too-short question at once; the RAG
     answer for every order of the passages found; a Solver answer right half of the time."""
@@ -464,12 +466,13 @@ def test_the_rag_check_samples_at_the_reference_codes_temperature():
 
 # ---- issue 21 (4c): the Proposer's half outside a run (benchmarks/gpu/ssp_eval.py make-questions) ----------
 
-@pytest.mark.parametrize("rag_reply", ["Lutyens built it.\nAnswer: Castle Drogo",
-                                       "Castle Drogo"])  # no 'Answer:', as 22 of the 34 checks of run ssp15
+@pytest.mark.parametrize("rag_reply", [RAG_REPLY, "Castle Drogo"])  # no 'Answer:', as 22 of the 34 checks of run ssp15
 def test_propose_questions_is_the_recipes_proposer_half_callable_on_a_loaded_model(tiny_config, tiny_model_dir,
                                                                                    tmp_path, rag_reply):
     """The held-out question set is made by the recipe's own code on a model loaded for evaluation (no
-    RecipeContext): search trajectories, rule filter, RAG check; ``Slot.valid`` marks what a run keeps."""
+    RecipeContext): search trajectories, rule filter, RAG check; ``Slot.valid`` marks what a run keeps.
+    (The bare RAG reply is taught on top of the model taught the default lessons, the valid-path test's: about
+    56 fitting steps instead of 106 from the random model.)"""
     from dataclasses import replace
     from types import SimpleNamespace
 
@@ -484,7 +487,9 @@ def test_propose_questions_is_the_recipes_proposer_half_callable_on_a_loaded_mod
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     retriever = InMemoryRetriever(DOCS)
-    taught = teach(tiny_model_dir, tmp_path / "taught", ssp_lessons(tok, retriever, rag_reply=rag_reply))
+    taught = teach(tiny_model_dir, tmp_path / "taught", ssp_lessons(tok, retriever))  # taught once in this process
+    if rag_reply != RAG_REPLY:
+        taught = teach(taught, tmp_path / "taught-reply", ssp_lessons(tok, retriever, rag_reply=rag_reply))
     cfg = load_config(taught_ssp_config(tiny_config, taught, tmp_path))
     loaded = load_model(str(taught), device="cpu")
     sampling = SamplingParams(temperature=0.0, max_new_tokens=cfg.rollout.max_new_tokens, logprobs=False)
