@@ -216,13 +216,26 @@ def response_of(traj) -> str:
     return _INFO.sub("", traj.text or "").strip()
 
 
-def measure(loaded, items, cfg, sampling, tool, batch_size: int, judge) -> tuple[list[dict], float]:
+def trained_reserve(run: Path, cfg) -> int | None:
+    """The answer reserve the run trained with: its ``rollout.answer_reserve_tokens``, or 0 for a run whose
+    config.yaml predates the setting (it trained without one; a default would change how its base is measured)."""
+    import yaml
+
+    path = run / "config.yaml"
+    if path.is_file():
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if "answer_reserve_tokens" not in (raw.get("rollout") or {}):
+            return 0
+    return cfg.rollout.answer_reserve_tokens
+
+
+def measure(loaded, items, cfg, sampling, tool, batch_size: int, judge, reserve: int | None = 0
+            ) -> tuple[list[dict], float]:
     from trainer.evaluate import extract_prediction, question_text, score_batch
     from trainer.prompts import chat
     from trainer.rollout import multi_turn_rollout
 
     prompt, max_turns, _, _ = answering(cfg)
-    reserve = cfg.rollout.answer_reserve_tokens  # the answering role keeps its answer reserve, as in training
     samples, t0 = [], time.perf_counter()
     for start in range(0, len(items), batch_size):
         batch = items[start:start + batch_size]
@@ -269,6 +282,7 @@ def cmd_eval(args) -> None:
     max_new = args.max_new_tokens or cfg.rollout.max_new_tokens
     sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new, logprobs=False)
     rubric_items = sum(bool(it.rubric) for it in items)
+    reserve = trained_reserve(run, cfg)  # the answering role keeps the answer reserve it trained with
     for step, spec in targets(run, args.model):
         if (step, args.name) in {(r["step"], r["benchmark"]) for r in read_evals(run)}:
             print(f"step {step} ({spec}): already recorded, skipped", flush=True)
@@ -283,7 +297,7 @@ def cmd_eval(args) -> None:
         print(f"step {step}: {spec} on {len(items)} items of {args.bench}, search over {n_docs} documents",
               flush=True)
         samples, seconds = measure(loaded, items, cfg, sampling, tool,
-                                   args.batch_size or default_batch_size(loaded), judge)
+                                   args.batch_size or default_batch_size(loaded), judge, reserve)
         values = [s["score"] for s in samples]
         lo, hi = bootstrap_ci(values)
         n = max(len(samples), 1)
@@ -294,7 +308,8 @@ def cmd_eval(args) -> None:
                "answered_rate": round(sum(s["answered"] for s in samples) / n, 3),
                "truncated_rate": round(sum(s["truncated"] for s in samples) / n, 3),
                "searches_mean": round(sum(s["searches"] for s in samples) / n, 2),
-               "max_new_tokens": max_new, "max_turns": max_turns, "n_docs_searched": n_docs}
+               "max_new_tokens": max_new, "max_turns": max_turns, "n_docs_searched": n_docs,
+               "answer_reserve": reserve}
         if judge is not None:
             row["judge_format_failures"] = judge.stats["grade_format_failures"]
             row["judge_truncated"] = judge.stats["truncated"]

@@ -120,3 +120,18 @@ def test_eval_records_the_base_and_the_answering_adapter_and_resumes(method_eval
     assert method_eval.main(["eval", "--bench", str(rubric), "--name", "scope-open", *common]) == 0
     assert capsys.readouterr().out.count("already recorded") == 2 and len(read_evals(folder)) == 4
     assert method_eval.main(["eval", "--bench", str(tmp_path / "none.jsonl"), "--name", "x", *common]) == 2
+
+
+def test_a_run_is_measured_with_the_answer_reserve_it_trained_with(method_eval, tmp_path):
+    """A run folder from before rollout.answer_reserve_tokens trained without a reserve and is measured without one
+    (the default would change how its base scores); a newer run's config.yaml records its setting."""
+    from trainer.config import load_config, save_config
+
+    old = Path(__file__).resolve().parents[2] / "examples" / "runs" / "score-wiki-qwen15"
+    assert method_eval.trained_reserve(old, load_config(old / "config.yaml")) == 0
+    for setting in (None, 256):
+        cfg = load_config({"method": "score", "rollout": {"answer_reserve_tokens": setting}})
+        run = tmp_path / f"run-{setting}"
+        run.mkdir()
+        save_config(cfg, run / "config.yaml")
+        assert method_eval.trained_reserve(run, load_config(run / "config.yaml")) == setting

@@ -321,6 +321,7 @@ def test_piplay_runs_three_steps_on_cpu_with_the_in_memory_retriever(tiny_config
     assert all(0.0 <= m["zero_variance_groups"] <= 1.0 and 0.0 <= m["truncated_rate"] <= 1.0 for m in student)
     examiner_rows = [m for m in metrics if m["role"] == "examiner"]
     assert all("valid_hops_1" in m and "truncated_rate" in m for m in examiner_rows)  # both stages
+    assert all(m["searches_refused"] >= 0 for m in student)  # searches refused to keep the answer's reserve
     assert all("zero_variance_groups" in m for m in examiner_rows if "reward_mean" in m)  # its own stage
 
 

@@ -254,6 +254,7 @@ def test_scope_runs_three_steps_on_cpu_with_the_in_memory_retriever(tiny_config,
     # every role's truncation, trained or not: the Solver stage's pool fill ran Challenger rollouts
     pool_fill = [m for m in metrics if m["role"] == "challenger" and m["step"] == 3]
     assert len(pool_fill) == 1 and 0.0 <= pool_fill[0]["truncated_rate"] <= 1.0
+    assert pool_fill[0]["searches_refused"] >= 0  # searches refused to keep the task's reserve
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     tasks = [r for r in samples if r["kind"] == "task"]
     assert {t["data"]["stage"] for t in tasks} == {"challenger", "filter"}

@@ -68,6 +68,11 @@ def truncated_rate(generations: Sequence) -> float:
     return sum(g.finish_reason == "length" for g in generations) / len(generations) if generations else 0.0
 
 
+def searches_refused(trajectories: Sequence) -> float:
+    """Mean searches a trajectory had refused to keep its answer's reserve (``rollout.answer_reserve_tokens``)."""
+    return sum(t.n_refused_searches for t in trajectories) / len(trajectories) if trajectories else 0.0
+
+
 def zero_variance_groups(groups: Sequence[Sequence[float]]) -> float:
     """Share of the groups (of 2 or more rewards) whose rewards are all equal; 0.0 when none has 2.
 

@@ -71,7 +71,8 @@ from dataclasses import dataclass, field
 import torch
 
 from trainer.algos import get_advantage, group_normalized
-from trainer.methods.parts import schedule, schedule_metrics, stratified_draw, truncated_rate, zero_variance_groups
+from trainer.methods.parts import (schedule, schedule_metrics, searches_refused, stratified_draw, truncated_rate,
+                                   zero_variance_groups)
 from trainer.methods.piplay_parts import (
     build_qcp,
     examiner_format,
@@ -301,12 +302,13 @@ class PiPlay:
         self.ctx.log(step, STUDENT, {
             **metrics, "lambda": lam, "questions": len(questions), "passages_drawn": float(len(drawn)),
             "zero_variance_groups": zero_variance_groups([q.correct for q in questions]),
-            "truncated_rate": truncated_rate(attempts),
+            "truncated_rate": truncated_rate(attempts), "searches_refused": searches_refused(attempts),
             "exact_match": sum(sum(q.correct) for q in questions) / max(len(attempts), 1),
             "searches": sum(t.n_searches for t in attempts) / max(len(attempts), 1),
             "response_length": sum(t.n_model_tokens for t in attempts) / max(len(attempts), 1),
             "gen_seconds": gen_seconds})
         self.ctx.log(step, EXAMINER, {"truncated_rate": truncated_rate([q.trajectory for q in drawn]),  # untrained
+                                      "searches_refused": searches_refused([q.trajectory for q in drawn]),
                                       "valid_rate": sum(q.valid for q in drawn) / max(len(drawn), 1),
                                       **hop_mix(questions, len(self.sec.hop_weights))})
         self.ctx.samples(step, self.records(step, questions, None, STUDENT))

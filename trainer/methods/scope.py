@@ -79,6 +79,7 @@ from trainer.methods.parts import (
     assistant_texts,
     schedule,
     schedule_metrics,
+    searches_refused,
     stratified_draw,
     truncated_rate,
     zero_variance_groups,
@@ -376,7 +377,8 @@ class Scope:
                                         "gen_seconds": gen_seconds, **self.take_counts()})
         scored = [a.trajectory for rows in attempts.values() for a in rows]  # the previous Solver: not trained here
         if scored:
-            self.ctx.log(step, SOLVER, {"truncated_rate": truncated_rate(scored)})
+            self.ctx.log(step, SOLVER, {"truncated_rate": truncated_rate(scored),
+                                        "searches_refused": searches_refused(scored)})
         self.ctx.samples(step, self.records(step, tasks, attempts, rewards, CHALLENGER))
 
     def fill_pool(self, step: int, need: int) -> list[dict]:
@@ -411,7 +413,8 @@ class Scope:
             self.ctx.state["pool"] = []  # the previous iteration's tasks came from an older Challenger
         records = self.fill_pool(step, sec.pool_size() if stage_start else sec.solver_prompts_per_step)
         if self.pool_trajectories:
-            self.ctx.log(step, CHALLENGER, {"truncated_rate": truncated_rate(self.pool_trajectories)})
+            self.ctx.log(step, CHALLENGER, {"truncated_rate": truncated_rate(self.pool_trajectories),
+                                            "searches_refused": searches_refused(self.pool_trajectories)})
         self.pool_trajectories = []
         pool = self.ctx.state["pool"]
         tasks = [Task.from_state(d) for d in pool[:sec.solver_prompts_per_step]]

@@ -81,6 +81,7 @@ from trainer.methods import harness as mh
 from trainer.methods.dimension_scheduler import DimensionScheduler
 from trainer.methods.parts import (
     mini_batches,
+    searches_refused,
     tag_content,
     truncated_rate,
     update_in_mini_batches,
@@ -344,7 +345,7 @@ class Score:
                                         [rewards[i * G:(i + 1) * G] for i in range(len(queries))]),
                                     "response_length": sum(r.n_model_tokens for r in reports) / n,
                                     "searches": sum(r.n_searches for r in reports) / n, "gen_seconds": gen_seconds,
-                                    "searches_refused": sum(r.n_refused_searches for r in reports) / n,
+                                    "searches_refused": searches_refused(reports),
                                     "harness_version": self.ctx.state["harness_version"],
                                     **{f"score_{d}": v for d, v in record["dimension_means"].items()}})
         self.ctx.log(step, EVALUATOR, {**evaluator, "consistency": r_eval, "advantage": a_eval,

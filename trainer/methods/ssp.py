@@ -75,7 +75,8 @@ import torch
 
 from trainer.algos import get_advantage
 from trainer.judge import key_env, make_judge
-from trainer.methods.parts import mini_batches, truncated_rate, update_in_mini_batches, zero_variance_groups
+from trainer.methods.parts import (mini_batches, searches_refused, truncated_rate, update_in_mini_batches,
+                                   zero_variance_groups)
 from trainer.methods.replay import ReplayBuffer
 from trainer.methods.review import ReviewState
 from trainer.methods.ssp_tasks import (
@@ -413,6 +414,7 @@ def step_metrics(slots: list[Slot], buffer: ReplayBuffer, clusters: list[int] | 
         "rule_pass_rate": sum(s.filter.ok for s in slots) / n,
         "rag_pass_rate": sum(bool(s.rag_ok) for s in checked) / len(checked) if checked else 0.0,
         "searches_mean": sum(s.proposer.n_searches for s in slots) / n,
+        "searches_refused": searches_refused([s.proposer for s in slots]),
         "replayed_slots": float(sum(bool(s.solve and s.solve["replayed"]) for s in slots)),
         "empty_slots": float(sum(s.solve is None for s in slots)),
         "buffer_size": float(len(buffer)),
@@ -434,6 +436,7 @@ def step_metrics(slots: list[Slot], buffer: ReplayBuffer, clusters: list[int] | 
         "questions": float(len(solved)),
         "zero_variance_groups": zero_variance_groups([s.solver_rewards for s in solved]),
         "searches_mean": sum(t.n_searches for t in trajs) / len(trajs) if trajs else 0.0,
+        "searches_refused": searches_refused(trajs),
         "answered_rate": sum(t.final is not None for t in trajs) / len(trajs) if trajs else 0.0,
     }
     return {PROPOSER: proposer, SOLVER: solver}

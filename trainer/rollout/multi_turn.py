@@ -16,9 +16,10 @@ Limits keep every rollout bounded whatever the model writes:
   is a quarter of the budget; ``reserve_for``): this many tokens of the budget are kept for the answer.
   A search result is cut so that they remain; a search with room for fewer than
   ``MIN_RESULT_TOKENS`` of result is not run, and a short tool message says the search budget
-  is spent and asks for the final answer (counted in ``n_refused_searches``). Searches then never
-  eat the room the answer needs: with a 512-token trajectory, Qwen2.5-Coder-1.5B's SCORE reports
-  were cut before their ``<answer>`` 59-96% of the time, nearly every one that searched
+  is spent and asks for the final answer (counted in ``n_refused_searches``). Search results then
+  never eat the reserve (the model's own text, its search calls and the refusal note itself, ~35
+  tokens, still draw on it): with a 512-token trajectory and none, Qwen2.5-Coder-1.5B's SCORE
+  reports were cut before their ``<answer>`` 59-96% of the time, nearly every one that searched
   (RESULTS.md).
 """
 from __future__ import annotations
