@@ -459,11 +459,13 @@ def time_to_reach(points, score: float) -> tuple[float | None, float | None]:
 
 def evaluate(generator, tokenizer, items: list[Item], scoring: str, *, sampling=None, search_tool=None,
              max_turns: int = 4, batch_size: int = 16, judge=None, on_batch=None, name: str = "",
-             n_resamples: int = 1000, should_stop=None) -> EvalResult:
+             n_resamples: int = 1000, should_stop=None, answer_reserve: int | None = 0) -> EvalResult:
     """Answer every item and score it. ``on_batch(samples, done, total)`` after each batch (the web
     job stores samples as they come). ``should_stop()`` is asked before each batch: True ends the
-    evaluation there, scored over the items answered so far (``n`` says how many). A sample: index, id,
-    question, gold, prediction, output, correct (score == 1), score, and with search: turns, passages."""
+    evaluation there, scored over the items answered so far (``n`` says how many). ``answer_reserve``: with
+    search, the tokens kept for the answer (``rollout.answer_reserve_tokens``; 0 = none, the default).
+    A sample: index, id, question, gold, prediction, output, correct (score == 1), score, and with search:
+    turns, passages."""
     from trainer.prompts import chat
     from trainer.rollout import SamplingParams, multi_turn_rollout
 
@@ -478,7 +480,8 @@ def evaluate(generator, tokenizer, items: list[Item], scoring: str, *, sampling=
         prompts = [chat(tokenizer, *prompt_messages(it, it.scoring or scoring, search_tool is not None))
                    for it in batch]
         if search_tool is not None:
-            trajs = multi_turn_rollout(generator, tokenizer, prompts, sampling, search_tool, max_turns=max_turns)
+            trajs = multi_turn_rollout(generator, tokenizer, prompts, sampling, search_tool, max_turns=max_turns,
+                                       answer_reserve=answer_reserve)
             outputs = [t.text for t in trajs]
             finals = [t.final for t in trajs]
             extras = [{"turns": t.turns, "passages": [p.to_dict() for p in t.passages], "searches": t.n_searches}

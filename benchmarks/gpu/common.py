@@ -232,6 +232,19 @@ def eval_inputs(args, methods: tuple[str, ...]):
     return run, items[: args.limit] if args.limit else items, load_run_config(run, args.config, methods)
 
 
+def trained_reserve(run: Path, cfg) -> int | None:
+    """The answer reserve the run trained with: its ``rollout.answer_reserve_tokens``, or 0 for a run whose
+    config.yaml predates the setting (it trained without one; a default would change how its base is measured)."""
+    import yaml
+
+    path = run / "config.yaml"
+    if path.is_file():
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if "answer_reserve_tokens" not in (raw.get("rollout") or {}):
+            return 0
+    return cfg.rollout.answer_reserve_tokens
+
+
 def search_tool(files: list[str], tokenizer, top_k: int):
     """The runs' search tool (trainer.methods.ssp.run_ssp: SearchTool over BM25) over several JSONL files:
     (tool, number of documents)."""

@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (HELDOUT, TRAIN_CORPUS, UsageError, add_eval_args, add_make_args, emit,  # noqa: E402
-                    eval_inputs, evals_table, load, read_docs, run_cli, search_tool, targets)
+                    eval_inputs, evals_table, load, read_docs, run_cli, search_tool, targets, trained_reserve)
 
 from trainer.runfolder import append_eval, read_evals, write_eval_samples  # noqa: E402
 
@@ -214,19 +214,6 @@ def response_of(traj) -> str:
     if traj.final and traj.final.strip():
         return traj.final.strip()
     return _INFO.sub("", traj.text or "").strip()
-
-
-def trained_reserve(run: Path, cfg) -> int | None:
-    """The answer reserve the run trained with: its ``rollout.answer_reserve_tokens``, or 0 for a run whose
-    config.yaml predates the setting (it trained without one; a default would change how its base is measured)."""
-    import yaml
-
-    path = run / "config.yaml"
-    if path.is_file():
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if "answer_reserve_tokens" not in (raw.get("rollout") or {}):
-            return 0
-    return cfg.rollout.answer_reserve_tokens
 
 
 def measure(loaded, items, cfg, sampling, tool, batch_size: int, judge, reserve: int | None = 0

@@ -46,7 +46,8 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from common import (HELDOUT, OUT, TRAIN_CORPUS, UsageError, add_eval_args, add_make_args, emit,  # noqa: E402
-                    eval_inputs, evals_table, load, load_run_config, read_docs, run_cli, search_tool, targets)
+                    eval_inputs, evals_table, load, load_run_config, read_docs, run_cli, search_tool, targets,
+                    trained_reserve)
 
 from trainer.runfolder import append_eval, read_evals, write_eval_samples  # noqa: E402
 
@@ -181,6 +182,7 @@ def cmd_eval(args) -> None:
     name = args.name
     sec = cfg.ssp
     max_new = args.max_new_tokens or cfg.rollout.max_new_tokens
+    reserve = trained_reserve(run, cfg)  # the Solver keeps the answer reserve it trained with
     names = [name] + ([f"{name}-judged"] if args.judged else [])
     for step, spec in targets(run, args.model):
         done = {(r["step"], r["benchmark"]) for r in read_evals(run)}
@@ -192,13 +194,14 @@ def cmd_eval(args) -> None:
         result = evaluate(loaded.generator, loaded.tokenizer, items, "exact", search_tool=tool,
                           max_turns=sec.max_turns, batch_size=args.batch_size or default_batch_size(loaded),
                           sampling=SamplingParams(temperature=0.0, max_new_tokens=max_new, logprobs=False),
-                          name=name)
+                          name=name, answer_reserve=reserve)
         samples = result.samples
         n = max(len(samples), 1)
         stats = {"answered_rate": round(sum(s["prediction"] is not None and "<answer>" in (s["output"] or "")
                                             for s in samples) / n, 3),
                  "searches_mean": round(sum(s.get("searches", 0) for s in samples) / n, 2),
-                 "n_docs_searched": n_docs, "max_new_tokens": max_new, "max_turns": sec.max_turns}
+                 "n_docs_searched": n_docs, "max_new_tokens": max_new, "max_turns": sec.max_turns,
+                 "answer_reserve": reserve}
         rows = [{"step": step, "checkpoint": spec, "benchmark": name, "scoring": "exact", "n": result.n,
                  "score": result.score, "ci_low": result.ci_low, "ci_high": result.ci_high,
                  "seconds": round(result.seconds, 1), "correct": result.correct, **stats}]
