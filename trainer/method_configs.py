@@ -497,7 +497,8 @@ class ScopeSection(MethodSection):
         ("solver", "pool_size", "pool"), ("solver", "tasks", "solver tasks"),
         ("solver", "rubric_score", "solver rubric score"), ("challenger", "zero_variance_groups", "C dead groups"),
         ("solver", "zero_variance_groups", "S dead groups"), ("challenger", "truncated_rate", "C cut"),
-        ("solver", "truncated_rate", "S cut"), ("judge", "truncated_rate", "judge cut"))
+        ("solver", "truncated_rate", "S cut"), ("judge", "truncated_rate", "judge cut"),
+        ("challenger", "searches_refused", "C searches refused"), ("solver", "searches_refused", "S searches refused"))
 
 
 class ScoreSection(MethodSection):
@@ -659,7 +660,8 @@ class PiplaySection(MethodSection):
         ("student", "distill", "divergence to teacher"), ("student", "lambda", "lambda"),
         ("student", "questions", "student questions"), ("student", "passages_drawn", "passages drawn"),
         ("student", "zero_variance_groups", "dead groups"), ("student", "truncated_rate", "student cut"),
-        ("examiner", "truncated_rate", "examiner cut"))
+        ("examiner", "truncated_rate", "examiner cut"), ("student", "searches_refused", "student searches refused"),
+        ("examiner", "searches_refused", "examiner searches refused"))
 
 
 SECTIONS: dict[str, type[MethodSection]] = {
