@@ -412,11 +412,14 @@ class _SharedConfig(BaseModel):
             problems.append(("data.path", f"method {self.method} needs a JSONL prompt set (prompt, answer) "
                                           "or bundled:gsm8k"))
         reserve = self.rollout.answer_reserve_tokens
-        if reserve and reserve > self.rollout.max_new_tokens - 56:
-            problems.append(("rollout.answer_reserve_tokens", f"{reserve} of rollout.max_new_tokens "
-                             f"{self.rollout.max_new_tokens} leaves no room for a search (at least 56 tokens: the "
-                             f"search call, its result and its wrapping); lower it, raise rollout.max_new_tokens to at "
-                             f"least {reserve + 56}, or set it to 0 (off)"))
+        if reserve:
+            from trainer.rollout.multi_turn import SEARCH_ROOM
+
+            if reserve > self.rollout.max_new_tokens - SEARCH_ROOM:
+                problems.append(("rollout.answer_reserve_tokens", f"{reserve} of rollout.max_new_tokens "
+                                 f"{self.rollout.max_new_tokens} leaves no room for a search (at least {SEARCH_ROOM} "
+                                 "tokens: the search call, its result and its wrapping); lower it, raise "
+                                 f"rollout.max_new_tokens to at least {reserve + SEARCH_ROOM}, or set it to 0 (off)"))
         if self.rollout.min_new_tokens > self.rollout.max_new_tokens:
             problems.append(("rollout.min_new_tokens", "must not exceed rollout.max_new_tokens"))
         if self.train.rollout_is_cap > 0 and self.train.old_logprobs == "rollout":

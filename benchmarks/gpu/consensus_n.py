@@ -28,6 +28,10 @@ import sys
 from math import comb
 from pathlib import Path
 
+from common import UsageError, read_docs, run_cli  # noqa: E402 (also puts the repository on sys.path)
+
+from trainer.runfolder import RunFolderError, iter_jsonl  # noqa: E402
+
 
 def majority_chance(k: int, agree: int, n: int) -> float:
     """P(a strict majority of n answers drawn without replacement from k, ``agree`` of which agree, agree).
@@ -61,35 +65,34 @@ def table(counts: list[int], k: int, ns: list[int]) -> list[dict]:
 def read_counts(path: str, k: int) -> list[int]:
     """Agreeing answers per task (of k) from the gate command's JSON lines (``reader_agreement``)."""
     counts = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for n, row in _rows(path):
         if row.get("reader_agreement") is None:
             continue  # a task without a document was not read
         share = float(row["reader_agreement"])
         c = round(share * k)
         if abs(c - share * k) > 1e-6:
-            raise SystemExit(f"{path}:{n}: reader_agreement {share} is not a multiple of 1/{k}; was the gate run with "
-                             f"--set gate.consensus_samples={k}?")
+            raise UsageError(f"{path}:{n}: reader_agreement {share} is not a multiple of 1/{k}; was the gate run "
+                             f"with --set gate.consensus_samples={k}?")
         counts.append(c)
     if not counts:
-        raise SystemExit(f"{path}: no line has a reader_agreement; run `python -m trainer gate ... --model M` with "
+        raise UsageError(f"{path}: no line has a reader_agreement; run `python -m trainer gate ... --model M` with "
                          "documents in the task file")
     return counts
 
 
+def _rows(path: str | Path):
+    try:
+        yield from iter_jsonl(path)
+    except RunFolderError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def make_tasks(runs: list[str], docs_path: str) -> list[dict]:
     """The tasks each run's Challenger wrote that reached the reader (kept, parsed), with their documents."""
-    docs = {}
-    for line in Path(docs_path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            d = json.loads(line)
-            docs[str(d["id"])] = d
+    docs = {str(d.id): d for d in read_docs(docs_path)}
     out, missing = [], 0
     for run in runs:
-        for line in (Path(run) / "samples.jsonl").read_text(encoding="utf-8").splitlines():
-            r = json.loads(line) if line.strip() else {}
+        for _, r in _rows(Path(run) / "samples.jsonl"):
             data = r.get("data") or {}
             if r.get("kind") != "task" or not r.get("question") or not r.get("answer") or data.get("reader_agrees") is None:
                 continue
@@ -97,10 +100,9 @@ def make_tasks(runs: list[str], docs_path: str) -> list[dict]:
             if doc is None:
                 missing += 1
                 continue
-            out.append({"question": r["question"], "answer": r["answer"], "document": doc["text"],
-                        "title": doc.get("title", ""), "document_id": str(r["document_id"]),
-                        "format": r.get("format") or "free_form", "answer_type": data.get("answer_type"),
-                        "step": f"{Path(run).name}:{r.get('step')}"})
+            out.append({"question": r["question"], "answer": r["answer"], "document": doc.text, "title": doc.title,
+                        "document_id": str(r["document_id"]), "format": r.get("format") or "free_form",
+                        "answer_type": data.get("answer_type"), "step": f"{Path(run).name}:{r.get('step')}"})
     if missing:
         print(f"{missing} task(s) skipped: their document is not in {docs_path}", file=sys.stderr)
     return out
@@ -119,14 +121,20 @@ def main(argv=None) -> int:
     s.add_argument("--n", default=None, help="comma-separated reader counts (default: the odd numbers below k)")
     s.add_argument("--target", type=float, default=0.95)
     args = p.parse_args(argv)
-    if args.cmd == "tasks":
-        tasks = make_tasks(args.run, args.docs)
-        Path(args.out).write_text("".join(json.dumps(x) + "\n" for x in tasks), encoding="utf-8")
-        print(json.dumps({"tasks": len(tasks), "out": args.out}))
-        return 0
+    return run_cli(tasks_cmd if args.cmd == "tasks" else table_cmd, args)
+
+
+def tasks_cmd(args) -> int:
+    tasks = make_tasks(args.run, args.docs)
+    Path(args.out).write_text("".join(json.dumps(x) + "\n" for x in tasks), encoding="utf-8")
+    print(json.dumps({"tasks": len(tasks), "out": args.out}))
+    return 0
+
+
+def table_cmd(args) -> int:
     ns = [int(x) for x in args.n.split(",")] if args.n else list(range(1, args.k, 2))
     if any(not 1 <= n <= args.k for n in ns):
-        raise SystemExit(f"--n values must lie in 1..{args.k}")
+        raise UsageError(f"--n values must lie in 1..{args.k}")
     counts = read_counts(args.verdicts, args.k)
     rows = table(counts, args.k, ns)
     print(f"{len(counts)} tasks, {args.k} readers each; verdict of all {args.k}: "

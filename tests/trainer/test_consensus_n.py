@@ -75,5 +75,7 @@ def test_from_run_tasks_through_the_gate_command_with_a_real_model_to_the_table(
     assert json.loads(printed[-1])["k"] == 3
     wrong_k = tmp_path / "wrong_k.jsonl"
     wrong_k.write_text(json.dumps({"reader_agreement": 2 / 3}) + "\n")
-    with pytest.raises(SystemExit, match="not a multiple of 1/5"):
+    with pytest.raises(consensus_n.UsageError, match="not a multiple of 1/5"):
         consensus_n.read_counts(str(wrong_k), 5)
+    assert consensus_n.main(["table", str(wrong_k), "--k", "5"]) == 2  # a clear error line, no traceback
+    assert "not a multiple of 1/5" in capsys.readouterr().err

@@ -37,6 +37,7 @@ BUDGET_SPENT = ("Search budget spent: no more searches. Write your final answer 
 TOOL_WRAPPER_TOKENS = 16  # the "\n\n<information>...</information>\n\n" around a result, generously
 MIN_RESULT_TOKENS = 32  # with an answer reserve: a search with room for less result than this is not run
 SEARCH_CALL_TOKENS = 8  # the shortest search the model can write, "<search>x</search>" (6-7 tokens on Qwen2.5, SmolLM2)
+SEARCH_ROOM = SEARCH_CALL_TOKENS + MIN_RESULT_TOKENS + TOOL_WRAPPER_TOKENS  # what one search needs beside a reserve
 
 
 def reserve_for(setting: int | None, budget: int) -> int:
@@ -47,7 +48,7 @@ def reserve_for(setting: int | None, budget: int) -> int:
     >>> reserve_for(None, 512), reserve_for(256, 768), reserve_for(None, 60), reserve_for(300, 320), reserve_for(0, 512)
     (128, 256, 0, 264, 0)
     """
-    room = budget - SEARCH_CALL_TOKENS - MIN_RESULT_TOKENS - TOOL_WRAPPER_TOKENS  # the most a reserve may keep
+    room = budget - SEARCH_ROOM  # the most a reserve may keep
     if setting is None:
         return budget // 4 if budget // 4 <= room else 0
     return max(0, min(setting, room))
