@@ -377,6 +377,6 @@ async def test_the_run_websocket_refuses_other_origins(reader, origin, accepted)
     cookie = await sync_to_async(_session_cookie)(reader)
     headers = [(b"host", b"127.0.0.1"), (b"cookie", cookie.encode())] + ([(b"origin", origin)] if origin else [])
     comm = WebsocketCommunicator(application, "/ws/runs/1/", headers=headers)
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert connected is accepted
     await comm.disconnect()

@@ -162,7 +162,7 @@ def _checkpoint(run_id, path):
 async def _connect(user, run_id):
     cookie = await sync_to_async(_session_cookie)(user)
     comm = WebsocketCommunicator(application, f"/ws/runs/{run_id}/", headers=HEADERS + [(b"cookie", cookie.encode())])
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert connected
     return comm, await comm.receive_json_from(timeout=10)
 

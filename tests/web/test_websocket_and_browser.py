@@ -26,7 +26,7 @@ HEADERS = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
 @pytest.mark.asyncio
 async def test_websocket_refuses_anonymous():
     comm = WebsocketCommunicator(application, "/ws/runs/1/", headers=HEADERS)
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert not connected
     await comm.disconnect()
 
@@ -39,7 +39,7 @@ async def test_websocket_accepts_a_logged_in_user_and_relays_group_messages(read
 
     cookie = await sync_to_async(_session_cookie)(reader)
     comm = WebsocketCommunicator(application, "/ws/runs/7/", headers=HEADERS + [(b"cookie", cookie.encode())])
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert connected
     await get_channel_layer().group_send("run-7", {"type": "run.message", "data": {"type": "status", "status": "running"}})
     message = await comm.receive_json_from(timeout=5)

@@ -37,7 +37,7 @@ async def test_metric_and_sample_messages_arrive(reader):
     run = await sync_to_async(_running_run)()
     cookie = await sync_to_async(_session_cookie)(reader)
     comm = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=HEADERS + [(b"cookie", cookie.encode())])
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert connected
     snapshot = await comm.receive_json_from(timeout=10)
     assert snapshot["type"] == "status" and snapshot["status"] == "running" and snapshot["snapshot"]
@@ -77,7 +77,7 @@ async def test_a_fast_run_sends_one_metric_message_per_role_per_flush(reader):
     run = await sync_to_async(_running_run)()
     cookie = await sync_to_async(_session_cookie)(reader)
     comm = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=HEADERS + [(b"cookie", cookie.encode())])
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert connected
     await comm.receive_json_from(timeout=10)  # the status snapshot
     await sync_to_async(_fast_run_report)(run.pk)
@@ -100,7 +100,7 @@ async def test_a_viewer_too_far_behind_is_closed_to_catch_up(reader, monkeypatch
     run = await sync_to_async(_running_run)()
     cookie = await sync_to_async(_session_cookie)(reader)
     comm = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=HEADERS + [(b"cookie", cookie.encode())])
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert connected
     await comm.receive_json_from(timeout=10)  # the snapshot
     monkeypatch.setattr(consumers, "BACKLOG_LIMIT", -1)  # any waiting count is "too far behind"
