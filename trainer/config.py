@@ -415,11 +415,13 @@ class _SharedConfig(BaseModel):
         if reserve:
             from trainer.rollout.multi_turn import SEARCH_ROOM
 
-            if reserve > self.rollout.max_new_tokens - SEARCH_ROOM:
-                problems.append(("rollout.answer_reserve_tokens", f"{reserve} of rollout.max_new_tokens "
-                                 f"{self.rollout.max_new_tokens} leaves no room for a search (at least {SEARCH_ROOM} "
-                                 "tokens: the search call, its result and its wrapping); lower it, raise "
-                                 f"rollout.max_new_tokens to at least {reserve + SEARCH_ROOM}, or set it to 0 (off)"))
+            budgets = {"rollout.max_new_tokens": self.rollout.max_new_tokens, **(sec.search_budgets() if sec else {})}
+            for key, budget in budgets.items():
+                if reserve > budget - SEARCH_ROOM:
+                    problems.append(("rollout.answer_reserve_tokens", f"{reserve} of {key} {budget} leaves no room "
+                                     f"for a search (at least {SEARCH_ROOM} tokens: the search call, its result and "
+                                     f"its wrapping); lower it, raise {key} to at least {reserve + SEARCH_ROOM}, or "
+                                     "set it to 0 (off)"))
         if self.rollout.min_new_tokens > self.rollout.max_new_tokens:
             problems.append(("rollout.min_new_tokens", "must not exceed rollout.max_new_tokens"))
         if self.train.rollout_is_cap > 0 and self.train.old_logprobs == "rollout":

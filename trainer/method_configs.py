@@ -133,6 +133,11 @@ class MethodSection(Section):
         """A role is judged by the frozen base model (it must be kept next to the policy)."""
         return False
 
+    def search_budgets(self) -> dict[str, int]:
+        """The section's own token budgets of searching rollouts that keep ``rollout.answer_reserve_tokens``, set
+        in place of rollout.max_new_tokens (config key -> tokens); the config checks each leaves a search room."""
+        return {}
+
     # Whether step_tokens counts every sequence a step generates (else judge calls and extra turns
     # come on top of it: "at least").
     step_tokens_exact: ClassVar[bool] = False
@@ -648,6 +653,10 @@ class PiplaySection(MethodSection):
     student_max_new_tokens: int | None = Field(
         None, ge=16, description="Token budget of a student trajectory, tool output included (None = "
         "rollout.max_new_tokens, 4096; the paper caps the whole sequence, prompt included, at 8192).")
+
+    def search_budgets(self) -> dict[str, int]:
+        return {f"piplay.{k}": v for k in ("examiner_max_new_tokens", "student_max_new_tokens")
+                if (v := getattr(self, k)) is not None}
 
     panel_metrics: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("schedule", "iteration", "iteration"), ("schedule", "stage", "stage (1 examiner, 2 student)"),

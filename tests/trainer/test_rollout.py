@@ -348,6 +348,15 @@ def test_the_answer_reserve_setting_defaults_to_a_quarter_and_must_leave_room_fo
         load_config({"method": "ssp", "rollout": {"max_new_tokens": 128, "answer_reserve_tokens": 100}})
     assert "raise rollout.max_new_tokens to at least 156" in str(err.value)
     assert load_config({"method": "ssp", "rollout": {"max_new_tokens": 156, "answer_reserve_tokens": 100}})
+    # a method's own searching budget is checked the same way (pi-Play's Examiner and Student budgets)
+    with pytest.raises(ConfigError) as err:
+        load_config({"method": "piplay", "rollout": {"max_new_tokens": 768, "answer_reserve_tokens": 256},
+                     "piplay": {"examiner_max_new_tokens": 300, "student_max_new_tokens": 768}})
+    assert "256 of piplay.examiner_max_new_tokens 300 leaves no room" in str(err.value)
+    assert "raise piplay.examiner_max_new_tokens to at least 312" in str(err.value)
+    assert "student" not in str(err.value)
+    assert load_config({"method": "piplay", "rollout": {"max_new_tokens": 768, "answer_reserve_tokens": 256},
+                        "piplay": {"examiner_max_new_tokens": 312}})
 
 
 def test_the_largest_reserve_still_lets_a_short_search_run(tok, search_tool):
