@@ -112,6 +112,13 @@ def test_prompts_carry_the_harness():
     h["process_constraints"]["require_gap_analysis"] = True
     system = rubric_messages(h, POOL, ["Q1?"])[0]["content"]
     assert "citation is always required" in system and "exactly 2 more" in system and "[0.1, 0.5]" in system
+    # the answer format spells out every line: the required one, then one weighted placeholder per dimension to
+    # choose (one placeholder line was read as "list dimensions like this": benchmarks/score_rubric_probe.py)
+    block = system.split("<dimensions>\n")[-1].split("\n</dimensions>")[0].splitlines()
+    assert block == ['<dim name="citation"/>',
+                     '<dim name="[1st chosen dimension]" weight="[a number from 0.1 to 0.5]"/>',
+                     '<dim name="[2nd chosen dimension]" weight="[a number from 0.1 to 0.5]"/>']
+    assert "Write 3 <dim> lines in all" in system
     msgs = evaluation_messages(h, [("citation", 0.5), ("insight", 0.2)], "Q1?", "Report.", 10)
     assert "at least 2 time(s)" in msgs[0]["content"] and "gaps the report does not cover" in msgs[0]["content"]
     assert "<report>Report.</report>" in msgs[1]["content"]

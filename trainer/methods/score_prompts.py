@@ -38,12 +38,13 @@ RUBRIC_SYSTEM = """You are a professional evaluator of deep research reports. Ch
 for the queries below will be judged by.
 1. {must} {must_verb} always required as the primary dimension(s).
 2. Choose exactly {extra} more dimension(s) from this pool: {pool}.
-3. Give each chosen dimension a weight within [{wmin}, {wmax}].
+3. Give each chosen dimension a weight attribute, a number within [{wmin}, {wmax}].
+4. Write {k} <dim> lines in all: the required one(s) first, then your {extra} chosen one(s). Nothing after \
+</dimensions>.
 {notes}
 Answer ONLY in this format:
 <dimensions>
-<dim name="{first}"/>
-<dim name="[chosen dimension]" weight="[weight]"/>
+{lines}
 </dimensions>"""
 
 EVALUATION_SYSTEM = """You are a professional evaluator of deep research reports. Evaluate the report with a \
@@ -81,9 +82,20 @@ def rubric_messages(harness: dict, pool: list[str], queries: list[str]) -> list[
     system = RUBRIC_SYSTEM.format(
         must=", ".join(must) or "(none)", must_verb="is" if len(must) == 1 else "are", extra=extra,
         pool=", ".join(d for d in pool if d not in must), wmin=dims["weight_min"], wmax=dims["weight_max"],
-        notes=harness.get("notes", ""), first=must[0] if must else "[dimension]")
+        notes=harness.get("notes", ""), k=len(must) + extra, lines=rubric_format_lines(must, extra, dims["weight_min"], dims["weight_max"]))
     user = "Queries:\n" + "\n".join(f"- {q}" for q in queries)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def rubric_format_lines(must: list[str], extra: int, wmin: float, wmax: float) -> str:
+    """The answer format's lines: each mandatory dimension as it is to be written, then one placeholder line per
+    dimension still to choose, each with its weight attribute. A single placeholder line was read as "list
+    dimensions like this": Qwen2.5-Coder-1.5B listed the whole pool, or dropped the weights, in most replies
+    (benchmarks/score_rubric_probe.py)."""
+    nth = ["1st", "2nd", "3rd"] + [f"{i}th" for i in range(4, extra + 1)]
+    return "\n".join([f'<dim name="{m}"/>' for m in must]
+                     + [f'<dim name="[{nth[i]} chosen dimension]" weight="[a number from {wmin:g} to {wmax:g}]"/>'
+                        for i in range(extra)])
 
 
 def evaluation_messages(harness: dict, rubric: list[tuple[str, float]], query: str, report: str,
