@@ -288,6 +288,10 @@ def test_malformed_outputs_are_bounded_and_counted(tok, search_tool):
     assert unopened.n_invalid_searches == 1 and unopened.final == "y"
     assert endless.n_searches == 2 == len(endless.queries)  # the 3rd query (last turn) is not run
     assert endless.truncated and endless.finish_reason == "max_turns" and endless.final is None
+    # the result of the search before the last turn says so, and asks for the answer (only that one)
+    tool_turns = [turn["text"] for turn in endless.turns if turn["role"] == "tool"]
+    assert ["That was your last search" in text for text in tool_turns] == [False, True]
+    assert "<answer> and </answer>" in tool_turns[1]
     assert unclosed.final is None and unclosed.finish_reason == "eos" and unclosed.n_answer_tags == 1
     assert huge.truncated and huge.finish_reason == "length" and len(huge.completion_ids) == 300
     assert two.final == "a" and two.n_answer_tags == 1

@@ -84,6 +84,14 @@ def test_scores_are_read_strictly():
     assert s.missing == ["insight", "coherence", "citation"] and not s.well_formed
     broken = parse_scores("I think it is a 7/10 report.", ["factuality"], 10)
     assert broken.values == {"factuality": 0.0} and broken.missing == ["factuality"]
+    # the score elements without their <scores> wrapper (as Qwen2.5-Coder-1.5B wrote 2 of 16): read all the same
+    for unwrapped in ('<score dim="factuality" value="6"/>\n<score dim="insight" value="7"/>\n</scores>',
+                      '<score dim="factuality" value="6"/><score dim="insight" value="7"/><gap_analysis>x</gap_analysis>'):
+        s = parse_scores(unwrapped, ["factuality", "insight"], 10)
+        assert s.values == {"factuality": 0.6, "insight": 0.7} and s.well_formed
+    # a whole <scores> block is what counts when there is one
+    assert parse_scores('<score dim="insight" value="9"/><scores><score dim="insight" value="2"/></scores>',
+                        ["insight"], 10).values == {"insight": 0.2}
 
 
 def test_solver_reward_and_depth_rule_match_the_formula():
@@ -121,6 +129,12 @@ def test_prompts_carry_the_harness():
     assert "Write 3 <dim> lines in all" in system
     msgs = evaluation_messages(h, [("citation", 0.5), ("insight", 0.2)], "Q1?", "Report.", 10)
     assert "at least 2 time(s)" in msgs[0]["content"] and "gaps the report does not cover" in msgs[0]["content"]
+    # one score line per rubric dimension, and a reply that starts with a search even when none is required
+    assert '<scores>\n<score dim="citation" value="[0-10]"/>\n<score dim="insight" value="[0-10]"/>\n</scores>' \
+        in msgs[0]["content"]
+    h["process_constraints"]["min_number_of_tool_call"] = 0
+    none_required = evaluation_messages(h, [("citation", 0.5)], "Q1?", "Report.", 10)[0]["content"]
+    assert "at least 0" not in none_required and "First pick a key claim" in none_required
     assert "<report>Report.</report>" in msgs[1]["content"]
 
 

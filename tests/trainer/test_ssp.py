@@ -325,12 +325,14 @@ def ssp_lessons(tok, retriever, top_k: int = 1, max_prompt_tokens: int = 512, ra
     from trainer.methods.ssp import rag_prompt
     from trainer.methods.ssp_tasks import PROPOSER_SYSTEM, PROPOSER_USER, SOLVER_SYSTEM, SOLVER_USER, unique_passages
     from trainer.prompts import chat
+    from trainer.rollout.multi_turn import LAST_TURN
     from trainer.tools.search import SearchTool
 
     enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
     tool = SearchTool(retriever, k=top_k, tokenizer=tok)
     found = [tool.search([q])[0] for q in ("lutyens garden", "home colonial stores")]
-    info = [enc(f"\n\n{tool.format(p)}\n\n") for p in found]
+    last = "\n\n" + tool.message(LAST_TURN.format(f="question"))  # the second search is the turn before the last
+    info = [enc(f"\n\n{tool.format(p)}{note}\n\n") for p, note in zip(found, ("", last))]
     good = [(chat(tok, PROPOSER_SYSTEM, PROPOSER_USER.format(answer="Castle Drogo", n=2)), False),
             (enc("<search> lutyens garden </search>"), True), (info[0], False),
             (enc("<search> home colonial stores </search>"), True), (info[1], False),

@@ -55,7 +55,8 @@ Departures from the paper (each a config field where it is a choice):
   and its replies cut off by the budget rose from 6% to 38%, while its random-reward control stayed 56-77% valid;
 - searching rollouts keep ``rollout.answer_reserve_tokens`` (default a quarter of the budget) for the
   Examiner's question and the Student's answer:
-  search results are cut to keep it, and a search with no room left is refused with a note (ours; the
+  search results are cut to keep it, and a search with no room left is refused with a note; the result of
+  a search in the turn before the last says it was the last search (``multi_turn.LAST_TURN``) (ours; the
   paper states none);
 - the divergence direction is ``piplay.divergence`` (reverse KL by default, ours; the formulas
   were lost from the paper's text);

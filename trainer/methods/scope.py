@@ -59,7 +59,8 @@ Departures from the paper (visible config fields where a choice):
   topped up during the stage;
 - searching rollouts keep ``rollout.answer_reserve_tokens`` (default a quarter of the budget) for the
   Challenger's task and the Solver's answer:
-  search results are cut to keep it, and a search with no room left is refused with a note (ours; the
+  search results are cut to keep it, and a search with no room left is refused with a note; the result of
+  a search in the turn before the last says it was the last search (``multi_turn.LAST_TURN``) (ours; the
   paper states none);
 - learning-rate warmup is 1 step (``train.warmup_steps``; the paper: a warmup ratio of 0.03);
 - Qwen3's per-turn datums (thinking trimmed from earlier turns) are not reproduced: a trajectory

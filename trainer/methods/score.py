@@ -64,7 +64,11 @@ Departures from the paper (ours, visible fields):
   255 Reddit queries);
 - the two updates are two optimizer steps, so the learning-rate warmup (``train.warmup_steps``)
   counts both; early stopping on entropy collapse uses ``entropy_collapse_ratio`` (ours);
-- the report's reserve (``rollout.answer_reserve_tokens``) is ours; the paper states none;
+- the report's reserve (``rollout.answer_reserve_tokens``) is ours; the paper states none; so is the note
+  after a search in the turn before the last (reports and evaluations) that it was the last search;
+- the evaluation prompt (ours, after the paper's Listing 4) shows the reply's shape: a search first, then one
+  ``<score>`` line per rubric dimension; ``parse_scores`` also reads score lines written without their
+  ``<scores>`` block; the rubric prompt writes out every line it expects (benchmarks/score_rubric_probe.py);
 - the rule driver's depth rule reads the share of VALID reports whose score it zeroed (a share of
   all reports stays low when most reports are cut, while every score that could count is zeroed).
 """

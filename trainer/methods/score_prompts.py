@@ -9,8 +9,9 @@ one trajectory; we split it in two prompts (ours, a visible choice in the recipe
    REINFORCE update. ``parse_rubric`` + ``constrain_rubric`` turn any output into a rubric that
    satisfies the harness (and report whether the model's own output already did).
 2. ``evaluation_prompt``: verify with search, then score one report per dimension in
-   ``<scores><score dim=".." value=".."/></scores>``. ``parse_scores`` reads it strictly: a
-   missing or unreadable score is 0 and counted.
+   ``<scores><score dim=".." value=".."/></scores>``. ``parse_scores`` reads each score strictly (a
+   missing or unreadable score is 0 and counted), inside ``<scores>`` or, without that block, anywhere
+   in the reply.
 """
 from __future__ import annotations
 
@@ -53,15 +54,17 @@ search-assisted review.
 2. {verify}
 3. {gaps}
 4. Score the report on every dimension from 0 to {scale} using the evidence you found.
-## Tool use:
-- To search, write <search>your query</search>; only the query text goes inside.
-- Results come back between <information> and </information>. You must search at least {min_tools} time(s).
+## How to reply:
+- First pick a key claim of the report and check it: write <search>your query</search> and stop there. Only the \
+query text goes inside.
+- The results come back between <information> and </information>. Then search for another claim, or score.
+- {min_rule}
 {notes}
-After searching, answer ONLY in this format:
-<verification>what you checked</verification>
+When you score, answer ONLY in this format, one <score> line per dimension:
+<verification>what you checked and what the search showed</verification>
 <gap_analysis>what the report misses</gap_analysis>
 <scores>
-<score dim="[dimension]" value="[0-{scale}]"/>
+{score_lines}
 </scores>"""
 
 QUERY_FROM_DOCUMENT = """Read the document below and write one open research question that a person might ask and \
@@ -98,6 +101,14 @@ def rubric_format_lines(must: list[str], extra: int, wmin: float, wmax: float) -
                         for i in range(extra)])
 
 
+def min_search_rule(n: int) -> str:
+    """The harness's least searches as the evaluator reads it: with none required, the shown reply shape (search
+    first) still asks for one; "at least 0 time(s)" read as "no need" (benchmarks/score_rubric_probe.py)."""
+    if n <= 0:
+        return "Score once your searches have checked the claims that matter most."
+    return f"You must search at least {n} time(s) before you score: scores given after fewer searches count for nothing."
+
+
 def evaluation_messages(harness: dict, rubric: list[tuple[str, float]], query: str, report: str,
                         scale: float) -> list[dict]:
     proc = harness["process_constraints"]
@@ -108,7 +119,8 @@ def evaluation_messages(harness: dict, rubric: list[tuple[str, float]], query: s
         if proc["require_verification"] else "Verify key claims where you doubt them.",
         gaps="Research the original query yourself to find important gaps the report does not cover."
         if proc["require_gap_analysis"] else "Note any important gaps you see.",
-        scale=f"{scale:g}", min_tools=proc["min_number_of_tool_call"], notes=harness.get("notes", ""))
+        scale=f"{scale:g}", min_rule=min_search_rule(proc["min_number_of_tool_call"]), notes=harness.get("notes", ""),
+        score_lines="\n".join(f'<score dim="{d}" value="[0-{scale:g}]"/>' for d, _ in rubric))
     user = f"<query>{query}</query>\n<report>{report}</report>"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
@@ -201,9 +213,13 @@ class Scores:
 
 
 def parse_scores(text: str, dims: list[str], scale: float) -> Scores:
-    """Strict reading of ``<scores>``: each dimension's value / scale in [0, 1]; a dimension with
-    no ``<score>``, a non-number or a value outside [0, scale] scores 0 and is listed missing."""
-    body = tag_content(text, "scores") or ""
+    """Strict reading of the ``<score>`` elements: each dimension's value / scale in [0, 1]; a dimension
+    with no ``<score>``, a non-number or a value outside [0, scale] scores 0 and is listed missing. They
+    are read inside ``<scores>``, or from the whole reply when it has no whole ``<scores>`` block: the
+    scoring tokens get no update (only the rubric's do), so a dropped wrapper would never be trained away,
+    and Qwen2.5-Coder-1.5B dropped it in 2 of 16 evaluations (benchmarks/score_rubric_probe.py)."""
+    body = tag_content(text, "scores")
+    body = text if body is None else body
     found: dict[str, float] = {}
     for attrs in _SCORE.findall(body):
         a = dict(_ATTR.findall(attrs))

@@ -57,7 +57,8 @@ Departures from the paper (and its reference code, Alibaba-Quark/SSP):
   Solver's 38 accepted answers were the judge's false positives;
 - searching rollouts keep ``rollout.answer_reserve_tokens`` (default a quarter of the budget) for the
   Proposer's question and the Solver's answer:
-  search results are cut to keep it, and a search with no room left is refused with a note (ours; the
+  search results are cut to keep it, and a search with no room left is refused with a note; the result of
+  a search in the turn before the last says it was the last search (``multi_turn.LAST_TURN``) (ours; the
   paper states none);
 - a replayed question fills at most ``replay_max_repeats`` (2) slots of one Solver batch (ours; the
   paper's buffer has no cap): slots beyond it stay empty (``empty_slots``). The periodically reset

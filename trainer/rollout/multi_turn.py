@@ -7,7 +7,11 @@ are sent to the retriever as ONE batch; each response ``\\n\\n<information>...</
 round continues from the exact token ids so far (model tokens are never re-tokenized).
 
 Limits keep every rollout bounded whatever the model writes:
-- ``max_turns`` assistant turns (a query written in the last turn is not run: truncated);
+- ``max_turns`` assistant turns (a query written in the last turn is not run: truncated). The result of
+  a search in the turn before the last is followed by a note that it was the last search and asks for
+  the final answer (``LAST_TURN``, ~25 tokens, drawing on the answer's reserve like the refusal note):
+  without it, Qwen2.5-Coder-1.5B as SCORE's evaluator searched again in its last turn in 4 of 16
+  evaluations and ended with no scores (benchmarks/score_rubric_probe.py, RESULTS.md);
 - ``max_total_tokens`` completion tokens (model + tool; default ``params.max_new_tokens``,
   the "max response length" of the papers); a tool response that does not fit is cut;
 - an empty query or a ``</search>`` without its opening tag gets a short corrective tool
@@ -34,6 +38,8 @@ INVALID_QUERY = ("Invalid search: write a non-empty query between <{q}> and </{q
                  "or give the final answer between <{f}> and </{f}>.")
 BUDGET_SPENT = ("Search budget spent: no more searches. Write your final answer now, between <{f}> and </{f}>, "
                 "from what you have found.")
+LAST_TURN = ("That was your last search. Write your final answer now, between <{f}> and </{f}>, from what you "
+             "have found.")
 TOOL_WRAPPER_TOKENS = 16  # the "\n\n<information>...</information>\n\n" around a result, generously
 MIN_RESULT_TOKENS = 32  # with an answer reserve: a search with room for less result than this is not run
 SEARCH_CALL_TOKENS = 8  # the shortest search the model can write, "<search>x</search>" (6-7 tokens on Qwen2.5, SmolLM2)
@@ -171,7 +177,10 @@ def multi_turn_rollout(
                 t = trajs[i]
                 t.passages.extend(passages)
                 cap = _result_room(t, budget, answer_reserve) if answer_reserve else None
-                _append_tool(t, tokenizer, search_tool.format(passages, max_tokens=cap), budget)
+                response = search_tool.format(passages, max_tokens=cap)
+                if turn == max_turns - 2:  # the next turn is the last: a search written there would not run
+                    response += "\n\n" + search_tool.message(LAST_TURN.format(f=final_tag))
+                _append_tool(t, tokenizer, response, budget)
                 if not _finished(t, budget):
                     still.append(i)
         live = sorted(still)
