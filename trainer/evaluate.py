@@ -463,7 +463,9 @@ def evaluate(generator, tokenizer, items: list[Item], scoring: str, *, sampling=
     """Answer every item and score it. ``on_batch(samples, done, total)`` after each batch (the web
     job stores samples as they come). ``should_stop()`` is asked before each batch: True ends the
     evaluation there, scored over the items answered so far (``n`` says how many). ``answer_reserve``: with
-    search, the tokens kept for the answer (``rollout.answer_reserve_tokens``; 0 = none, the default).
+    search, the tokens kept for the answer (``rollout.answer_reserve_tokens``; 0 = none, the default). With
+    search, a search in the turn before the last is followed by the loop's last-search note (since 2026-11-29;
+    evaluations recorded before it ran without the note).
     A sample: index, id, question, gold, prediction, output, correct (score == 1), score, and with search:
     turns, passages."""
     from trainer.prompts import chat

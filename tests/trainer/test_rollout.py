@@ -333,6 +333,13 @@ def test_an_answer_reserve_keeps_room_for_the_answer(tok, tmp_path):
     assert t.n_refused_searches >= 1 and t.n_searches + t.n_refused_searches == 3
     assert any("Search budget spent" in turn["text"] for turn in t.turns if turn["role"] == "tool")
     assert len(t.completion_ids) <= budget and len(t.loss_mask) == len(t.completion_ids)
+    # the last-search note (a search in the turn before the last) is paid for by the result, not by the reserve
+    script = [["<search>paris</search>", "<search>france capital</search>", answer]]
+    [last] = multi_turn_rollout(ScriptedGenerator(tok, prompts, script), tok, prompts,
+                                SamplingParams(max_new_tokens=budget), search_tool, max_turns=3, answer_reserve=reserve)
+    assert "That was your last search" in last.turns[3]["text"] and last.n_searches == 2
+    assert last.final is not None and not last.truncated and len(last.completion_ids) <= budget
+    assert budget - sum(len(tok.encode(turn["text"], add_special_tokens=False)) for turn in last.turns[:4]) >= reserve - 8
     with pytest.raises(ValueError, match="answer_reserve must be >= 0 tokens, got -1"):
         multi_turn_rollout(ScriptedGenerator(tok, prompts, script), tok, prompts, params, search_tool,
                            answer_reserve=-1)

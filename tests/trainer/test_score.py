@@ -89,6 +89,8 @@ def test_scores_are_read_strictly():
                       '<score dim="factuality" value="6"/><score dim="insight" value="7"/><gap_analysis>x</gap_analysis>'):
         s = parse_scores(unwrapped, ["factuality", "insight"], 10)
         assert s.values == {"factuality": 0.6, "insight": 0.7} and s.well_formed
+    # a <scores> block opened and then cut by the budget is not read around: its scores are missing
+    assert not parse_scores('<scores><score dim="insight" value="9"/>', ["insight"], 10).well_formed
     # a whole <scores> block is what counts when there is one
     assert parse_scores('<score dim="insight" value="9"/><scores><score dim="insight" value="2"/></scores>',
                         ["insight"], 10).values == {"insight": 0.2}
@@ -135,6 +137,13 @@ def test_prompts_carry_the_harness():
     h["process_constraints"]["min_number_of_tool_call"] = 0
     none_required = evaluation_messages(h, [("citation", 0.5)], "Q1?", "Report.", 10)[0]["content"]
     assert "at least 0" not in none_required and "First pick a key claim" in none_required
+    one_turn = evaluation_messages(h, [("citation", 0.5)], "Q1?", "Report.", 10, can_search=False)[0]["content"]
+    assert "<search>" not in one_turn and '<score dim="citation" value="[0-10]"/>' in one_turn
+    from trainer.methods.score_prompts import rubric_format_lines
+    lines = rubric_format_lines([], 23, 0.1, 0.5).splitlines()
+    assert [line.split("[")[1].split(" ")[0] for line in lines][:4] == ["1st", "2nd", "3rd", "4th"]
+    assert [line.split("[")[1].split(" ")[0] for line in lines][10:13] == ["11th", "12th", "13th"]
+    assert [line.split("[")[1].split(" ")[0] for line in lines][20:23] == ["21st", "22nd", "23rd"]
     assert "<report>Report.</report>" in msgs[1]["content"]
 
 

@@ -290,7 +290,7 @@ class Score:
         prompts = []
         for i, r in enumerate(reports):
             msgs = evaluation_messages(self.harness, rubric.dims, queries[i // G], r.final or r.text,
-                                       self.sec.score_scale)
+                                       self.sec.score_scale, can_search=self.sec.evaluator_max_turns > 1)
             prompts.append(self.ids(msgs[0]["content"], msgs[1]["content"]))
         params = self.ctx.sampling_params(temperature=self.sec.evaluator_temperature,
                                           max_new_tokens=self.sec.evaluator_max_new_tokens)  # per turn

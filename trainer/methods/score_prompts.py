@@ -54,11 +54,7 @@ search-assisted review.
 2. {verify}
 3. {gaps}
 4. Score the report on every dimension from 0 to {scale} using the evidence you found.
-## How to reply:
-- First pick a key claim of the report and check it: write <search>your query</search> and stop there. Only the \
-query text goes inside.
-- The results come back between <information> and </information>. Then search for another claim, or score.
-- {min_rule}
+{how}
 {notes}
 When you score, answer ONLY in this format, one <score> line per dimension:
 <verification>what you checked and what the search showed</verification>
@@ -95,10 +91,22 @@ def rubric_format_lines(must: list[str], extra: int, wmin: float, wmax: float) -
     dimension still to choose, each with its weight attribute. A single placeholder line was read as "list
     dimensions like this": Qwen2.5-Coder-1.5B listed the whole pool, or dropped the weights, in most replies
     (benchmarks/score_rubric_probe.py)."""
-    nth = ["1st", "2nd", "3rd"] + [f"{i}th" for i in range(4, extra + 1)]
     return "\n".join([f'<dim name="{m}"/>' for m in must]
-                     + [f'<dim name="[{nth[i]} chosen dimension]" weight="[a number from {wmin:g} to {wmax:g}]"/>'
-                        for i in range(extra)])
+                     + [f'<dim name="[{_ordinal(i)} chosen dimension]" weight="[a number from {wmin:g} to {wmax:g}]"/>'
+                        for i in range(1, extra + 1)])
+
+
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, ... 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+HOW_TO_SEARCH = """## How to reply:
+- First pick a key claim of the report and check it: write <search>your query</search> and stop there. Only the \
+query text goes inside.
+- The results come back between <information> and </information>. Then search for another claim, or score.
+- {min_rule}"""
 
 
 def min_search_rule(n: int) -> str:
@@ -110,7 +118,9 @@ def min_search_rule(n: int) -> str:
 
 
 def evaluation_messages(harness: dict, rubric: list[tuple[str, float]], query: str, report: str,
-                        scale: float) -> list[dict]:
+                        scale: float, can_search: bool = True) -> list[dict]:
+    """The evaluator's prompt for one report; ``can_search`` False (one evaluator turn: no search can run) leaves
+    out how to search."""
     proc = harness["process_constraints"]
     system = EVALUATION_SYSTEM.format(
         dims=", ".join(f"{d} (weight {w:g})" for d, w in rubric),
@@ -119,7 +129,8 @@ def evaluation_messages(harness: dict, rubric: list[tuple[str, float]], query: s
         if proc["require_verification"] else "Verify key claims where you doubt them.",
         gaps="Research the original query yourself to find important gaps the report does not cover."
         if proc["require_gap_analysis"] else "Note any important gaps you see.",
-        scale=f"{scale:g}", min_rule=min_search_rule(proc["min_number_of_tool_call"]), notes=harness.get("notes", ""),
+        scale=f"{scale:g}", notes=harness.get("notes", ""),
+        how=HOW_TO_SEARCH.format(min_rule=min_search_rule(proc["min_number_of_tool_call"])) if can_search else "",
         score_lines="\n".join(f'<score dim="{d}" value="[0-{scale:g}]"/>' for d, _ in rubric))
     user = f"<query>{query}</query>\n<report>{report}</report>"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -215,11 +226,12 @@ class Scores:
 def parse_scores(text: str, dims: list[str], scale: float) -> Scores:
     """Strict reading of the ``<score>`` elements: each dimension's value / scale in [0, 1]; a dimension
     with no ``<score>``, a non-number or a value outside [0, scale] scores 0 and is listed missing. They
-    are read inside ``<scores>``, or from the whole reply when it has no whole ``<scores>`` block: the
+    are read inside ``<scores>``, or from the whole reply when it never opens a ``<scores>`` block: the
     scoring tokens get no update (only the rubric's do), so a dropped wrapper would never be trained away,
     and Qwen2.5-Coder-1.5B dropped it in 2 of 16 evaluations (benchmarks/score_rubric_probe.py)."""
-    body = tag_content(text, "scores")
-    body = text if body is None else body
+    body = tag_content(text, "scores") or ""
+    if "<scores>" not in text:  # the wrapper dropped (a block opened and then cut stays unread: scores 0)
+        body = text
     found: dict[str, float] = {}
     for attrs in _SCORE.findall(body):
         a = dict(_ATTR.findall(attrs))

@@ -9,7 +9,7 @@ round continues from the exact token ids so far (model tokens are never re-token
 Limits keep every rollout bounded whatever the model writes:
 - ``max_turns`` assistant turns (a query written in the last turn is not run: truncated). The result of
   a search in the turn before the last is followed by a note that it was the last search and asks for
-  the final answer (``LAST_TURN``, ~25 tokens, drawing on the answer's reserve like the refusal note):
+  the final answer (``LAST_TURN``, ~35 tokens; with a reserve, the result is cut by that much more):
   without it, Qwen2.5-Coder-1.5B as SCORE's evaluator searched again in its last turn in 4 of 16
   evaluations and ended with no scores (benchmarks/score_rubric_probe.py, RESULTS.md);
 - ``max_total_tokens`` completion tokens (model + tool; default ``params.max_new_tokens``,
@@ -176,11 +176,12 @@ def multi_turn_rollout(
             for (i, _), passages in zip(pending, results):
                 t = trajs[i]
                 t.passages.extend(passages)
-                cap = _result_room(t, budget, answer_reserve) if answer_reserve else None
-                response = search_tool.format(passages, max_tokens=cap)
-                if turn == max_turns - 2:  # the next turn is the last: a search written there would not run
-                    response += "\n\n" + search_tool.message(LAST_TURN.format(f=final_tag))
-                _append_tool(t, tokenizer, response, budget)
+                # the next turn is the last: a search written there would not run, so the result says so
+                note = "\n\n" + search_tool.message(LAST_TURN.format(f=final_tag)) if turn == max_turns - 2 else ""
+                cap = None
+                if answer_reserve:  # the note is paid for by the result, not by the answer's reserve
+                    cap = _result_room(t, budget, answer_reserve) - len(tokenizer.encode(note, add_special_tokens=False))
+                _append_tool(t, tokenizer, search_tool.format(passages, max_tokens=cap) + note, budget)
                 if not _finished(t, budget):
                     still.append(i)
         live = sorted(still)
