@@ -291,12 +291,21 @@ def test_malformed_outputs_are_bounded_and_counted(tok, search_tool):
     # the result of the search before the last turn says so, and asks for the answer (only that one)
     tool_turns = [turn["text"] for turn in endless.turns if turn["role"] == "tool"]
     assert ["That was your last search" in text for text in tool_turns] == [False, True]
-    assert "<answer> and </answer>" in tool_turns[1]
+    assert "no more searches will run" in tool_turns[1]
     assert unclosed.final is None and unclosed.finish_reason == "eos" and unclosed.n_answer_tags == 1
     assert huge.truncated and huge.finish_reason == "length" and len(huge.completion_ids) == 300
     assert two.final == "a" and two.n_answer_tags == 1
     for t in trajs:
         assert len(t.completion_ids) <= 300 and len(t.loss_mask) == len(t.completion_ids)
+
+
+def test_an_invalid_search_before_the_last_turn_gets_the_last_search_note(tok, search_tool):
+    """A retry would land in the last turn, where a search does not run: the note asks to finish instead."""
+    prompts = prompts_of(tok, ["q"])
+    gen = ScriptedGenerator(tok, prompts, [["<search>  </search>", "<answer>x</answer>"]])
+    [t] = multi_turn_rollout(gen, tok, prompts, SamplingParams(max_new_tokens=200), search_tool, max_turns=2)
+    assert t.n_invalid_searches == 1 and t.final == "x"
+    assert "no more searches will run" in t.turns[1]["text"] and "Invalid search" not in t.turns[1]["text"]
 
 
 def test_a_tool_response_that_does_not_fit_is_cut_and_ends_the_rollout(tok, search_tool):

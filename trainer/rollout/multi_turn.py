@@ -8,8 +8,9 @@ round continues from the exact token ids so far (model tokens are never re-token
 
 Limits keep every rollout bounded whatever the model writes:
 - ``max_turns`` assistant turns (a query written in the last turn is not run: truncated). The result of
-  a search in the turn before the last is followed by a note that it was the last search and asks for
-  the final answer (``LAST_TURN``, ~35 tokens; with a reserve, the result is cut by that much more):
+  a search in the turn before the last is followed by a note that it was the last search and asks the
+  model to finish (``LAST_TURN``, ~30 tokens; with a reserve, the result is cut by that much more; an
+  invalid search there gets the note instead of the invalid-query one):
   without it, Qwen2.5-Coder-1.5B as SCORE's evaluator searched again in its last turn in 4 of 16
   evaluations and ended with no scores (benchmarks/score_rubric_probe.py, RESULTS.md);
 - ``max_total_tokens`` completion tokens (model + tool; default ``params.max_new_tokens``,
@@ -38,8 +39,8 @@ INVALID_QUERY = ("Invalid search: write a non-empty query between <{q}> and </{q
                  "or give the final answer between <{f}> and </{f}>.")
 BUDGET_SPENT = ("Search budget spent: no more searches. Write your final answer now, between <{f}> and </{f}>, "
                 "from what you have found.")
-LAST_TURN = ("That was your last search. Write your final answer now, between <{f}> and </{f}>, from what you "
-             "have found.")
+LAST_TURN = ("That was your last search: no more searches will run. Finish your reply now, as instructed, from "
+             "what you have found.")  # role-neutral: pi-Play's Examiner ends with <question> and <answer>
 TOOL_WRAPPER_TOKENS = 16  # the "\n\n<information>...</information>\n\n" around a result, generously
 MIN_RESULT_TOKENS = 32  # with an answer reserve: a search with room for less result than this is not run
 SEARCH_CALL_TOKENS = 8  # the shortest search the model can write, "<search>x</search>" (6-7 tokens on Qwen2.5, SmolLM2)
@@ -155,8 +156,8 @@ def multi_turn_rollout(
                 query = closing_query(out.text, query_tag)
                 if not query:
                     t.n_invalid_searches += 1
-                    _append_tool(t, tokenizer, search_tool.message(
-                        INVALID_QUERY.format(q=query_tag, f=final_tag)), budget)
+                    invalid = INVALID_QUERY if turn < max_turns - 2 else LAST_TURN  # no turn left for a retry
+                    _append_tool(t, tokenizer, search_tool.message(invalid.format(q=query_tag, f=final_tag)), budget)
                 elif answer_reserve and _result_room(t, budget, answer_reserve) < MIN_RESULT_TOKENS:
                     t.n_refused_searches += 1
                     _append_tool(t, tokenizer, search_tool.message(BUDGET_SPENT.format(f=final_tag)), budget)
@@ -177,7 +178,7 @@ def multi_turn_rollout(
                 t = trajs[i]
                 t.passages.extend(passages)
                 # the next turn is the last: a search written there would not run, so the result says so
-                note = "\n\n" + search_tool.message(LAST_TURN.format(f=final_tag)) if turn == max_turns - 2 else ""
+                note = "\n\n" + search_tool.message(LAST_TURN) if turn == max_turns - 2 else ""
                 cap = None
                 if answer_reserve:  # the note is paid for by the result, not by the answer's reserve
                     cap = _result_room(t, budget, answer_reserve) - len(tokenizer.encode(note, add_special_tokens=False))
