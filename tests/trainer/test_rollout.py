@@ -291,7 +291,7 @@ def test_malformed_outputs_are_bounded_and_counted(tok, search_tool):
     # the result of the search before the last turn says so, and asks for the answer (only that one)
     tool_turns = [turn["text"] for turn in endless.turns if turn["role"] == "tool"]
     assert ["That was your last search" in text for text in tool_turns] == [False, True]
-    assert "no more searches will run" in tool_turns[1]
+    assert "no more searches will run" in tool_turns[1] and "ending with </answer>" in tool_turns[1]
     assert unclosed.final is None and unclosed.finish_reason == "eos" and unclosed.n_answer_tags == 1
     assert huge.truncated and huge.finish_reason == "length" and len(huge.completion_ids) == 300
     assert two.final == "a" and two.n_answer_tags == 1

@@ -331,7 +331,7 @@ def ssp_lessons(tok, retriever, top_k: int = 1, max_prompt_tokens: int = 512, ra
     enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
     tool = SearchTool(retriever, k=top_k, tokenizer=tok)
     found = [tool.search([q])[0] for q in ("lutyens garden", "home colonial stores")]
-    last = "\n\n" + tool.message(LAST_TURN)  # the second search is the turn before the last
+    last = "\n\n" + tool.message(LAST_TURN.format(f="question"))  # the second search is the turn before the last
     info = [enc(f"\n\n{tool.format(p)}{note}\n\n") for p, note in zip(found, ("", last))]
     good = [(chat(tok, PROPOSER_SYSTEM, PROPOSER_USER.format(answer="Castle Drogo", n=2)), False),
             (enc("<search> lutyens garden </search>"), True), (info[0], False),

@@ -39,8 +39,8 @@ INVALID_QUERY = ("Invalid search: write a non-empty query between <{q}> and </{q
                  "or give the final answer between <{f}> and </{f}>.")
 BUDGET_SPENT = ("Search budget spent: no more searches. Write your final answer now, between <{f}> and </{f}>, "
                 "from what you have found.")
-LAST_TURN = ("That was your last search: no more searches will run. Finish your reply now, as instructed, from "
-             "what you have found.")  # role-neutral: pi-Play's Examiner ends with <question> and <answer>
+LAST_TURN = ("That was your last search: no more searches will run. Finish your reply now, as instructed, ending "
+             "with </{f}>, from what you have found.")  # "ending with": a reply may hold more than its final tag
 TOOL_WRAPPER_TOKENS = 16  # the "\n\n<information>...</information>\n\n" around a result, generously
 MIN_RESULT_TOKENS = 32  # with an answer reserve: a search with room for less result than this is not run
 SEARCH_CALL_TOKENS = 8  # the shortest search the model can write, "<search>x</search>" (6-7 tokens on Qwen2.5, SmolLM2)
@@ -178,7 +178,7 @@ def multi_turn_rollout(
                 t = trajs[i]
                 t.passages.extend(passages)
                 # the next turn is the last: a search written there would not run, so the result says so
-                note = "\n\n" + search_tool.message(LAST_TURN) if turn == max_turns - 2 else ""
+                note = "\n\n" + search_tool.message(LAST_TURN.format(f=final_tag)) if turn == max_turns - 2 else ""
                 cap = None
                 if answer_reserve:  # the note is paid for by the result, not by the answer's reserve
                     cap = _result_room(t, budget, answer_reserve) - len(tokenizer.encode(note, add_special_tokens=False))
