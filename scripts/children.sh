@@ -1,5 +1,7 @@
 # Sourced by scripts/demo.sh and scripts/serve.sh: start background children with `pids+=($!)`, then
-# `trap stop_children EXIT INT TERM` stops them all when the script ends or is interrupted.
+# `trap_children` stops them all when the script ends or is interrupted. A signal also ends the script: a handler
+# that only returned let it go on (a TERM while the demo imported its example runs stopped the server, then the
+# imports went on and the corpus loader started).
 pids=()
 stop_children() {
   trap - EXIT INT TERM
@@ -10,4 +12,10 @@ stop_children() {
   sleep 2
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+}
+
+trap_children() {
+  trap stop_children EXIT
+  trap 'stop_children; exit 130' INT
+  trap 'stop_children; exit 143' TERM
 }

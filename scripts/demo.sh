@@ -26,7 +26,7 @@ fi
 $PY manage.py migrate --noinput -v 0
 LOGIN=$($PY manage.py ensure_admin)
 source scripts/children.sh
-trap stop_children EXIT INT TERM
+trap_children
 
 mkdir -p "$LOG"
 $PY manage.py serve --port "$PORT" > "$LOG/web.log" 2>&1 & pids+=($!)

@@ -42,7 +42,7 @@ case "$role" in
     LOG=${SELFPLAY_DATA_DIR:-var}/log
     mkdir -p "$LOG"
     source scripts/children.sh
-    trap stop_children EXIT INT TERM
+    trap_children
     $PY manage.py serve --host "$HOST" --port "$PORT" > "$LOG/web.log" 2>&1 & pids+=($!)
     $PY manage.py rqworker gpu cpu > "$LOG/worker.log" 2>&1 & pids+=($!)
     $PY manage.py rqworker short default --with-scheduler > "$LOG/short.log" 2>&1 & pids+=($!)
