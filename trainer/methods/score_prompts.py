@@ -81,7 +81,8 @@ def rubric_messages(harness: dict, pool: list[str], queries: list[str]) -> list[
     system = RUBRIC_SYSTEM.format(
         must=", ".join(must) or "(none)", must_verb="is" if len(must) == 1 else "are", extra=extra,
         pool=", ".join(d for d in pool if d not in must), wmin=dims["weight_min"], wmax=dims["weight_max"],
-        notes=harness.get("notes", ""), k=len(must) + extra, lines=rubric_format_lines(must, extra, dims["weight_min"], dims["weight_max"]))
+        notes=harness.get("notes", ""), k=len(must) + extra,
+        lines=rubric_format_lines(must, extra, dims["weight_min"], dims["weight_max"]))
     user = "Queries:\n" + "\n".join(f"- {q}" for q in queries)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 

@@ -174,14 +174,14 @@ def multi_turn_rollout(
                 still.append(i)
         if pending:
             results = search_tool.search([q for _, q in pending])
+            # the next turn is the last: a search written there would not run, so each result says so; the note
+            # is paid for by the result, not by the answer's reserve
+            note = "\n\n" + search_tool.message(LAST_TURN.format(f=final_tag)) if turn == max_turns - 2 else ""
+            note_tokens = len(tokenizer.encode(note, add_special_tokens=False)) if note else 0
             for (i, _), passages in zip(pending, results):
                 t = trajs[i]
                 t.passages.extend(passages)
-                # the next turn is the last: a search written there would not run, so the result says so
-                note = "\n\n" + search_tool.message(LAST_TURN.format(f=final_tag)) if turn == max_turns - 2 else ""
-                cap = None
-                if answer_reserve:  # the note is paid for by the result, not by the answer's reserve
-                    cap = _result_room(t, budget, answer_reserve) - len(tokenizer.encode(note, add_special_tokens=False))
+                cap = _result_room(t, budget, answer_reserve) - note_tokens if answer_reserve else None
                 _append_tool(t, tokenizer, search_tool.format(passages, max_tokens=cap) + note, budget)
                 if not _finished(t, budget):
                     still.append(i)
