@@ -132,7 +132,9 @@ def test_the_demo_examples_group_only_runs_with_distinct_seeds_and_compare_bands
                              ["grpo-gsm8k-qwen05-tta-seed0", "grpo-gsm8k-qwen05-tta-seed1",
                               "grpo-gsm8k-qwen05-tta-seed2"],
                              ["spice-gate-gsm8kdocs-qwen15", "spice-gate-gsm8kdocs-qwen15-seed1"],
-                             ["spice-gate-gsm8kdocs-qwen15-control", "spice-gate-gsm8kdocs-qwen15-seed1-control"]], names
+                             ["spice-gate-gsm8kdocs-qwen15-control", "spice-gate-gsm8kdocs-qwen15-seed1-control"],
+                             ["spice-gate-wiki-qwen15", "spice-gate-wiki-qwen15-seed1"],
+                             ["spice-gate-wiki-qwen15-control", "spice-gate-wiki-qwen15-seed1-control"]], names
     for g in groups:
         seeds = [Run.objects.get(pk=pk).config["seed"] for pk in g["runs"]]
         assert len(set(seeds)) == len(seeds), g
@@ -169,7 +171,8 @@ def test_the_runs_table_of_the_demo_examples_fits_1400_px(roles, researcher, ser
             width = page.evaluate("document.documentElement.scrollWidth")
             right = page.evaluate("document.getElementById('runs').getBoundingClientRect().right")
             assert width <= 1400 and right <= 1400, (width, right)
-            assert page.locator("tr.seed-group").count() == 4  # the two GRPO groups, SPICE seeds 0 + 1, their controls
+            # the two GRPO groups; SPICE over GSM8K's solutions and over Wikipedia, seeds 0 + 1, and their controls
+            assert page.locator("tr.seed-group").count() == 6
             assert "seeds 0, 0" not in page.content()
             assert errors == []
         finally:
