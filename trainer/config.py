@@ -300,9 +300,15 @@ class GateConfig(Section):
         True, description="Invalidate a task the solver passes as often when answering at once (guess_max_new_tokens "
         "tokens, no room to reason) as with its full budget, above chance.")
     guess_max_new_tokens: int = Field(16, ge=4, description="Token budget of a guess-probe answer.")
+    shuffle_options: bool = Field(
+        True, description="Put a multiple-choice task's four options in a random order, its gold letter moved with "
+        "its option, before any solver reads it: a writer that always puts the right option first would otherwise "
+        "teach the solver a letter, not the content.")
     consensus_samples: int = Field(
-        3, ge=0, description="A reader that sees the document answers the question this many times; the task is "
-        "valid only when a strict majority agrees with the writer's answer (DARC / SSP's label check). 0 = off.")
+        5, ge=0, description="A reader that sees the document answers the question this many times; the task is "
+        "valid only when a strict majority agrees with the writer's answer (DARC / SSP's label check). 0 = off. "
+        "Measured on 1,841 tasks of a Qwen2.5-Coder-1.5B SPICE run, each read 15 times: 5 readers reach the 15 "
+        "readers' verdict on 92.4% of the tasks (3: 89.5%, 9: 95.6%, 13: 97.9%).")
     consensus_max_new_tokens: int = Field(512, ge=16, description="Token budget of one reader answer.")
     format_penalty: float = Field(
         -1.0, description="Writer reward for an output that does not parse (Absolute Zero: -1).")

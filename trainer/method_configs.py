@@ -216,6 +216,7 @@ class SpiceSection(MethodSection):
         ("challenger", "answer_share_max", "largest answer share"),
         ("challenger", "template_cluster_max", "largest template cluster"),
         ("challenger", "guess_pass_rate", "guess-probe pass rate"), ("challenger", "consensus_rate", "reader agrees"),
+        ("challenger", "mcq_letter_share_max", "MCQ: largest share of one right letter, as written"),
         ("challenger", "pass_rate_mean", "Reasoner pass rate"), ("reasoner", "accuracy", "Reasoner accuracy"),
         ("challenger", "optimizer_steps", "optimizer steps"))
 

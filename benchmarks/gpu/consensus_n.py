@@ -1,8 +1,8 @@
 """How many consensus readers does the task gate need? (issue 30: "choose n by measurement")
 
 The gate's consensus rule (trainer/methods/gate.py) has a reader that sees the document answer a task
-``gate.consensus_samples`` times (default 3) and keeps the task only when a strict majority agrees with the
-writer's answer. More readers decide more surely and cost more generation. This measures the trade on real tasks:
+``gate.consensus_samples`` times (default 5, chosen from this measurement; 3 before) and keeps the task only when
+a strict majority agrees with the writer's answer. More readers decide more surely and cost more generation. This measures the trade on real tasks:
 every task is read K times (K large, e.g. 15), and for each smaller odd n the chance that n readers drawn from those
 K reach the same verdict as all K is computed exactly (hypergeometric: n of the K answers without replacement).
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from trainer.config import GateConfig
-from trainer.methods.gate import (GateTask, chance_corrected, chance_level, check_task, cluster_shares, consensus,
-                                  copy_ratio, gate_metrics, guessable, rule_of, task_failures, template,
-                                  template_clusters, template_penalty)
-from trainer.methods.spice import control_flips
-from trainer.methods.spice_tasks import Attempt, SpiceTask
+from trainer.methods.gate import (MCQ_LETTERS, GateTask, chance_corrected, chance_level, check_task, cluster_shares,
+                                  consensus, copy_ratio, gate_metrics, guessable, option_spans, rule_of,
+                                  shuffle_options, task_failures, template, template_clusters, template_penalty)
+from trainer.methods.spice import control_flips, letter_share_max, step_metrics
+from trainer.methods.spice_tasks import Attempt, SpiceTask, shuffle
 from trainer.rewards import coin_flips
 
 RUNS = Path(__file__).resolve().parents[2] / "examples" / "runs"
@@ -136,6 +136,71 @@ def test_penalties_must_charge_a_format_failure_at_least_a_rule_failure():
     assert GateConfig().format_penalty == -1.0 and GateConfig().rule_penalty == -0.5
     with pytest.raises(ValueError, match="format_penalty"):
         GateConfig(format_penalty=-0.1, rule_penalty=-0.5)
+
+
+# ---- MCQ option order ----------------------------------------------------------------------------------------
+
+def _gold_text(question: str, letter: str) -> str:
+    return option_spans(question)[1][MCQ_LETTERS.index(letter)][1]
+
+
+def test_shuffled_options_spread_the_right_letter_of_a_challenger_that_always_wrote_a():
+    # the seed-1 SPICE run's step-19 Challenger: 61 of its 63 held-out MCQs answered "A" as written
+    tasks = [r for r in _tasks("spice-gate-wiki-qwen15-seed1", "step 19") if r["format"] == "mcq"]
+    assert letter_share_max([r["answer"] for r in tasks]) > 0.95
+    rng = random.Random(0)
+    moved = [shuffle_options(r["question"], r["answer"], rng) for r in tasks]
+    assert all(m is not None for m in moved)  # every one of them (also "Washington, D.C.?" with "A)" labels)
+    assert letter_share_max([letter for _, letter in moved]) < 0.45 and {letter for _, letter in moved} == set("ABCD")
+    for r, (question, letter) in zip(tasks, moved):
+        stem, options, _ = option_spans(r["question"])
+        stem2, options2, _ = option_spans(question)
+        assert stem2 == stem and sorted(t for _, t in options2) == sorted(t for _, t in options)
+        assert _gold_text(question, letter) == _gold_text(r["question"], r["answer"])  # the right option moved along
+
+
+def test_the_shuffle_is_uniform_and_reproducible():
+    q = "Which river flows through Vienna? A) Danube B) Rhine C) Elbe D) Vistula"
+    letters = [shuffle_options(q, "A", random.Random(i))[1] for i in range(4000)]
+    assert all(abs(letters.count(x) / 4000 - 0.25) < 0.03 for x in "ABCD")
+    assert shuffle_options(q, "A", random.Random("7:1:d:0")) == shuffle_options(q, "A", random.Random("7:1:d:0"))
+
+
+@pytest.mark.parametrize("question", [
+    "Which river? (A) Danube (B) Rhine (C) Elbe (D) Vistula",
+    "Which year did the Battle of Vienna take place?\nA. 1683\nB. 1682\nC. 1684\nD. 1685",
+    "Which of A) and B) came first? A) x1 B) y2 C) z3 D) w4",  # labels named in the stem: the options follow the last A
+])
+def test_option_labels_of_each_style_keep_their_place(question):
+    moved, letter = shuffle_options(question, "B", random.Random(3))
+    stem, options, gaps = option_spans(question)
+    stem2, options2, gaps2 = option_spans(moved)
+    assert stem2 == stem and [lab for lab, _ in options2] == [lab for lab, _ in options] and gaps2 == gaps
+    assert _gold_text(moved, letter) == options[1][1]
+
+
+@pytest.mark.parametrize("question", [
+    "Which is largest? A) one C) two B) three D) four",  # out of order
+    "Which is largest? A) one B) two C) three",  # three options
+    "Which is largest? A) one B) two C) three D) four E) five",  # five
+    "Which is largest? A) one B) C) three D) four",  # an empty option
+])
+def test_options_that_cannot_be_told_apart_stay_as_written(question):
+    assert shuffle_options(question, "A", random.Random(0)) is None
+
+
+def test_the_challengers_letter_is_kept_and_the_solvers_see_the_moved_one():
+    task = SpiceTask("mcq", "mcq", "How many people live in Timbuktu? A) One million B) Two million C) Three million "
+                     "D) Four million", "A")
+    attempts = []
+    for i in range(40):
+        a = Attempt("d", "Doc", i, f"1:d:{i}", [1], task=task, kept=True)
+        shuffle(a, random.Random(f"0:{a.key}"))
+        assert a.written_letter == "A" and _gold_text(a.task.question, a.task.answer) == "One million"
+        attempts.append(a)
+    assert len({a.task.answer for a in attempts}) == 4
+    assert step_metrics(attempts)["challenger"]["mcq_letter_share_max"] == 1.0  # as written: always A
+    assert letter_share_max([]) == 0.0
 
 
 # ---- the random-reward control -----------------------------------------------------------------------------------

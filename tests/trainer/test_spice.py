@@ -350,7 +350,9 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
                    target_loss=0.05)  # 50/50 floor 0.018
 
     cfg = _spice_config(tiny_config, taught, think_before_task=False)
-    cfg["gate"] = {"consensus_samples": 3, "consensus_max_new_tokens": 24, "guess_max_new_tokens": 8}
+    # the options stay in place: the model was taught the Reasoner's answers to this one question as written
+    cfg["gate"] = {"consensus_samples": 3, "consensus_max_new_tokens": 24, "guess_max_new_tokens": 8,
+                   "shuffle_options": False}
     cfg["rollout"]["temperature"] = 0.3
     result = run(cfg, documents=JsonlDocumentSource(DOCS[:1]), run_dir=tmp_path / "run")  # drawn twice a step
     assert result.steps == 3

@@ -29,6 +29,9 @@ Rules that need the model (``needs_model``):
 - ``guessable``: a guess probe (the solver answering with ``gate.guess_max_new_tokens`` tokens, no room to reason)
   passes at least as often as the full solver: the task tests no reasoning. Pass rates are compared after
   ``chance_corrected`` (a 4-option MCQ is passed 1/4 of the time by a blind guess, yes/no 1/2).
+Before any solver reads an MCQ, its four options are put in a random order and its gold letter moved with its option
+(``shuffle_options``, ``gate.shuffle_options``): a writer that always puts the right option first would otherwise
+teach the solver a letter.
 Penalties follow the anchors (Absolute Zero -1 for a format error, SPELL -0.5 for a refused task): an output that
 does not parse costs ``gate.format_penalty`` (-1), a task refused by a rule ``gate.rule_penalty`` (-0.5).
 
@@ -401,6 +404,60 @@ READER_PROMPT = """Read the document, then answer the question after it from wha
 def reader_prompt(document: str, question_prompt: str) -> str:
     """The consensus reader's prompt: the document, then the solver's own prompt for the question."""
     return READER_PROMPT.format(document=document, question=question_prompt)
+
+
+# ---- MCQ option order ----------------------------------------------------------------------------------------
+
+MCQ_LETTERS = ("A", "B", "C", "D")
+_LABEL_AT = re.compile(r"(?:^|(?<=[\s(\[]))([A-H])\s*[).:]")  # E) to H): more than four options
+
+
+def option_spans(question: str) -> tuple[str, list[tuple[str, str]], list[str]] | None:
+    """An MCQ question split at its option labels A) to D) (also "(A)", "A.", "A:", each label written as A's is),
+    which must follow the stem once each and in order from its last "A" label: (stem, [(label, option text)] x 4,
+    [the whitespace after each option]). None otherwise (the question is then left as written)."""
+    starts = [m for m in _LABEL_AT.finditer(question) if m.group(1) == "A"]
+    if not starts:
+        return None
+    labels, mark = [], starts[-1].group(0)[-1]  # the labels' punctuation, as A's: "A)" ignores the "D." of "D.C."
+    for m in _LABEL_AT.finditer(question, starts[-1].start()):
+        if m.group(0)[-1] != mark:
+            continue
+        if len(labels) == 4 or m.group(1) != MCQ_LETTERS[len(labels)]:
+            return None  # a fifth label, one out of order or repeated: not four options in order
+        opener = m.start() > 0 and question[m.start() - 1] in "(["  # "(B)": the bracket belongs to the label
+        labels.append((m.start() - opener, m.end()))
+    if len(labels) != 4:
+        return None
+    options, gaps = [], []
+    for i, (start, end) in enumerate(labels):
+        body = question[end:labels[i + 1][0] if i < 3 else len(question)]
+        if not body.strip():
+            return None
+        options.append((question[start:end], body.strip()))
+        gaps.append(body[len(body.rstrip()):])
+    return question[:labels[0][0]], options, gaps
+
+
+def shuffle_options(question: str, letter: str, rng) -> tuple[str, str] | None:
+    """The MCQ with its four options in a random order (``rng``: a ``random.Random``) and its gold letter moved with
+    its option: (question, letter). Labels, spacing and the stem stay where they were; only the options' texts move.
+    None when the options cannot be told apart (``option_spans``) or the letter is not A to D.
+
+    Why (ours, not in the papers): a writer that always puts the right option first teaches the solver to answer
+    "A" without reading. Qwen2.5-Coder-1.5B's SPICE Challenger drifted there within 19 steps on an H200 (61 of its
+    64 held-out MCQs answered A; the Reasoner's pass rate on them 82%, the base's 40%). With the options shuffled
+    before any solver reads them, no position carries the answer."""
+    parts = option_spans(question)
+    if parts is None or letter not in MCQ_LETTERS:
+        return None
+    stem, options, gaps = parts
+    order = list(range(4))
+    rng.shuffle(order)
+    out = stem
+    for pos, src in enumerate(order):
+        out += options[pos][0] + " " + options[src][1] + gaps[pos]  # position pos keeps its label, takes src's text
+    return out, MCQ_LETTERS[order.index(MCQ_LETTERS.index(letter))]
 
 
 # ---- metrics -------------------------------------------------------------------------------------------------

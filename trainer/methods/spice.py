@@ -30,7 +30,7 @@ Run it::
 Departures from the paper:
 - every task goes through the task gate (trainer/methods/gate.py; ``gate.*``, none of it the paper's): besides the
   per-task rules below, a task copying more than ``gate.copy_ratio`` of its document's character 6-grams is invalid;
-  a reader that sees the document answers each kept valid task ``gate.consensus_samples`` (3) times and the task is
+  a reader that sees the document answers each kept valid task ``gate.consensus_samples`` (5) times and the task is
   invalid unless a strict majority agrees with the Challenger's answer; after the Reasoner's answers a guess probe
   (the Reasoner answering within ``gate.guess_max_new_tokens`` tokens) that passes the task at least as often makes
   it invalid ("task is guessable"); the pass rate is chance-corrected before the reward ((p - c) / (1 - c), c = 1/4 for
@@ -39,7 +39,11 @@ Departures from the paper:
   (-0.5) when a rule refused it (paper: -0.1 for any, ``spice.invalid_penalty`` restores it). Why: without a gate
   every Qwen run collapsed into a guessable family; with it, a 1.5B run's held-out cloze rose +6.0 [+2.3, +9.7] over a
   random-reward control while its valid-task rate climbed from 5% to 59% and no family took over
-  (benchmarks/RESULTS.md, "Self-play through the task gate");
+  (benchmarks/RESULTS.md, "Self-play through the task gate"). A second seed did not reproduce it: its Challenger
+  drifted within 19 steps to MCQs whose right option was always A (61 of its 64 held-out MCQs), which its Reasoner
+  learned to answer by letter. So the gate puts an MCQ's options in a random order before any solver reads it, the
+  gold letter moved with its option (``gate.shuffle_options``; the Challenger's own tokens stay as written), and
+  ``mcq_letter_share_max`` logs the largest share of one letter among the valid MCQs as written;
 - ``train.control: random-reward`` (ours) replaces each Reasoner reward by a coin flip; the Challenger's reward is
   computed from the flips as usual, the gate from the grader's verdicts;
 - the retries run in rounds of ``challenger_attempts`` (the paper gives no round size) and stop
@@ -349,6 +353,9 @@ def step_metrics(attempts: list[Attempt], clusters: list[int] | None = None) -> 
         "reward_mean": sum(a.reward for a in kept) / max(len(kept), 1),
         **({"pass_rate_mean": sum(a.pass_rate for a in graded) / len(graded)} if graded else {}),
         "mcq_share": sum(a.choice is not None and a.choice.format == "mcq" for a in attempts) / len(attempts),
+        # the Challenger's MCQs as written: the largest share of one gold letter among the valid ones (before the
+        # gate's option shuffle; 0.25 when the right option's position is spread evenly)
+        "mcq_letter_share_max": letter_share_max([a.written_letter for a in attempts if a.valid and a.written_letter]),
         "response_length": sum(sum(a.loss_mask) for a in kept) / max(len(kept), 1),
         **{f"invalid_{r.split()[0]}_rate": n / len(attempts) for r, n in reasons.items()},
         **{f"invalid_{name}_rate": sum(a.reason.startswith(f"task: {text}") for a in attempts) / len(attempts)
@@ -375,6 +382,11 @@ def step_metrics(attempts: list[Attempt], clusters: list[int] | None = None) -> 
                                                       if a.trained_reasoner]),
     }
     return {CHALLENGER: challenger, REASONER: reasoner}
+
+
+def letter_share_max(letters: list[str]) -> float:
+    """The most frequent letter's share (0 with none): 1.0 when every MCQ puts its right option in one place."""
+    return max(Counter(letters).values()) / len(letters) if letters else 0.0
 
 
 def records(step: int, attempts: list[Attempt]) -> list[dict]:

@@ -40,13 +40,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trainer.methods.gate import (GUESS_PROMPT_SUFFIX, ANSWER_IN_QUESTION, MIN_QUESTION_WORDS, NO_WORDS, NOT_GROUNDED, REFERS_TO_DOCUMENT,
-                                  REPEATED, REPEATED_ANSWER, GateTask, check_task, reader_prompt)
+                                  REPEATED, REPEATED_ANSWER, MCQ_LETTERS, GateTask, check_task,
+                                  reader_prompt, shuffle_options)
 from trainer.prompts import chat
 from trainer.tools.corpus import document_text
 from trainer.verify import exact_match, extract_boxed, math_equal_many, mcq_match
 
 ANSWER_TYPES = ("integer", "float", "expression", "string", "boolean")
-MCQ_LETTERS = ("A", "B", "C", "D")
 
 # Short prompts ending with the exact JSON to write (see the module docstring for why).
 FORMAT_PROMPT = """Document:
@@ -504,6 +504,7 @@ class Attempt:
     reward: float = 0.0
     trained_reasoner: bool = False
     truncated: bool = False  # a Challenger turn ended at its token budget
+    written_letter: str | None = None  # an MCQ's gold letter as the Challenger wrote it, before its options moved
 
     @property
     def valid(self) -> bool:
@@ -649,7 +650,20 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
         except TaskError as err:
             a.reason = f"task: {err}"
             a.task = err.task  # a parsed task that broke a rule: invalid (it has a reason), its question on record
+            continue
+        if a.task.format == "mcq" and gate_cfg is not None and gate_cfg.shuffle_options:
+            shuffle(a, random.Random(f"{ctx.config.seed}:{a.key}"))
     return attempts
+
+
+def shuffle(a: Attempt, rng: random.Random) -> None:
+    """The task gate's option shuffle for a parsed MCQ (``gate.shuffle_options``): the Reasoner, the guess probe and
+    the reader see the options in ``rng``'s order and are graded against the moved letter; the Challenger's own
+    tokens (its JSON) stay as written and ``a.written_letter`` keeps its letter (``mcq_letter_share_max``)."""
+    a.written_letter = a.task.answer
+    moved = shuffle_options(a.task.question, a.task.answer, rng)
+    if moved is not None:  # options that cannot be told apart stay as written (a valid task still)
+        a.task = SpiceTask("mcq", "mcq", moved[0], moved[1])
 
 
 def ask(ctx, attempts: list[Attempt], user_texts: list[str], k: int, max_new_tokens: int):
