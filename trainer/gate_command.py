@@ -9,10 +9,11 @@ its step; without ``step`` the whole file is one step.
 
 Without ``--model`` only the rules that need no model run. With ``--model`` (a catalog name, a folder, a run's
 checkpoint: what ``python -m trainer.evaluate`` takes) the solver answers each task ``--answers`` times with its full
-budget and as a guess probe, and a reader with the document ``gate.consensus_samples`` times.
+budget and as a guess probe, and a reader with the document ``gate.consensus_samples`` times; an MCQ's options are
+put in a seeded random order first (``gate.shuffle_options``), as in training.
 
 Prints one JSON line per task on stdout: ``{"line", "question", "valid", "failed": [rule, ...], "reasons": [...],
-"cluster", "cluster_share", "pass_rate"?, "guess_rate"?, "reader_agreement"?}``; then a summary line on stderr
+"cluster", "cluster_share", "pass_rate"?, "guess_rate"?, "reader_agreement"?, "shuffled_answer"?}``; then a summary line on stderr
 ``{"summary": {"tasks", "valid", "failed_by_rule": {...}, "largest_cluster_share", "largest_answer_share"}}``.
 Exit status 2 with one line on stderr for a file that cannot be read.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import sys
 from collections import Counter
@@ -133,7 +135,7 @@ def _across(rows: list[dict], tasks: list[GateTask], verdicts: list[dict], idx: 
 def probe(rows: list[dict], verdicts: list[dict], model: str, gate, answers: int, max_new_tokens: int) -> None:
     """The rules that need the model (guess probe, consensus reader) on every task, in place."""
     from trainer.evaluate import load_model
-    from trainer.methods.spice_tasks import Attempt, SpiceTask, answer, guess, read
+    from trainer.methods.spice_tasks import Attempt, SpiceTask, answer, guess, read, shuffle
     from trainer.rollout import SamplingParams
     from trainer.tools.corpus import Document
 
@@ -149,6 +151,10 @@ def probe(rows: list[dict], verdicts: list[dict], model: str, gate, answers: int
     attempts = [Attempt(str(r["line"]), "", i, str(i), [], group=i,
                         task=SpiceTask(t.format, t.answer_type, t.question, t.answer))
                 for i, (r, t) in enumerate(zip(rows, tasks))]
+    if gate.shuffle_options:  # as in training: the model reads an MCQ with its options in a random (seeded) order
+        for a in attempts:
+            if a.task.format == "mcq":
+                shuffle(a, random.Random(f"gate:{a.doc_id}"))
     answer(ctx, attempts)
     if gate.guess_probe:
         guess(ctx, attempts)
@@ -158,6 +164,8 @@ def probe(rows: list[dict], verdicts: list[dict], model: str, gate, answers: int
         read(ctx, with_docs, docs)
     for v, a, t in zip(verdicts, attempts, tasks):
         v["pass_rate"] = a.pass_rate
+        if a.written_letter is not None:
+            v["shuffled_answer"] = a.task.answer  # the letter the model was graded against, options shuffled
         if a.guessed is not None:
             v["guess_rate"] = sum(a.guessed) / len(a.guessed)
             if guessable(v["guess_rate"], a.pass_rate, chance_level(t.format, t.answer_type)):

@@ -60,7 +60,9 @@ def test_from_run_tasks_through_the_gate_command_with_a_real_model_to_the_table(
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in [
         {"question": "What is the capital of Niger?", "answer": "Niamey", "document": doc},
-        {"question": "How many million people live in Niger?", "answer": "26", "document": doc}]))
+        {"question": "How many million people live in Niger?", "answer": "26", "document": doc},
+        {"question": "Which city is the capital of Niger? A) Niamey B) Agadez C) Zinder D) Maradi", "answer": "A",
+         "document": doc}]))
     assert main(["gate", str(tasks), "--model", str(smollm2_dir), "--answers", "1", "--max-new-tokens", "24",
                  "--set", "gate.consensus_samples=3", "--set", "gate.guess_probe=false",
                  "--set", "gate.consensus_max_new_tokens=24"]) == 0
@@ -68,10 +70,12 @@ def test_from_run_tasks_through_the_gate_command_with_a_real_model_to_the_table(
     verdicts = tmp_path / "verdicts.jsonl"
     verdicts.write_text(out)
     lines = [json.loads(line) for line in out.splitlines()]
-    assert len(lines) == 2 and all(round(v["reader_agreement"] * 3, 6) in (0, 1, 2, 3) for v in lines)
+    assert len(lines) == 3 and all(round(v["reader_agreement"] * 3, 6) in (0, 1, 2, 3) for v in lines)
+    # the MCQ was read with its options shuffled, as in training (seeded: the same letter every time)
+    assert "shuffled_answer" not in lines[0] and lines[2]["shuffled_answer"] in "ABCD"
     assert consensus_n.main(["table", str(verdicts), "--k", "3"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("2 tasks, 3 readers each")
+    assert printed[0].startswith("3 tasks, 3 readers each")
     assert json.loads(printed[-1])["k"] == 3
     wrong_k = tmp_path / "wrong_k.jsonl"
     wrong_k.write_text(json.dumps({"reader_agreement": 2 / 3}) + "\n")
