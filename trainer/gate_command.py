@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import sys
 from collections import Counter
@@ -154,7 +153,7 @@ def probe(rows: list[dict], verdicts: list[dict], model: str, gate, answers: int
     if gate.shuffle_options:  # as in training: the model reads an MCQ with its options in a random (seeded) order
         for a in attempts:
             if a.task.format == "mcq":
-                shuffle(a, random.Random(f"gate:{a.doc_id}"))
+                shuffle(a, "gate")
     answer(ctx, attempts)
     if gate.guess_probe:
         guess(ctx, attempts)

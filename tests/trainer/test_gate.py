@@ -195,12 +195,30 @@ def test_the_challengers_letter_is_kept_and_the_solvers_see_the_moved_one():
     attempts = []
     for i in range(40):
         a = Attempt("d", "Doc", i, f"1:d:{i}", [1], task=task, kept=True)
-        shuffle(a, random.Random(f"0:{a.key}"))
+        shuffle(a, seed=i)
         assert a.written_letter == "A" and _gold_text(a.task.question, a.task.answer) == "One million"
         attempts.append(a)
     assert len({a.task.answer for a in attempts}) == 4
     assert step_metrics(attempts)["challenger"]["mcq_letter_share_max"] == 1.0  # as written: always A
     assert letter_share_max([]) == 0.0
+
+
+def test_one_question_written_for_two_documents_reads_the_same_and_is_still_repeated():
+    """The shuffle is seeded by the run's seed and the question as written: the same MCQ written for two documents
+    gets one order, so mark_repeated (and a reviewer's flag, matched by question text) still sees one question."""
+    from trainer.methods.gate import mark_repeated
+
+    task = SpiceTask("mcq", "mcq", "How many people live in Timbuktu? A) One million B) Two million C) Three million "
+                     "D) Four million", "A")
+    other = SpiceTask("mcq", "mcq", "Which river flows through Vienna? A) Danube B) Rhine C) Elbe D) Vistula", "A")
+    attempts = [Attempt(doc, doc, 0, f"1:{doc}:0", [1], task=t) for doc, t in (("x", task), ("y", task), ("z", other))]
+    for a in attempts:
+        shuffle(a, seed=7)
+    assert attempts[0].task == attempts[1].task != task  # moved, and moved alike
+    assert mark_repeated(attempts) == 2 and attempts[2].valid
+    a = Attempt("x", "x", 0, "2:x:0", [1], task=task)
+    shuffle(a, seed=7)
+    assert a.task == attempts[0].task  # a later step: the same text again (a reviewer's flag still matches)
 
 
 # ---- the random-reward control -----------------------------------------------------------------------------------

@@ -652,16 +652,19 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
             a.task = err.task  # a parsed task that broke a rule: invalid (it has a reason), its question on record
             continue
         if a.task.format == "mcq" and gate_cfg is not None and gate_cfg.shuffle_options:
-            shuffle(a, random.Random(f"{ctx.config.seed}:{a.key}"))
+            shuffle(a, ctx.config.seed)
     return attempts
 
 
-def shuffle(a: Attempt, rng: random.Random) -> None:
+def shuffle(a: Attempt, seed) -> None:
     """The task gate's option shuffle for a parsed MCQ (``gate.shuffle_options``): the Reasoner, the guess probe and
-    the reader see the options in ``rng``'s order and are graded against the moved letter; the Challenger's own
-    tokens (its JSON) stay as written and ``a.written_letter`` keeps its letter (``mcq_letter_share_max``)."""
+    the reader see the options in a random order and are graded against the moved letter; the Challenger's own
+    tokens (its JSON) stay as written and ``a.written_letter`` keeps its letter (``mcq_letter_share_max``).
+    The order is drawn from ``seed`` (the run's) and the question as written, so one question written twice (for two
+    documents, or in two steps) reads the same both times: the rules that compare question texts (``mark_repeated``,
+    a reviewer's flag, template clusters) see it as one, as they did before the shuffle."""
     a.written_letter = a.task.answer
-    moved = shuffle_options(a.task.question, a.task.answer, rng)
+    moved = shuffle_options(a.task.question, a.task.answer, random.Random(f"{seed}:{a.task.question}"))
     if moved is not None:  # options that cannot be told apart stay as written (a valid task still)
         a.task = SpiceTask("mcq", "mcq", moved[0], moved[1])
 
