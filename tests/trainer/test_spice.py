@@ -324,41 +324,48 @@ def test_spice_runs_three_steps_on_a_random_model_and_reports_every_task(tiny_co
 
 def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_model_dir, tmp_path):
     """A tiny model taught one format choice, one MCQ, and a boxed answer right half of the time:
-    tasks are valid, the Reasoner answers them, both roles train and the sink gets graded attempts."""
+    tasks are valid, the Reasoner answers them, both roles train and the sink gets graded attempts.
+    The Reasoner, the guess probe and the reader are taught the MCQ as the gate shows it, options shuffled."""
     from transformers import AutoTokenizer
 
+    from trainer.methods.gate import shuffle_options
+
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    sec = load_config(_spice_config(tiny_config, tiny_model_dir, think_before_task=False)).spice
+    loaded = load_config(_spice_config(tiny_config, tiny_model_dir, think_before_task=False))
+    sec = loaded.spice
     eos = [tok.eos_token_id]
     # both turns open with the recipe's prefill (prompt tokens): the model writes the rest of the JSON
     choice = tok.encode(' true, "suitable_for_free_form": false}', add_special_tokens=False) + eos
-    mcq = tok.encode('Which is largest? A) one B) two C) three D) four", '
-                     '"multiple_choice_correct": "D"}', add_special_tokens=False) + eos
-    task = SpiceTask("mcq", "mcq", "Which is largest? A) one B) two C) three D) four", "D")
+    written = "Which is largest? A) one B) two C) three D) four"
+    mcq = tok.encode(f'{written}", "multiple_choice_correct": "D"}}', add_special_tokens=False) + eos
+    # the gate's shuffle (gate.shuffle_options, on): the order spice_tasks.shuffle draws for this run and question
+    shown, gold = shuffle_options(written, "D", random.Random(f"{loaded.seed}:{written}"))
+    assert (shown, gold) != (written, "D")  # this seed moves "four": the run below grades against the moved letter
+    task = SpiceTask("mcq", "mcq", shown, gold)
+    wrong = next(x for x in "ABCD" if x != gold)
     conversation = [(challenger_prompt(tok, DOCS[0], sec), False), (choice, True),
                     (continue_chat(tok, task_prompt(MCQ, sec.worked_example), True) + prefill_ids(tok, TASK_PREFILL["mcq"]), False),
                     (mcq, True)]  # both Challenger turns at once (think_before_task off: the turn opens with its JSON)
     asked = chat(tok, REASONER_SYSTEM, reasoner_prompt(task))
-    answers = [pair(asked, tok.encode(f"So \\boxed{{{x}}}", add_special_tokens=False) + eos) for x in "DB"]  # 50/50
-    # the task gate's model rules: the reader with the document agrees with the gold (D), the guess probe misses (B)
+    answers = [pair(asked, tok.encode(f"So \\boxed{{{x}}}", add_special_tokens=False) + eos)
+               for x in (gold, wrong)]  # 50/50
+    # the task gate's model rules: the reader with the document agrees with the moved gold, the guess probe misses
     body = document_text(DOCS[0], tok, sec.max_document_tokens)
     read_ = chat(tok, REASONER_SYSTEM, reader_prompt(f"Title: {DOCS[0].title}\n\n{body}", reasoner_prompt(task)))
-    reader = pair(read_, tok.encode("So \\boxed{D}", add_special_tokens=False) + eos)
+    reader = pair(read_, tok.encode(f"So \\boxed{{{gold}}}", add_special_tokens=False) + eos)
     guessed = pair(chat(tok, REASONER_SYSTEM, reasoner_prompt(task) + GUESS_PROMPT_SUFFIX),
-                   tok.encode("\\boxed{B}", add_special_tokens=False) + eos)
+                   tok.encode(f"\\boxed{{{wrong}}}", add_special_tokens=False) + eos)
     taught = teach(tiny_model_dir, tmp_path / "taught", [conversation, *answers, reader, guessed],
                    target_loss=0.05)  # 50/50 floor 0.018
 
     cfg = _spice_config(tiny_config, taught, think_before_task=False)
-    # the options stay in place: the model was taught the Reasoner's answers to this one question as written
-    cfg["gate"] = {"consensus_samples": 3, "consensus_max_new_tokens": 24, "guess_max_new_tokens": 8,
-                   "shuffle_options": False}
+    cfg["gate"] = {"consensus_samples": 3, "consensus_max_new_tokens": 24, "guess_max_new_tokens": 8}
     cfg["rollout"]["temperature"] = 0.3
     result = run(cfg, documents=JsonlDocumentSource(DOCS[:1]), run_dir=tmp_path / "run")  # drawn twice a step
     assert result.steps == 3
     samples = _rows(tmp_path / "run", "samples.jsonl")
     valid = [r for r in samples if r["kind"] == "task" and r["valid"]]
-    assert valid and all(t["format"] == "mcq" and t["answer"] == "D" for t in valid)
+    assert valid and all(t["format"] == "mcq" and t["answer"] == gold and t["question"] == shown for t in valid)
     graded = [t for t in valid if t["pass_rate"] is not None]
     assert graded and any(t["data"]["reasoner_group"] for t in graded)
     answers = [r for r in samples if r["kind"] == "attempt" and r["role"] == "reasoner"]
@@ -369,8 +376,9 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
     assert any(m["valid_rate"] > 0 for m in metrics if m["role"] == "challenger")
     chal = [m for m in metrics if m["role"] == "challenger"]
     assert any(m["consensus_rate"] > 0 for m in chal)  # the reader agreed: the task stayed valid
-    assert all(m["guess_pass_rate"] < 0.5 for m in chal)  # the probe guessed B: not guessable
+    assert all(m["guess_pass_rate"] < 0.5 for m in chal)  # the probe guessed a wrong letter: not guessable
     assert all(m["gate_guessable_rate"] == 0 and "optimizer_steps" in m for m in chal)
+    assert any(m["mcq_letter_share_max"] == 1.0 for m in chal)  # as written, its right option is always D
 
 
 def test_a_review_flag_reaches_the_recipe_and_survives_checkpoint_and_resume(tiny_config, tiny_model_dir, tmp_path):
