@@ -13,7 +13,8 @@ budget and as a guess probe, and a reader with the document ``gate.consensus_sam
 put in a seeded random order first (``gate.shuffle_options``), as in training.
 
 Prints one JSON line per task on stdout: ``{"line", "question", "valid", "failed": [rule, ...], "reasons": [...],
-"cluster", "cluster_share", "pass_rate"?, "guess_rate"?, "reader_agreement"?, "shuffled_answer"?}``; then a summary line on stderr
+"cluster", "cluster_share", "pass_rate"?, "guess_rate"?, "reader_agreement"?, "shuffled_question"?,
+"shuffled_answer"?}``; then a summary line on stderr
 ``{"summary": {"tasks", "valid", "failed_by_rule": {...}, "largest_cluster_share", "largest_answer_share"}}``.
 Exit status 2 with one line on stderr for a file that cannot be read.
 """
@@ -30,8 +31,9 @@ from types import SimpleNamespace
 
 from trainer.jsonl import json_objects
 from trainer.method_configs import SECTIONS
-from trainer.methods.gate import (GateTask, chance_level, cluster_shares, consensus, guessable, mark_repeated,
-                                  mark_repeated_answers, task_failures, template_clusters)
+from trainer.methods.gate import (OPTIONS_UNCLEAR, GateTask, chance_level, cluster_shares, consensus, guessable,
+                                  mark_repeated, mark_repeated_answers, option_spans, task_failures,
+                                  template_clusters)
 from trainer.verify import normalize_answer, plain_number
 
 _MCQ = re.compile(r"(?:^|[\s(\[])D\s*[).:]")
@@ -100,6 +102,8 @@ def screen(rows: list[dict], gate, method: str = "spice", require_grounding: boo
     for row, task in zip(rows, tasks):
         failed = task_failures(task, max_copy_ratio=gate.copy_ratio, require_grounding=require_grounding,
                                whole_words=SECTIONS[method].answer_copy == "whole_words")
+        if gate.shuffle_options and task.format == "mcq" and option_spans(task.question) is None:
+            failed.append(("options", OPTIONS_UNCLEAR))  # as in training: its options could not be shuffled
         verdicts.append({"line": row["line"], "question": task.question, "failed": [f[0] for f in failed],
                          "reasons": [f[1] for f in failed]})
     # the rules over a step's tasks, step by step (a line's "step"; the whole file is one step without it)
@@ -163,8 +167,8 @@ def probe(rows: list[dict], verdicts: list[dict], model: str, gate, answers: int
         read(ctx, with_docs, docs)
     for v, a, t in zip(verdicts, attempts, tasks):
         v["pass_rate"] = a.pass_rate
-        if a.written_letter is not None:
-            v["shuffled_answer"] = a.task.answer  # the letter the model was graded against, options shuffled
+        if a.written_letter is not None and not a.reason:  # what the model read and was graded against
+            v["shuffled_question"], v["shuffled_answer"] = a.task.question, a.task.answer
         if a.guessed is not None:
             v["guess_rate"] = sum(a.guessed) / len(a.guessed)
             if guessable(v["guess_rate"], a.pass_rate, chance_level(t.format, t.answer_type)):

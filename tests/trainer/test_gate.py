@@ -179,11 +179,44 @@ def test_option_labels_of_each_style_keep_their_place(question):
     assert _gold_text(moved, letter) == options[1][1]
 
 
+@pytest.mark.parametrize("question,gold,text", [
+    ("Which class of fire involves energized electrical equipment? A) Class A: ordinary combustibles B) Class B: "
+     "flammable liquids C) Class C: electrical equipment D) Class D: combustible metals", "C",
+     "Class C: electrical equipment"),
+    ("Which vitamin does sunlight help the skin make? A) Vitamin A. B) Vitamin B. C) Vitamin C. D) Vitamin D.", "D",
+     "Vitamin D."),
+])
+def test_options_holding_label_like_text_are_split_at_their_own_labels(question, gold, text):
+    for seed in range(8):
+        moved, letter = shuffle_options(question, gold, random.Random(seed))
+        assert [lab for lab, _ in option_spans(moved)[1]] == [lab for lab, _ in option_spans(question)[1]]
+        assert _gold_text(moved, letter) == text
+
+
+def test_an_mcq_whose_options_cannot_be_shuffled_is_refused():
+    a = Attempt("d", "Doc", 0, "1:d:0", [1], task=SpiceTask("mcq", "mcq", "Which? A) one C) two B) three D) four", "A"))
+    shuffle(a, seed=0)
+    assert not a.valid and rule_of(a.reason) == "options" and a.written_letter == "A"
+    assert gate_metrics([a.reason], [], [])["gate_options_rate"] == 1.0
+
+
+def test_the_order_follows_the_question_as_mark_repeated_compares_it():
+    base = "Which river flows through Vienna? A) Danube B) Rhine C) Elbe D) Vistula"
+    variants = [base, base.replace("Vienna?", "Vienna ?"), base + ".", base.replace("Which", "which")]
+    letters = set()
+    for q in variants:
+        a = Attempt("d", "Doc", 0, "1:d:0", [1], task=SpiceTask("mcq", "mcq", q, "A"))
+        shuffle(a, seed=3)
+        letters.add(a.task.answer)
+    assert len(letters) == 1  # one key, one order: the written variants still read as one question
+
+
 @pytest.mark.parametrize("question", [
     "Which is largest? A) one C) two B) three D) four",  # out of order
     "Which is largest? A) one B) two C) three",  # three options
     "Which is largest? A) one B) two C) three D) four E) five",  # five
     "Which is largest? A) one B) C) three D) four",  # an empty option
+    "Which capital lies on the Potomac? A. Washington, D.C. B. Ottawa C. Canberra D. Brasilia",  # "D." inside A's text
 ])
 def test_options_that_cannot_be_told_apart_stay_as_written(question):
     assert shuffle_options(question, "A", random.Random(0)) is None
@@ -306,6 +339,16 @@ def test_the_gate_command_screens_a_task_file(tmp_path, capsys):
     verdicts = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [v["valid"] for v in verdicts] == [True, True, True, True]  # "1" for 2 of 2 documents: under 3
     assert [v["cluster_share"] for v in verdicts] == [1.0, 1.0, 0.5, 0.5]
+
+    # an MCQ whose options cannot be shuffled is refused, as in training (no model needed)
+    mcq = tmp_path / "mcq.jsonl"
+    mcq.write_text(json.dumps({"question": "Which river flows through Vienna? A) Danube C) Rhine B) Elbe D) Vistula",
+                               "answer": "A", "document": "The Danube flows through Vienna."}) + "\n")
+    assert main(["gate", str(mcq)]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["failed"] == ["options"] and not verdict["valid"]
+    assert main(["gate", str(mcq), "--set", "gate.shuffle_options=false"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"]
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "ok?", "answer": "1"}\n{not json\n')

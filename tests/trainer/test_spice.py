@@ -328,7 +328,7 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
     The Reasoner, the guess probe and the reader are taught the MCQ as the gate shows it, options shuffled."""
     from transformers import AutoTokenizer
 
-    from trainer.methods.gate import shuffle_options
+    from trainer.methods.gate import question_key, shuffle_options
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     loaded = load_config(_spice_config(tiny_config, tiny_model_dir, think_before_task=False))
@@ -339,7 +339,7 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
     written = "Which is largest? A) one B) two C) three D) four"
     mcq = tok.encode(f'{written}", "multiple_choice_correct": "D"}}', add_special_tokens=False) + eos
     # the gate's shuffle (gate.shuffle_options, on): the order spice_tasks.shuffle draws for this run and question
-    shown, gold = shuffle_options(written, "D", random.Random(f"{loaded.seed}:{written}"))
+    shown, gold = shuffle_options(written, "D", random.Random(f"{loaded.seed}:{question_key(written)}"))
     assert (shown, gold) != (written, "D")  # this seed moves "four": the run below grades against the moved letter
     task = SpiceTask("mcq", "mcq", shown, gold)
     wrong = next(x for x in "ABCD" if x != gold)
@@ -365,7 +365,8 @@ def test_spice_valid_path_with_a_model_taught_to_write_tasks(tiny_config, tiny_m
     assert result.steps == 3
     samples = _rows(tmp_path / "run", "samples.jsonl")
     valid = [r for r in samples if r["kind"] == "task" and r["valid"]]
-    assert valid and all(t["format"] == "mcq" and t["answer"] == gold and t["question"] == shown for t in valid)
+    assert valid and all(t["format"] == "mcq" and t["answer"] == gold and t["question"] == shown
+                         and t["data"]["written_answer"] == "D" for t in valid)
     graded = [t for t in valid if t["pass_rate"] is not None]
     assert graded and any(t["data"]["reasoner_group"] for t in graded)
     answers = [r for r in samples if r["kind"] == "attempt" and r["role"] == "reasoner"]

@@ -31,7 +31,8 @@ Rules that need the model (``needs_model``):
   ``chance_corrected`` (a 4-option MCQ is passed 1/4 of the time by a blind guess, yes/no 1/2).
 Before any solver reads an MCQ, its four options are put in a random order and its gold letter moved with its option
 (``shuffle_options``, ``gate.shuffle_options``): a writer that always puts the right option first would otherwise
-teach the solver a letter.
+teach the solver a letter. An MCQ whose options cannot be told apart is invalid then (``options``: not four labels A)
+to D) in order), or it would keep its written order.
 Penalties follow the anchors (Absolute Zero -1 for a format error, SPELL -0.5 for a refused task): an output that
 does not parse costs ``gate.format_penalty`` (-1), a task refused by a rule ``gate.rule_penalty`` (-0.5).
 
@@ -111,8 +112,8 @@ REPEATED = "question repeated across documents"
 REPEATED_ANSWER = "answer repeated across documents"
 
 
-def _question_key(question: str) -> str:
-    """What ``mark_repeated`` compares: lower case, every character other than a letter, digit, "_" or space made a
+def question_key(question: str) -> str:
+    """What ``mark_repeated`` compares (and what seeds an MCQ's option order): lower case, every character other than a letter, digit, "_" or space made a
     space ("What’s" and "What's", "1990-91" and "1990 91" are one key). Not ``verify.normalize_answer`` (the
     graders'): it deletes ASCII punctuation only (joining "1990-91" into "199091"), keeps typographic quotes and
     drops articles."""
@@ -149,7 +150,7 @@ def mark_repeated(attempts: Sequence) -> int:
     A collapsed Challenger writes one template for every document ("How many correct answers?" for 96 of 96 held-out
     documents); the same document drawn twice in a step may repeat its own question. Called on the step's attempts so
     far after each retry round, so a task keeps its mark when later rounds add more copies."""
-    return _mark_across_documents(attempts, lambda task: _question_key(task.question), REPEATED,
+    return _mark_across_documents(attempts, lambda task: question_key(task.question), REPEATED,
                                   lambda docs: f"{len(docs)} documents" if len(docs) > 1 else None)
 
 
@@ -213,10 +214,12 @@ def mark_repeated_answers(attempts: Sequence, max_share: float = 0.25) -> int:
 COPIES_DOCUMENT = "question copies its document"
 GUESSABLE = "task is guessable"
 NO_CONSENSUS = "reader with the document disagrees"
+OPTIONS_UNCLEAR = "options are not four labelled A) to D) in order"
 # Every rule by its metric name (gate_<name>_rate) and the text its reason starts with ("task: <text> (...)").
 RULES = {"answer_in_question": ANSWER_IN_QUESTION, "no_words": NO_WORDS, "refers_to_document": REFERS_TO_DOCUMENT,
          "not_grounded": NOT_GROUNDED, "copy_ratio": COPIES_DOCUMENT, "repeated": REPEATED,
-         "repeated_answer": REPEATED_ANSWER, "consensus": NO_CONSENSUS, "guessable": GUESSABLE}
+         "repeated_answer": REPEATED_ANSWER, "options": OPTIONS_UNCLEAR, "consensus": NO_CONSENSUS,
+         "guessable": GUESSABLE}
 NEEDS_MODEL = ("consensus", "guessable")
 ACROSS_TASKS = ("repeated", "repeated_answer")
 
@@ -413,30 +416,39 @@ _LABEL_AT = re.compile(r"(?:^|(?<=[\s(\[]))([A-H])\s*[).:]")  # E) to H): more t
 
 
 def option_spans(question: str) -> tuple[str, list[tuple[str, str]], list[str]] | None:
-    """An MCQ question split at its option labels A) to D) (also "(A)", "A.", "A:", each label written as A's is),
-    which must follow the stem once each and in order from its last "A" label: (stem, [(label, option text)] x 4,
-    [the whitespace after each option]). None otherwise (the question is then left as written)."""
-    starts = [m for m in _LABEL_AT.finditer(question) if m.group(1) == "A"]
+    """An MCQ question split at its option labels A) to D) (also "(A)", "A.", "A:"): (stem, [(label, option text)] x 4,
+    [the whitespace after each option]); None when no kind of label gives four options in order (the caller leaves
+    the question as written, or refuses it: ``OPTIONS_UNCLEAR``). Labels are read one punctuation at a time, ")"
+    first, then ".", then ":", so an option that itself holds "Class A:" or "Washington, D.C." is not split there."""
+    for mark in ")" ".:":
+        parts = _options_marked(question, mark)
+        if parts is not None:
+            return parts
+    return None
+
+
+def _options_marked(question: str, mark: str):
+    """``option_spans`` for labels ending in ``mark``: A to D once each and in order from the last "A" label on."""
+    labels = [m for m in _LABEL_AT.finditer(question) if m.group(0)[-1] == mark]
+    starts = [i for i, m in enumerate(labels) if m.group(1) == "A"]
     if not starts:
         return None
-    labels, mark = [], starts[-1].group(0)[-1]  # the labels' punctuation, as A's: "A)" ignores the "D." of "D.C."
-    for m in _LABEL_AT.finditer(question, starts[-1].start()):
-        if m.group(0)[-1] != mark:
-            continue
-        if len(labels) == 4 or m.group(1) != MCQ_LETTERS[len(labels)]:
+    spans = []
+    for m in labels[starts[-1]:]:
+        if len(spans) == 4 or m.group(1) != MCQ_LETTERS[len(spans)]:
             return None  # a fifth label, one out of order or repeated: not four options in order
         opener = m.start() > 0 and question[m.start() - 1] in "(["  # "(B)": the bracket belongs to the label
-        labels.append((m.start() - opener, m.end()))
-    if len(labels) != 4:
+        spans.append((m.start() - opener, m.end()))
+    if len(spans) != 4:
         return None
     options, gaps = [], []
-    for i, (start, end) in enumerate(labels):
-        body = question[end:labels[i + 1][0] if i < 3 else len(question)]
+    for i, (start, end) in enumerate(spans):
+        body = question[end:spans[i + 1][0] if i < 3 else len(question)]
         if not body.strip():
             return None
         options.append((question[start:end], body.strip()))
         gaps.append(body[len(body.rstrip()):])
-    return question[:labels[0][0]], options, gaps
+    return question[:spans[0][0]], options, gaps
 
 
 def shuffle_options(question: str, letter: str, rng) -> tuple[str, str] | None:
@@ -446,7 +458,7 @@ def shuffle_options(question: str, letter: str, rng) -> tuple[str, str] | None:
 
     Why (ours, not in the papers): a writer that always puts the right option first teaches the solver to answer
     "A" without reading. Qwen2.5-Coder-1.5B's SPICE Challenger drifted there within 19 steps on an H200 (61 of its
-    64 held-out MCQs answered A; the Reasoner's pass rate on them 82%, the base's 40%). With the options shuffled
+    63 held-out MCQs answered A; the Reasoner's pass rate on them 82%, the base's 40%). With the options shuffled
     before any solver reads them, no position carries the answer."""
     parts = option_spans(question)
     if parts is None or letter not in MCQ_LETTERS:

@@ -42,8 +42,10 @@ Departures from the paper:
   (benchmarks/RESULTS.md, "Self-play through the task gate"). A second seed did not reproduce it: its Challenger
   drifted within 19 steps to MCQs whose right option was always A (61 of its 64 held-out MCQs), which its Reasoner
   learned to answer by letter. So the gate puts an MCQ's options in a random order before any solver reads it, the
-  gold letter moved with its option (``gate.shuffle_options``; the Challenger's own tokens stay as written), and
-  ``mcq_letter_share_max`` logs the largest share of one letter among the valid MCQs as written;
+  gold letter moved with its option (``gate.shuffle_options``; the Challenger's own tokens stay as written; one
+  question written twice reads the same both times; the cross-play evaluation shuffles too), an MCQ whose options
+  cannot be told apart is invalid (``gate_options_rate``), and ``mcq_letter_share_max`` logs the largest share of one
+  letter among the valid MCQs as written;
 - ``train.control: random-reward`` (ours) replaces each Reasoner reward by a coin flip; the Challenger's reward is
   computed from the flips as usual, the gate from the grader's verdicts;
 - the retries run in rounds of ``challenger_attempts`` (the paper gives no round size) and stop
@@ -403,7 +405,9 @@ def records(step: int, attempts: list[Attempt]) -> list[dict]:
                      "reasoner_group": a.trained_reasoner, "document_title": a.doc_title, "attempt": a.index,
                      "round": a.round, "gate_rule": rule_of(a.reason), "cluster_share": a.cluster_share,
                      "guess_rate": sum(a.guessed) / len(a.guessed) if a.guessed else None,
-                     "reader_agrees": sum(a.agrees) / len(a.agrees) if a.agrees else None}})
+                     "reader_agrees": sum(a.agrees) / len(a.agrees) if a.agrees else None,
+                     # an MCQ's letter as the Challenger wrote it (its turn text); "answer" is the shuffled one
+                     "written_answer": a.written_letter}})
         out.append({"kind": "attempt", "key": f"{a.key}:c", "task_key": a.key, "role": CHALLENGER, "step": step,
                     "text": "\n\n".join(turn["text"] for turn in a.turns), "reward": a.reward, "turns": a.turns,
                     "passages": [], "token_ids": a.completion_ids, "loss_mask": a.loss_mask,

@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trainer.methods.gate import (GUESS_PROMPT_SUFFIX, ANSWER_IN_QUESTION, MIN_QUESTION_WORDS, NO_WORDS, NOT_GROUNDED, REFERS_TO_DOCUMENT,
-                                  REPEATED, REPEATED_ANSWER, MCQ_LETTERS, GateTask, check_task,
-                                  reader_prompt, shuffle_options)
+                                  REPEATED, REPEATED_ANSWER, MCQ_LETTERS, OPTIONS_UNCLEAR, GateTask, check_task,
+                                  question_key, reader_prompt, shuffle_options)
 from trainer.prompts import chat
 from trainer.tools.corpus import document_text
 from trainer.verify import exact_match, extract_boxed, math_equal_many, mcq_match
@@ -651,21 +651,27 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
             a.reason = f"task: {err}"
             a.task = err.task  # a parsed task that broke a rule: invalid (it has a reason), its question on record
             continue
-        if a.task.format == "mcq" and gate_cfg is not None and gate_cfg.shuffle_options:
-            shuffle(a, ctx.config.seed)
+        if a.task.format == "mcq":
+            a.written_letter = a.task.answer
+            if gate_cfg.shuffle_options if gate_cfg is not None else True:  # cross-play (no gate section): shuffled
+                shuffle(a, getattr(ctx.config, "seed", 0))
     return attempts
 
 
 def shuffle(a: Attempt, seed) -> None:
     """The task gate's option shuffle for a parsed MCQ (``gate.shuffle_options``): the Reasoner, the guess probe and
     the reader see the options in a random order and are graded against the moved letter; the Challenger's own
-    tokens (its JSON) stay as written and ``a.written_letter`` keeps its letter (``mcq_letter_share_max``).
-    The order is drawn from ``seed`` (the run's) and the question as written, so one question written twice (for two
-    documents, or in two steps) reads the same both times: the rules that compare question texts (``mark_repeated``,
-    a reviewer's flag, template clusters) see it as one, as they did before the shuffle."""
+    tokens (its JSON) stay as written and ``a.written_letter`` keeps its letter (``mcq_letter_share_max``). An MCQ
+    whose options cannot be told apart is invalid (``gate.OPTIONS_UNCLEAR``): left as written, it would keep its
+    letter's place. The order is drawn from ``seed`` (the run's) and the question as written, compared as
+    ``mark_repeated`` compares questions (``gate.question_key``), so one question written twice (for two documents,
+    or in two steps) reads the same both times: the rules that compare question texts (``mark_repeated``, a
+    reviewer's flag, template clusters) see it as one, as they did before the shuffle."""
     a.written_letter = a.task.answer
-    moved = shuffle_options(a.task.question, a.task.answer, random.Random(f"{seed}:{a.task.question}"))
-    if moved is not None:  # options that cannot be told apart stay as written (a valid task still)
+    moved = shuffle_options(a.task.question, a.task.answer, random.Random(f"{seed}:{question_key(a.task.question)}"))
+    if moved is None:
+        a.reason = f"task: {OPTIONS_UNCLEAR}"
+    else:
         a.task = SpiceTask("mcq", "mcq", moved[0], moved[1])
 
 
