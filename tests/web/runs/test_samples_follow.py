@@ -57,6 +57,25 @@ def test_an_invalid_task_shows_its_reason_and_source_document(client, researcher
 
 
 @pytest.mark.django_db
+def test_a_shuffled_mcq_shows_the_letter_its_writer_wrote(client, researcher):
+    """The gate shuffles an MCQ's options (gate.shuffle_options): the task shows them as the solvers saw them, and
+    the letter of the Challenger's own JSON, so its turn's different letter reads as what it is."""
+    run = Run.objects.create(method="spice", model_name="tiny", config={}, owner=researcher, total_steps=1)
+    sink = DjangoSink(run)
+    sink.samples(1, [
+        {"kind": "task", "key": "1:2", "role": "challenger", "question": "Who painted it? A) Raphael B) Leonardo "
+         "C) Titian D) Giotto", "answer": "B", "valid": True, "format": "mcq",
+         "data": {"invalid_reason": "", "written_answer": "A"}},
+        {"kind": "task", "key": "1:3", "role": "challenger", "question": "Who painted the Mona Lisa?",
+         "answer": "Leonardo da Vinci", "valid": True, "data": {"invalid_reason": "", "written_answer": None}}])
+    sink.close()
+    client.force_login(researcher)
+    html = client.get(f"/runs/{run.pk}/tasks/1:2/").content.decode()
+    assert re.search(r'id="written-answer">Written as A by the Challenger: the gate shuffled the options', html)
+    assert 'id="written-answer"' not in client.get(f"/runs/{run.pk}/tasks/1:3/").content.decode()
+
+
+@pytest.mark.django_db
 def test_a_task_links_to_its_attempts_with_each_answer_next_to_the_gold(client, researcher):
     run = _spice_run(researcher)
     client.force_login(researcher)
