@@ -56,7 +56,7 @@ DOCS = ROOT / "examples" / "data" / "wiki_small.jsonl"
 def probe(loaded, cfg, n: int, seed: int, batch: int) -> dict:
     sec = cfg.score
     pool = [d.lower() for d in sec.dimension_pool]
-    harness = mh.normalize_harness(mh.default_harness(sec), pool, sec.evaluator_searches())
+    harness = mh.starting_harness(sec, pool)
     must = harness["dimension_constraints"]["must_include"]
     step_harness, step_pool, _ = DimensionScheduler(pool).constrain(harness, pool, must)
     titles = [json.loads(line)["title"] for line in DOCS.read_text().splitlines() if line.strip()]
@@ -85,7 +85,7 @@ def probe(loaded, cfg, n: int, seed: int, batch: int) -> dict:
 def probe_evaluation(loaded, cfg, n: int, seed: int, batch: int) -> dict:
     sec = cfg.score
     pool = [d.lower() for d in sec.dimension_pool]
-    harness = mh.normalize_harness(mh.default_harness(sec), pool, sec.evaluator_searches())
+    harness = mh.starting_harness(sec, pool)
     must = harness["dimension_constraints"]["must_include"]
     rng = random.Random(seed)
     extra = [d for d in pool if d not in must]

@@ -490,7 +490,7 @@ def _bare_score(tok, tool, generator=None, policy=None, **section):
     from types import SimpleNamespace
 
     from trainer.config import load_config
-    from trainer.methods.harness import default_harness
+    from trainer.methods.harness import starting_harness
     from trainer.methods.score import Score
     from trainer.rollout import SamplingParams
 
@@ -499,7 +499,7 @@ def _bare_score(tok, tool, generator=None, policy=None, **section):
     score.cfg, score.sec, score.tok, score.tool = cfg, cfg.score, tok, tool
     score.pool = list(cfg.score.dimension_pool)
     score.step_harness, score.scheduled = None, {}
-    harness = normalize_harness(default_harness(cfg.score), score.pool, cfg.score.evaluator_searches())
+    harness = starting_harness(cfg.score, score.pool)
     harness["process_constraints"]["min_number_of_tool_call"] = 3  # the rule driver's ratchet at its top
     score.ctx = SimpleNamespace(state={"harness": harness}, generator=generator, policy=policy, config=cfg,
                                 sampling_params=lambda **kw: SamplingParams(**{"max_new_tokens": 64, **kw}))

@@ -52,6 +52,12 @@ def default_harness(section) -> dict:
     }
 
 
+def starting_harness(section, pool: list[str]) -> dict:
+    """A SCORE run's harness at step 0: ``default_harness`` checked against the run's dimension pool, its evaluator's
+    searches capped by the section's (``ScoreSection.evaluator_searches``)."""
+    return normalize_harness(default_harness(section), pool, section.evaluator_searches())
+
+
 def normalize_harness(data: Any, pool: list[str], max_tool_calls: int | None = None) -> dict:
     """A complete, checked harness from ``data`` (dict or JSON text); HarnessError lists problems."""
     if isinstance(data, str):

@@ -199,7 +199,7 @@ class Score:
         st = ctx.state
         st.setdefault("window", [])
         if "harness" not in st:
-            st["harness"] = mh.normalize_harness(mh.default_harness(sec), self.pool, sec.evaluator_searches())
+            st["harness"] = mh.starting_harness(sec, self.pool)
             st["harness_version"] = 0
 
     def make_driver(self):
