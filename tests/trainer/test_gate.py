@@ -185,6 +185,10 @@ def test_option_labels_of_each_style_keep_their_place(question):
      "Class C: electrical equipment"),
     ("Which vitamin does sunlight help the skin make? A) Vitamin A. B) Vitamin B. C) Vitamin C. D) Vitamin D.", "D",
      "Vitamin D."),
+    # doubled labels, as a 1.5B Challenger wrote them (3 of the 140 MCQs in the shipped runs' samples)
+    ("Which of the following options correctly represents the number of chickens on Brown's farm? A) A) 10 cows and 5 "
+     "chickens B) B) 15 cows and 5 chickens C) C) 14 cows and 6 chickens D) D) 13 cows and 7 chickens", "C",
+     "14 cows and 6 chickens"),
 ])
 def test_options_holding_label_like_text_are_split_at_their_own_labels(question, gold, text):
     for seed in range(8):

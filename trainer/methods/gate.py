@@ -435,6 +435,9 @@ def _options_marked(question: str, mark: str):
         return None
     spans = []
     for m in labels[starts[-1]:]:
+        if spans and m.group(1) == MCQ_LETTERS[len(spans) - 1] and not question[spans[-1][1]:m.start()].strip():
+            spans[-1] = (spans[-1][0], m.end())  # a doubled label, "A) A) 10 cows": one label
+            continue
         if len(spans) == 4 or m.group(1) != MCQ_LETTERS[len(spans)]:
             return None  # a fifth label, one out of order or repeated: not four options in order
         opener = m.start() > 0 and question[m.start() - 1] in "(["  # "(B)": the bracket belongs to the label
