@@ -214,7 +214,17 @@ def main(args) -> int:
         return 2
     verdicts = screen(rows, cfg.gate, args.method, require_grounding=not args.no_grounding)
     if args.model:
-        probe(rows, verdicts, args.model, cfg.gate, args.answers, args.max_new_tokens)
+        from trainer.evaluate import ModelSpecError
+        from trainer.models import ModelNotFound
+
+        spec = args.model  # a bare catalog name means that base model
+        if ":" not in spec and "/" not in spec and not Path(spec).exists():
+            spec = f"base:{spec}"
+        try:
+            probe(rows, verdicts, spec, cfg.gate, args.answers, args.max_new_tokens)
+        except (ModelSpecError, ModelNotFound) as exc:
+            print(f"error: --model {args.model}: {exc}", file=sys.stderr)
+            return 2
     for v in verdicts:
         v["valid"] = not v["failed"]
         print(json.dumps(v, ensure_ascii=False))

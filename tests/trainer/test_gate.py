@@ -354,6 +354,12 @@ def test_the_gate_command_screens_a_task_file(tmp_path, capsys):
     assert main(["gate", str(mcq), "--set", "gate.shuffle_options=false"]) == 0
     assert json.loads(capsys.readouterr().out)["valid"]
 
+    # a model that is not there: one error line, no traceback, nothing printed as a verdict
+    assert main(["gate", str(mcq), "--model", "no-such-model"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: --model no-such-model:")
+    assert "Traceback" not in captured.err
+
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "ok?", "answer": "1"}\n{not json\n')
     assert main(["gate", str(bad)]) == 2
