@@ -406,6 +406,19 @@ def test_the_shipped_example_runs_import_and_show_their_evaluations(db, example,
             == latest
 
 
+@pytest.mark.skipif(not EXAMPLES, reason="no run folder under examples/runs/")
+def test_every_shipped_control_names_the_run_it_controls():
+    """A control folder (train.control set) carries a ``control_of`` file naming its run's folder beside it, so
+    `make demo` links the two and the run's row shows its gain over the control (a missing one leaves it unlinked)."""
+    controls = [p for p in EXAMPLES if (yaml.safe_load((p / "config.yaml").read_text()).get("train") or {})
+                .get("control", "none") != "none"]
+    assert controls
+    for folder in controls:
+        named = folder / "control_of"
+        assert named.is_file(), f"{folder.name}: no control_of file"
+        assert (folder.parent / named.read_text().strip() / "config.yaml").is_file(), folder.name
+
+
 def test_an_imported_run_is_named_after_its_folder_with_its_notes_md(db, folder):
     (folder / "notes.md").write_text("GRPO on arithmetic, 3 steps.\n\nShowed: nothing learned at this size.\n")
     _import(folder)
