@@ -35,6 +35,9 @@ def reading(matrix: list[list], row_labels: list[str], column_labels: list[str])
     Solver got better on fixed tasks); the first Solver on later tasks 20% -> 10%, down (the tasks got harder).
     The high step 9/step 9 cell (60%) with a low first-Solver cell on those tasks (10%): the Solver kept pace with
     harder tasks.'
+    >>> reading([[0.07, 0.05], [0.40, 0.82]], ["a", "b"], ["a", "b"]).split(". The ")[-1]  # doctest: +NORMALIZE_WHITESPACE
+    "high b/b cell (82%) against the first Solver's 40% on those tasks, which are no harder for it than the first
+    ones (7%): the latest Solver learned the latest Challenger's tasks, not harder ones."
     >>> reading([[0.5]], ["a"], ["a"])
     ''
     """
@@ -67,9 +70,14 @@ def reading(matrix: list[list], row_labels: list[str], column_labels: list[str])
     last, early = cell(n_rows - 1, n_cols - 1), cell(n_rows - 1, 0)
     if last is not None and early is not None:
         where = f"{row_labels[-1]}/{column_labels[-1]}"
-        if last >= 0.5 and early < last - FLAT:
+        harder = first_col and early < first_col[0] - FLAT  # the first Solver finds the latest tasks harder
+        if last >= 0.5 and early < last - FLAT and harder:
             text += (f" The high {where} cell ({_pct(last)}) with a low first-Solver cell on those tasks "
                      f"({_pct(early)}): the Solver kept pace with harder tasks.")
+        elif last >= 0.5 and early < last - FLAT:
+            text += (f" The high {where} cell ({_pct(last)}) against the first Solver's {_pct(early)} on those tasks, "
+                     f"which are no harder for it than the first ones ({_pct(first_col[0])}): the latest Solver "
+                     "learned the latest Challenger's tasks, not harder ones.")
         elif last >= 0.5:
             text += (f" The high {where} cell ({_pct(last)}) with the first Solver as high on those tasks "
                      f"({_pct(early)}): the latest tasks are easy, not a sign the Solver learned.")

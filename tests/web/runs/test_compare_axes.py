@@ -77,6 +77,11 @@ def test_the_crossplay_reading_says_which_way_each_line_moved():
     assert "later Solvers on the first tasks 30% -> 90%, up (the Solver got better on fixed tasks)" in text
     assert "the first Solver on later tasks 30% -> 10%, down (the tasks got harder)" in text
     assert "high s3/s3 cell (85%) with a low first-Solver cell on those tasks (10%): the Solver kept pace" in text
+    # SPICE seed 1 (a Challenger drifting to MCQs answered A): the latest tasks got easier for the first Solver
+    # (7% -> 40%) and the latest Solver passes them 82%: learned, not "kept pace with harder tasks"
+    seed1 = reading([[0.07, 0.05], [0.40, 0.82]], ["base", "step 19"], ["base", "step 19"])
+    assert "(the tasks got easier)" in seed1 and "kept pace" not in seed1
+    assert "no harder for it than the first ones (7%): the latest Solver learned the latest Challenger's tasks" in seed1
     easy = reading([[0.8, 0.8], [0.8, 0.8]], ["a", "b"], ["a", "b"])
     assert "flat" in easy and "the latest tasks are easy, not a sign the Solver learned" in easy
     assert reading([[None, None], [None, None]], ["a", "b"], ["a", "b"]) == ""
