@@ -11,9 +11,9 @@ import pytest
 
 from trainer.config import GateConfig
 from trainer.methods.gate import (MCQ_LETTERS, GateTask, chance_corrected, chance_level, check_task, cluster_shares,
-                                  consensus, copy_ratio, gate_metrics, guessable, option_spans, rule_of,
+                                  consensus, copy_ratio, gate_metrics, guessable, largest_share, option_spans, rule_of,
                                   shuffle_options, task_failures, template, template_clusters, template_penalty)
-from trainer.methods.spice import control_flips, letter_share_max, step_metrics
+from trainer.methods.spice import control_flips, step_metrics
 from trainer.methods.spice_tasks import Attempt, SpiceTask, shuffle
 from trainer.rewards import coin_flips
 
@@ -147,11 +147,11 @@ def _gold_text(question: str, letter: str) -> str:
 def test_shuffled_options_spread_the_right_letter_of_a_challenger_that_always_wrote_a():
     # the seed-1 SPICE run's step-19 Challenger: 61 of its 63 held-out MCQs answered "A" as written
     tasks = [r for r in _tasks("spice-gate-wiki-qwen15-seed1", "step 19") if r["format"] == "mcq"]
-    assert letter_share_max([r["answer"] for r in tasks]) > 0.95
+    assert largest_share([r["answer"] for r in tasks]) > 0.95
     rng = random.Random(0)
     moved = [shuffle_options(r["question"], r["answer"], rng) for r in tasks]
     assert all(m is not None for m in moved)  # every one of them (also "Washington, D.C.?" with "A)" labels)
-    assert letter_share_max([letter for _, letter in moved]) < 0.45 and {letter for _, letter in moved} == set("ABCD")
+    assert largest_share([letter for _, letter in moved]) < 0.45 and {letter for _, letter in moved} == set("ABCD")
     for r, (question, letter) in zip(tasks, moved):
         stem, options, _ = option_spans(r["question"])
         stem2, options2, _ = option_spans(question)
@@ -237,7 +237,7 @@ def test_the_challengers_letter_is_kept_and_the_solvers_see_the_moved_one():
         attempts.append(a)
     assert len({a.task.answer for a in attempts}) == 4
     assert step_metrics(attempts)["challenger"]["mcq_letter_share_max"] == 1.0  # as written: always A
-    assert letter_share_max([]) == 0.0
+    assert largest_share([]) == 0.0
 
 
 def test_one_question_written_for_two_documents_reads_the_same_and_is_still_repeated():

@@ -113,10 +113,10 @@ REPEATED_ANSWER = "answer repeated across documents"
 
 
 def question_key(question: str) -> str:
-    """What ``mark_repeated`` compares (and what seeds an MCQ's option order): lower case, every character other than a letter, digit, "_" or space made a
-    space ("What’s" and "What's", "1990-91" and "1990 91" are one key). Not ``verify.normalize_answer`` (the
-    graders'): it deletes ASCII punctuation only (joining "1990-91" into "199091"), keeps typographic quotes and
-    drops articles."""
+    """What ``mark_repeated`` compares (and what seeds an MCQ's option order): lower case, every character other than
+    a letter, digit, "_" or space made a space ("What’s" and "What's", "1990-91" and "1990 91" are one key). Not
+    ``verify.normalize_answer`` (the graders'): it deletes ASCII punctuation only (joining "1990-91" into "199091"),
+    keeps typographic quotes and drops articles."""
     return " ".join(re.sub(r"[^\w\s]", " ", question.lower()).split())
 
 
@@ -498,6 +498,10 @@ def gate_metrics(reasons: Sequence[str], answers: Sequence[str | None], cluster_
 def family_shares(answers: Sequence[str | None], cluster_ids: Sequence[int]) -> dict:
     """How far a step's valid tasks concentrate on one family: ``answer_share_max`` (the most frequent answer's share,
     normalized as the graders compare) and ``template_cluster_max`` (the largest template cluster's share)."""
-    keys = [normalize_answer(a) for a in answers if a]
-    return {"answer_share_max": max(Counter(keys).values()) / len(keys) if keys else 0.0,
-            "template_cluster_max": max(Counter(cluster_ids).values()) / len(cluster_ids) if cluster_ids else 0.0}
+    return {"answer_share_max": largest_share([normalize_answer(a) for a in answers if a]),
+            "template_cluster_max": largest_share(cluster_ids)}
+
+
+def largest_share(values: Sequence) -> float:
+    """The most frequent value's share of ``values`` (0.0 for none): an answer, a cluster id, an MCQ's letter."""
+    return max(Counter(values).values()) / len(values) if values else 0.0

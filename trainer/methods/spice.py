@@ -40,7 +40,7 @@ Departures from the paper:
   every Qwen run collapsed into a guessable family; with it, a 1.5B run's held-out cloze rose +6.0 [+2.3, +9.7] over a
   random-reward control while its valid-task rate climbed from 5% to 59% and no family took over
   (benchmarks/RESULTS.md, "Self-play through the task gate"). A second seed did not reproduce it: its Challenger
-  drifted within 19 steps to MCQs whose right option was always A (61 of its 64 held-out MCQs), which its Reasoner
+  drifted within 19 steps to MCQs whose right option was always A (61 of its 63 held-out MCQs), which its Reasoner
   learned to answer by letter. So the gate puts an MCQ's options in a random order before any solver reads it, the
   gold letter moved with its option (``gate.shuffle_options``; the Challenger's own tokens stay as written; one
   question written twice reads the same both times; the cross-play evaluation shuffles too), an MCQ whose options
@@ -117,8 +117,8 @@ from trainer.methods.retry import RetryLimits, draw_until
 from trainer.methods.review import ReviewState
 from trainer import distributed as dist
 from trainer.methods.gate import (GUESSABLE, NO_CONSENSUS, chance_corrected, chance_level, cluster_shares, consensus,
-                                  gate_metrics, guessable, rule_of, mark_repeated, mark_repeated_answers, template_clusters,
-                                  template_penalty)
+                                  gate_metrics, guessable, largest_share, rule_of, mark_repeated, mark_repeated_answers,
+                                  template_clusters, template_penalty)
 from trainer.methods.spice_tasks import (
     TASK_RULES,
     Attempt,
@@ -357,7 +357,7 @@ def step_metrics(attempts: list[Attempt], clusters: list[int] | None = None) -> 
         "mcq_share": sum(a.choice is not None and a.choice.format == "mcq" for a in attempts) / len(attempts),
         # the Challenger's MCQs as written: the largest share of one gold letter among the valid ones (before the
         # gate's option shuffle; 0.25 when the right option's position is spread evenly)
-        "mcq_letter_share_max": letter_share_max([a.written_letter for a in attempts if a.valid and a.written_letter]),
+        "mcq_letter_share_max": largest_share([a.written_letter for a in attempts if a.valid and a.written_letter]),
         "response_length": sum(sum(a.loss_mask) for a in kept) / max(len(kept), 1),
         **{f"invalid_{r.split()[0]}_rate": n / len(attempts) for r, n in reasons.items()},
         **{f"invalid_{name}_rate": sum(a.reason.startswith(f"task: {text}") for a in attempts) / len(attempts)
@@ -384,11 +384,6 @@ def step_metrics(attempts: list[Attempt], clusters: list[int] | None = None) -> 
                                                       if a.trained_reasoner]),
     }
     return {CHALLENGER: challenger, REASONER: reasoner}
-
-
-def letter_share_max(letters: list[str]) -> float:
-    """The most frequent letter's share (0 with none): 1.0 when every MCQ puts its right option in one place."""
-    return max(Counter(letters).values()) / len(letters) if letters else 0.0
 
 
 def records(step: int, attempts: list[Attempt]) -> list[dict]:
