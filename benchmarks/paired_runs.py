@@ -6,6 +6,13 @@ the run against the control, with 95% bootstrap intervals of the mean per-item d
 (``trainer.evaluate.paired_difference``), then a table.
 
     python benchmarks/paired_runs.py examples/runs/spice-gate-wiki-qwen15 --control examples/runs/spice-gate-wiki-qwen15-control
+
+Several seeds at once: give the runs, then their controls in the same order. Each pair gets its lines, then one
+"pooled" line per benchmark: each item's score averaged over the seeds (run, control and base alike, each at its
+last step), then the same paired differences over the items all of them scored. Its interval is over items only:
+with a handful of seeds it does not cover the spread between seeds, which the per-seed lines show.
+
+    python benchmarks/paired_runs.py RUN_SEED0 RUN_SEED1 RUN_SEED2 --control CONTROL0 CONTROL1 CONTROL2
 """
 from __future__ import annotations
 
@@ -56,23 +63,58 @@ def compare(run: Path, control: Path | None) -> list[dict]:
     return rows
 
 
+def _mean_scores(dicts: list[dict[str, float]]) -> dict[str, float]:
+    """Each item's score averaged over the dicts, on the items every dict scored."""
+    keys = set(dicts[0]).intersection(*dicts[1:])
+    return {k: sum(d[k] for d in dicts) / len(dicts) for k in sorted(keys)}
+
+
+def pooled(runs: list[Path], controls: list[Path]) -> list[dict]:
+    """The seeds' last steps pooled per item (see the module docstring): one row per benchmark every run has, with
+    "seeds" and, where every run has a control, the control's rows as in ``compare``."""
+    mine = [scores(r) for r in runs]
+    theirs = [scores(c) for c in controls] if controls else []
+    rows = []
+    for bench in sorted(set.intersection(*(set(m) for m in mine))):
+        if any(0 not in m[bench] or len(m[bench]) < 2 for m in mine):
+            continue
+        base = _mean_scores([m[bench][0] for m in mine])
+        run = _mean_scores([m[bench][max(m[bench])] for m in mine])
+        row = {"benchmark": bench, "pooled": True, "seeds": len(runs), "steps": [max(m[bench]) for m in mine],
+               "n": len(base), "base": sum(base.values()) / len(base), "run": sum(run.values()) / len(run),
+               "run_vs_base": paired_difference(base, run)}
+        if theirs and all(bench in t and max(t[bench]) > 0 for t in theirs):
+            ctl = _mean_scores([t[bench][max(t[bench])] for t in theirs])
+            row.update({"control_steps": [max(t[bench]) for t in theirs], "control": sum(ctl.values()) / len(ctl),
+                        "control_vs_base": paired_difference(base, ctl), "run_vs_control": paired_difference(ctl, run)})
+        rows.append(row)
+    return rows
+
+
 def _cell(d: dict | None) -> str:
     return "-" if d is None else f"{100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("run")
-    p.add_argument("--control", default=None)
+    p.add_argument("run", nargs="+", help="run folders (one per seed)")
+    p.add_argument("--control", nargs="*", default=[], help="their random-reward controls, in the same order")
     args = p.parse_args(argv)
-    rows = compare(Path(args.run), Path(args.control) if args.control else None)
+    runs, controls = [Path(r) for r in args.run], [Path(c) for c in args.control]
+    if controls and len(controls) != len(runs):
+        p.error(f"{len(runs)} run(s) but {len(controls)} control(s): give one control per run, in the same order, "
+                "or none")
+    rows = [r for i, run in enumerate(runs) for r in compare(run, controls[i] if controls else None)]
+    if len(runs) > 1:
+        rows += pooled(runs, controls)
     for r in rows:
         print(json.dumps(r))
-    print(f"{'benchmark':16} {'n':>5} {'base':>6} {'run':>6} {'control':>7}  {'run - base':>22}  "
+    print(f"{'benchmark':25} {'n':>5} {'base':>6} {'run':>6} {'control':>7}  {'run - base':>22}  "
           f"{'control - base':>22}  {'run - control':>22}")
     for r in rows:
         ctl = f"{100 * r['control']:.1f}" if "control" in r else "-"
-        print(f"{r['benchmark']:16} {r['n']:>5} {100 * r['base']:6.1f} {100 * r['run']:6.1f} {ctl:>7}  "
+        name = f"{r['benchmark']} (pooled)" if r.get("pooled") else r["benchmark"]
+        print(f"{name:25} {r['n']:>5} {100 * r['base']:6.1f} {100 * r['run']:6.1f} {ctl:>7}  "
               f"{_cell(r['run_vs_base']):>22}  {_cell(r.get('control_vs_base')):>22}  {_cell(r.get('run_vs_control')):>22}")
     return 0
 
