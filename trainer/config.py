@@ -304,6 +304,12 @@ class GateConfig(Section):
         True, description="Put a multiple-choice task's four options in a random order, its gold letter moved with "
         "its option, before any solver reads it: a writer that always puts the right option first would otherwise "
         "teach the solver a letter, not the content.")
+    recall: bool = Field(
+        False, description="Invalidate a free-form task with a numeric answer (integer or float) whose question holds "
+        "no number to work from (\"How many districts does Warsaw have?\" -> 18): the solver never sees the document, "
+        "so it can only recall the number. SPICE's Challenger is then told so in its task prompt. The paper's prompt "
+        "asks for all necessary context within the question and no single-fact lookups; this rule and its prompt "
+        "line are ours. Off by default: not yet measured in a GPU run.")
     consensus_samples: int = Field(
         5, ge=0, description="A reader that sees the document answers the question this many times; the task is "
         "valid only when a strict majority agrees with the writer's answer (DARC / SSP's label check). 0 = off. "

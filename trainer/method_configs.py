@@ -197,7 +197,7 @@ class GrpoSection(MethodSection):
 
 # The task gate's rules (trainer/methods/gate.py RULES, kept equal by a test): each logs gate_<rule>_rate per step.
 GATE_RULES = ("answer_in_question", "no_words", "refers_to_document", "not_grounded", "copy_ratio", "repeated",
-              "repeated_answer", "options", "consensus", "guessable")
+              "repeated_answer", "options", "recall", "consensus", "guessable")
 
 
 class SpiceSection(MethodSection):

@@ -91,6 +91,8 @@ detach() {  # detach NAME GPU command...: runs on after this command returns; it
 # their controls gsc / gmc / sgc card 1; SEED=N sets the seed of the SPICE ones):
 #   gs, gsc    SPICE over Wikipedia, then spice_eval (cross-play, GSM8K, cloze)
 #   gm, gmc    SPICE over GSM8K items 0-659 (problem + worked solution as documents), then GSM8K items 660-1318
+#   gr, grc    gs, gsc with gate.recall on (numeric questions that give no number refused; the Challenger told so):
+#              SEED=3 MIN=12 join qwen2.5-coder-1.5b-instruct gr grc (one H200: both on the card)
 #   sg, sgc    SSP over Wikipedia, then the Solver on 300 held-out cloze items with search
 # SCOPE, SCORE, pi-Play on Qwen2.5-Coder-1.5B, each beside its random-reward control: on 4 cards so (SCORE: full
 # fine-tune + KL reference, the heaviest, est. ~40-45 GB) has card 0 alone and soc card 1, the LoRA runs pair up:
@@ -215,19 +217,22 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       done
       cp $RUNS/$r/config.yaml $RUNS/$r/metrics.jsonl $keep/
       python3 benchmarks/gpu/learn_run.py eval --run $keep --bench $A/gsm8k_heldout.jsonl --scoring math ;;
-    gs|gsc|gm|gmc)  # SPICE through the task gate (shipped defaults: consensus reader, guess probe, template
+    gs|gsc|gm|gmc|gr|grc)  # SPICE through the task gate (shipped defaults: consensus reader, guess probe, template
                     # penalty, chance correction, -1/-0.5 penalties, thinking Challenger, 128-trajectory mini-batches),
-                    # Qwen2.5-Coder-1.5B, one run per GPU; gsc / gmc: the same config with --control random-reward
-      local corpus=$A/wiki.jsonl ctl=""
+                    # Qwen2.5-Coder-1.5B, one run per GPU; gsc / gmc: the same config with --control random-reward;
+                    # gr / grc: gs / gsc with the gate's recall rule on (gate.recall: numeric questions that give no
+                    # number refused, and the Challenger told so)
+      local corpus=$A/wiki.jsonl ctl="" extra=""
       case $name in gm|gmc) corpus=$A/gsm8k_docs.jsonl ;; esac
-      case $name in gsc|gmc) ctl="--set train.control=random-reward" ;; esac
+      case $name in gsc|gmc|grc) ctl="--set train.control=random-reward" ;; esac
+      case $name in gr|grc) extra="--set gate.recall=true" ;; esac
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} --set train.prompts_per_step=16 $SMALL \
         --set spice.task_max_new_tokens=768 --set gate.consensus_max_new_tokens=384 --set checkpoint.every=0 \
-        --set model.name_or_path=$Q15 --set corpus.path=$corpus ${SEED:+--set seed=$SEED} $ctl
+        --set model.name_or_path=$Q15 --set corpus.path=$corpus ${SEED:+--set seed=$SEED} $ctl $extra
       echo "== $name trained; evaluating"
       case $name in
-        gs|gsc) TASKS=64 spice_eval $RUNS/$name $Q15 ;;
+        gs|gsc|gr|grc) TASKS=64 spice_eval $RUNS/$name $Q15 ;;
         gm|gmc) spice_eval $RUNS/$name $Q15 $A/gsm8k_docs_heldout.jsonl $A/gsm8k_heldout.jsonl gsm8k_heldout 0 64 ;;
       esac
       touch $RUNS/$name.done ;;
@@ -299,12 +304,12 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
     spice15|speval15|tta0|ttav|gs|so|ov0) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc|ovl|ov1) gpu=1 ;;
-    trl05|vllmb|ttatrl|gm|sg|sc|pp) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|scc|ppc|consn) gpu=3 ;;
+    trl05|vllmb|ttatrl|gm|sg|sc|pp|gr) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|scc|ppc|consn|grc) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   gpu=$((gpu % $(nvidia-smi -L | wc -l)))  # a 2-GPU machine: 2 -> 0, 3 -> 1 (gm and sg share card 0, their controls 1)
   mkdir -p $LOGS/$name
-  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|sg|sgc|sc|scc|so|soc|pp|ppc|ov0|ov1)
+  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|gr|grc|sg|sgc|sc|scc|so|soc|pp|ppc|ov0|ov1)
     rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
   # the code a job runs: /tmp/code, a snapshot of the committed tree (copied as .gpu_code, made on the dev machine by

@@ -215,10 +215,11 @@ COPIES_DOCUMENT = "question copies its document"
 GUESSABLE = "task is guessable"
 NO_CONSENSUS = "reader with the document disagrees"
 OPTIONS_UNCLEAR = "options are not four labelled A) to D) in order"
+RECALL = "question asks for a number it gives nothing to work out from"
 # Every rule by its metric name (gate_<name>_rate) and the text its reason starts with ("task: <text> (...)").
 RULES = {"answer_in_question": ANSWER_IN_QUESTION, "no_words": NO_WORDS, "refers_to_document": REFERS_TO_DOCUMENT,
          "not_grounded": NOT_GROUNDED, "copy_ratio": COPIES_DOCUMENT, "repeated": REPEATED,
-         "repeated_answer": REPEATED_ANSWER, "options": OPTIONS_UNCLEAR, "consensus": NO_CONSENSUS,
+         "repeated_answer": REPEATED_ANSWER, "options": OPTIONS_UNCLEAR, "recall": RECALL, "consensus": NO_CONSENSUS,
          "guessable": GUESSABLE}
 NEEDS_MODEL = ("consensus", "guessable")
 ACROSS_TASKS = ("repeated", "repeated_answer")
@@ -260,14 +261,41 @@ def copies_prompt_example(question: str, examples: Sequence[str], limit: float =
     return any(copy_ratio(question, ex) > limit for ex in examples if ex)
 
 
+NUMERIC_ANSWER_TYPES = ("integer", "float")
+# numbers a question can give in words ("one" is left out: a pronoun as often as not; so are the scales hundred,
+# thousand, million: "How many million km2 does Niger cover?" gives no number)
+_NUMBER_WORDS = frozenset("""zero two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety dozen dozens half twice
+double triple thrice quarter""".split())
+_WORDS = re.compile(r"[a-z]+")
+_DIGIT = re.compile(r"[0-9]")  # not str.isdigit: "km²" gives no number
+
+
+def asks_recall(question: str, answer_type: str | None) -> bool:
+    """A numeric task (integer or float answer) whose question holds no number, in digits or in words: its solver,
+    who never sees the document, can only recall the number, not work it out. "How many districts does Warsaw
+    have?" -> 18 and "In which year did the Battle of Vienna take place?" -> 1683 are; "How many years after the
+    Russo-Turkish War of 1877-1878 did the Congress of Berlin meet?" is not (it gives a number), nor a string or
+    MCQ task. SPICE's prompt asks for "all necessary context within the question itself" and questions that
+    cannot be answered by "looking up a single fact" (spice.txt, Figure 10); 236 of the 384 free-form tasks the
+    last Challengers of three Qwen2.5-Coder-1.5B SPICE runs wrote on held-out documents were such recalls (the base
+    Reasoner solved 10% of them), against 25 of the base Challenger's 63. "one" is not a number here (a pronoun
+    as often as not)."""
+    if (answer_type or "").lower() not in NUMERIC_ANSWER_TYPES:
+        return False
+    q = question or ""
+    return not _DIGIT.search(q) and not (_NUMBER_WORDS & set(_WORDS.findall(q.lower())))
+
+
 def task_failures(task: GateTask, *, max_copy_ratio: float = 0.8, require_grounding: bool = True,
-                  min_words: int = MIN_QUESTION_WORDS, whole_words: bool = True) -> list[tuple[str, str]]:
+                  min_words: int = MIN_QUESTION_WORDS, whole_words: bool = True,
+                  recall: bool = False) -> list[tuple[str, str]]:
     """Every per-task rule ``task`` breaks, in order, as (rule name, reason "<rule text>: <detail>").
 
     answer in question (not for an MCQ's letter or a boolean's true/false: choices among given options, never a
     copy; ``whole_words`` False = SSP's substring check), no words (an MCQ's option labels A) to D) are no words),
     refers to the document, and with a document: not grounded (``require_grounding``) and copies its document
-    (``max_copy_ratio``; 1 = off)."""
+    (``max_copy_ratio``; 1 = off); with ``recall``, a numeric task whose question gives no number (``asks_recall``)."""
     q, out = task.question or "", []
     if (task.format != "mcq" and task.answer_type != "boolean"
             and answer_in_question(q, task.answer, whole_words=whole_words)):
@@ -284,6 +312,9 @@ def task_failures(task: GateTask, *, max_copy_ratio: float = 0.8, require_ground
             if ratio > max_copy_ratio:
                 out.append(("copy_ratio", f"{COPIES_DOCUMENT} ({ratio:.0%} of its character 6-grams, more than "
                                           f"{max_copy_ratio:.0%})"))
+    if recall and task.format != "mcq" and asks_recall(q, task.answer_type):
+        out.append(("recall", f"{RECALL}: the solver never sees the document, so it can only recall the "
+                              f"{task.answer_type} answer"))
     return out
 
 

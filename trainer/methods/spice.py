@@ -45,7 +45,11 @@ Departures from the paper:
   gold letter moved with its option (``gate.shuffle_options``; the Challenger's own tokens stay as written; one
   question written twice reads the same both times; the cross-play evaluation shuffles too), an MCQ whose options
   cannot be told apart is invalid (``gate_options_rate``), and ``mcq_letter_share_max`` logs the largest share of one
-  letter among the valid MCQs as written;
+  letter among the valid MCQs as written. A third seed, shuffled, did not gain either (three seeds pooled: cloze +1.3
+  [-1.2, +3.8] over the controls, GSM8K -3.2 [-4.8, -1.6]); its Challenger drifted to numbers to recall ("How many
+  people live in Timbuktu?": 52 of its 64 held-out tasks). ``gate.recall`` (ours, off by default, not yet run on a
+  GPU) refuses a numeric task whose question gives no number and tells the Challenger so in its task prompt, after
+  the paper's "include all necessary context within the question";
 - ``train.control: random-reward`` (ours) replaces each Reasoner reward by a coin flip; the Challenger's reward is
   computed from the flips as usual, the gate from the grader's verdicts;
 - the retries run in rounds of ``challenger_attempts`` (the paper gives no round size) and stop

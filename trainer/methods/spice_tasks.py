@@ -39,9 +39,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from trainer.methods.gate import (GUESS_PROMPT_SUFFIX, ANSWER_IN_QUESTION, MIN_QUESTION_WORDS, NO_WORDS, NOT_GROUNDED, REFERS_TO_DOCUMENT,
-                                  REPEATED, REPEATED_ANSWER, MCQ_LETTERS, OPTIONS_UNCLEAR, GateTask, check_task,
-                                  question_key, reader_prompt, shuffle_options)
+from trainer.methods.gate import (GUESS_PROMPT_SUFFIX, ANSWER_IN_QUESTION, MIN_QUESTION_WORDS, NO_WORDS, NOT_GROUNDED,
+                                  REFERS_TO_DOCUMENT, REPEATED, REPEATED_ANSWER, MCQ_LETTERS, NUMERIC_ANSWER_TYPES,
+                                  OPTIONS_UNCLEAR, GateTask, check_task, question_key, reader_prompt, shuffle_options)
 from trainer.prompts import chat
 from trainer.tools.corpus import document_text
 from trainer.verify import exact_match, extract_boxed, math_equal_many, mcq_match
@@ -268,10 +268,16 @@ THINK_FIRST = ("FIRST, think step by step (this is private): pick the facts the 
                "THEN end your reply with this JSON object:")
 
 
-def task_prompt(choice: FormatChoice, worked_example: bool = False, think: bool = False) -> str:
+RECALL_RULE = (" The student must work the answer out from the question: give in it the numbers the answer comes "
+               "from. A question that only asks to recall a number (\"How many districts does Warsaw have?\", \"In "
+               "which year ...?\") is refused.")
+
+
+def task_prompt(choice: FormatChoice, worked_example: bool = False, think: bool = False, recall: bool = False) -> str:
     """Turn two of the Challenger (Figure 10 structure) for the chosen format; ``worked_example`` adds
     a filled-in task for another document after the JSON form (``spice.worked_example``); ``think`` asks for
-    step-by-step reasoning before the JSON (``spice.think_before_task``) instead of the JSON alone."""
+    step-by-step reasoning before the JSON (``spice.think_before_task``) instead of the JSON alone; ``recall``
+    (``gate.recall``) tells a numeric free-form task's writer the recall rule (``RECALL_RULE``)."""
     if choice.format == "mcq":
         text = MCQ_PROMPT + (MCQ_EXAMPLE if worked_example else "")
     else:
@@ -280,6 +286,8 @@ def task_prompt(choice: FormatChoice, worked_example: bool = False, think: bool 
         fields = dict(answer_type=kind, answer_rule=rule, example_question=EXAMPLE_QUESTIONS[kind],
                       example_answer=example)
         text = FREE_FORM_PROMPT.format(**fields) + (FREE_FORM_EXAMPLE.format(**fields) if worked_example else "")
+        if recall and choice.answer_type in NUMERIC_ANSWER_TYPES:
+            text = text.replace("\n\n" + JSON_ONLY, RECALL_RULE + "\n\n" + JSON_ONLY, 1)
     return text.replace(JSON_ONLY, THINK_FIRST) if think else text
 
 
@@ -387,7 +395,7 @@ TASK_RULES = {"copies_example": "question copies the prompt's example", "answer_
 
 def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
                min_words: int = MIN_QUESTION_WORDS, document: str | None = None, *, require_grounding: bool = True,
-               max_copy_ratio: float = 1.0) -> SpiceTask:
+               max_copy_ratio: float = 1.0, recall: bool = False) -> SpiceTask:
     """Turn two's JSON -> SpiceTask, or TaskError saying why the task is invalid.
 
     Beyond the paper's "formatted correctly and parsable" (and ``copies_example``), two rules of
@@ -413,7 +421,9 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
       steps to "How many correct answers? -> 1" (96 of its 96 held-out tasks; 4 of the base's 96), which no
       other rule catches;
     - "question copies its document" (``max_copy_ratio`` < 1, with a document): more of the question's character
-      6-grams in the document than that share.
+      6-grams in the document than that share;
+    - "question asks for a number it gives nothing to work out from" (``recall``, ``gate.recall``): a numeric
+      task whose question holds no number (``gate.asks_recall``).
     The rules after the example check are the task gate's (``gate.check_task``), which every writer shares."""
     if choice.format == "mcq":
         obj = _last_with(text, ("multiple_choice_question", "multiple_choice_correct"))
@@ -427,7 +437,7 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
         task = SpiceTask("mcq", "mcq", question.strip(), letter.strip().strip(")").upper())
         if copies_example(question):
             raise TaskError("question copies the prompt's example instead of asking about the document", task)
-        return _gated(task, document, min_words, require_grounding, max_copy_ratio)
+        return _gated(task, document, min_words, require_grounding, max_copy_ratio, recall)
     obj = _last_with(text, ("question", "answer"))
     question = obj["question"]
     if not isinstance(question, str) or not question.strip():
@@ -443,14 +453,15 @@ def parse_task(text: str, choice: FormatChoice, max_string_words: int = 3,
         raise TaskError("empty answer")
     answer = _check_answer(answer, choice.answer_type, max_string_words)
     task = SpiceTask("free_form", choice.answer_type, question.strip(), answer)
-    return _gated(task, document, min_words, require_grounding, max_copy_ratio)
+    return _gated(task, document, min_words, require_grounding, max_copy_ratio, recall)
 
 
 def _gated(task: SpiceTask, document: str | None, min_words: int, require_grounding: bool,
-           max_copy_ratio: float) -> SpiceTask:
+           max_copy_ratio: float, recall: bool = False) -> SpiceTask:
     """The task, or TaskError carrying it (its question stays on record) when a gate rule refuses it."""
     reason = check_task(GateTask(task.question, task.answer, document, task.format, task.answer_type),
-                        max_copy_ratio=max_copy_ratio, require_grounding=require_grounding, min_words=min_words)
+                        max_copy_ratio=max_copy_ratio, require_grounding=require_grounding, min_words=min_words,
+                        recall=recall)
     if reason:
         raise TaskError(reason, task)
     return task
@@ -610,6 +621,7 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
     sec, tok = ctx.config.spice, ctx.policy.tokenizer
     gate_cfg = getattr(ctx.config, "gate", None)
     attempts, N = [], sec.challenger_attempts
+    recall_rule = bool(getattr(gate_cfg, "recall", False))  # cross-play (no gate section): off
     draws = draw_numbers(docs) if draws is None else draws
     doc_texts = [doc.text for doc in docs]
     for d, doc in enumerate(docs):
@@ -629,7 +641,7 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
         except TaskError as err:
             a.reason = f"format: {err}"
             continue
-        user = task_prompt(a.choice, sec.worked_example, sec.think_before_task)
+        user = task_prompt(a.choice, sec.worked_example, sec.think_before_task, recall_rule)
         key = (user, c.finish_reason == "eos", a.choice.format)
         if key not in glue:
             glue[key] = continue_chat(tok, user, key[1]) + prefill_ids(tok, task_prefill(a.choice.format, sec))
@@ -646,7 +658,8 @@ def challenge(ctx, docs, step: int, draws: list[int] | None = None) -> list[Atte
         try:
             a.task = parse_task(text, a.choice, sec.max_string_answer_words,
                                 document=f"{a.doc_title}\n{doc_texts[a.group]}", require_grounding=sec.require_grounding,
-                                max_copy_ratio=gate_cfg.copy_ratio if gate_cfg is not None else 1.0)
+                                max_copy_ratio=gate_cfg.copy_ratio if gate_cfg is not None else 1.0,
+                                recall=recall_rule)
         except TaskError as err:
             a.reason = f"task: {err}"
             a.task = err.task  # a parsed task that broke a rule: invalid (it has a reason), its question on record
