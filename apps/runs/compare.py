@@ -184,11 +184,19 @@ def _common_name(runs: list[Run]) -> str:
     'grpo-tta'
     >>> _common_name([R("a"), R("b")])
     'same config'
+
+    Digits at the end of the common start are cut only where a name goes on with a digit (part of the seed); a
+    name's own digits stay:
+
+    >>> _common_name([R("spice-qwen15"), R("spice-qwen15-seed1")]), _common_name([R("x-seed10"), R("x-seed11")])
+    ('spice-qwen15', 'x')
     """
     labels = [r.name or r.imported_name for r in runs]
     prefix = labels[0]
     for label in labels[1:]:
         while not label.startswith(prefix):
             prefix = prefix[:-1]
-    prefix = prefix.rstrip("0123456789").removesuffix("seed").rstrip("-_ ·")
+    if any(len(label) > len(prefix) and label[len(prefix)].isdigit() for label in labels):
+        prefix = prefix.rstrip("0123456789")
+    prefix = prefix.rstrip("-_ ·").removesuffix("seed").rstrip("-_ ·")
     return prefix or "same config"

@@ -138,6 +138,9 @@ def test_the_demo_examples_group_only_runs_with_distinct_seeds_and_compare_bands
     for g in groups:
         seeds = [Run.objects.get(pk=pk).config["seed"] for pk in g["runs"]]
         assert len(set(seeds)) == len(seeds), g
+    # a group is named by its runs' common name, the model's own digits kept ("qwen15", not "qwen")
+    labels = {g["label"].split(" · seeds")[0] for g in groups}
+    assert {"spice · spice-gate-wiki-qwen15", "grpo · grpo-gsm8k-qwen05-tta"} <= labels, labels
     assert "trl-grpo-gsm8k-qwen05-tta" in runs
     # the compare view bands them by the same groups (one import of the examples for both: it takes a while)
     names = ["grpo-gsm8k-qwen05-lr1e-6-h100-seed0", "grpo-gsm8k-qwen05-lr1e-6-h100-seed1",
@@ -177,3 +180,17 @@ def test_the_runs_table_of_the_demo_examples_fits_1400_px(roles, researcher, ser
             assert errors == []
         finally:
             browser.close()
+
+
+def test_a_group_name_keeps_the_names_own_digits_and_drops_the_seed():
+    from apps.runs.compare import _common_name
+
+    class R:
+        def __init__(self, name):
+            self.name, self.imported_name = name, ""
+
+    assert _common_name([R("spice-qwen15"), R("spice-qwen15-seed1")]) == "spice-qwen15"
+    assert _common_name([R("grpo-tta-seed0"), R("grpo-tta-seed1")]) == "grpo-tta"
+    assert _common_name([R("x-seed10"), R("x-seed11")]) == "x"
+    assert _common_name([R("run-3"), R("run-4")]) == "run"
+    assert _common_name([R("a"), R("b")]) == "same config"
