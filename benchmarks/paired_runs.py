@@ -8,8 +8,8 @@ the run against the control, with 95% bootstrap intervals of the mean per-item d
     python benchmarks/paired_runs.py examples/runs/spice-gate-wiki-qwen15 --control examples/runs/spice-gate-wiki-qwen15-control
 
 Several seeds at once: give the runs, then their controls in the same order. Each pair gets its lines, then one
-"pooled" line per benchmark: each item's score averaged over the seeds (run, control and base alike, each at its
-last step), then the same paired differences over the items all of them scored. Its interval is over items only:
+"pooled" line per benchmark: each item's score averaged over the seeds (the runs and the controls at their last
+steps, the base at step 0), then the same paired differences over the items all of them scored. Its interval is over items only:
 with a handful of seeds it does not cover the spread between seeds, which the per-seed lines show.
 
     python benchmarks/paired_runs.py RUN_SEED0 RUN_SEED1 RUN_SEED2 --control CONTROL0 CONTROL1 CONTROL2

@@ -630,7 +630,8 @@ def spice_section(overrides: dict | None = None):
 
 
 def challenger_tasks(loaded: LoadedModel, documents, n_tasks: int, sampling, section=None, max_rounds: int = 3,
-                     batch_size: int | None = None, attempts_log: list | None = None) -> tuple[list[dict], int]:
+                     batch_size: int | None = None, attempts_log: list | None = None,
+                     recall: bool = False) -> tuple[list[dict], int]:
     """(up to ``n_tasks`` valid SPICE tasks written by ``loaded`` as Challenger, attempts made).
 
     One Challenger attempt per document per round (spice_tasks' ``challenge``), over the given
@@ -638,7 +639,9 @@ def challenger_tasks(loaded: LoadedModel, documents, n_tasks: int, sampling, sec
     tasks are still missing. ``batch_size``: documents per ``challenge`` call (default: the whole
     round in one call); the loop stops between calls once ``n_tasks`` are written.
     ``attempts_log``: a list that receives one record per attempt (document_id, document_title,
-    round, valid, reason = why invalid, truncated = a turn ended at its token budget)."""
+    round, valid, reason = why invalid, truncated = a turn ended at its token budget). ``recall``: the run's
+    ``gate.recall``, so that a Challenger trained under the recall rule is told it and held to it here too (the
+    other gate rules that need no model stay as without a gate: MCQ options shuffled, no copy-ratio rule)."""
     from trainer.methods.spice_tasks import challenge
 
     if batch_size is not None and batch_size < 1:
@@ -646,6 +649,8 @@ def challenger_tasks(loaded: LoadedModel, documents, n_tasks: int, sampling, sec
     section = section or spice_section()
     section = section.model_copy(update={"challenger_attempts": 1})
     ctx = _spice_ctx(loaded, section, sampling)
+    if recall:
+        ctx.config.gate = SimpleNamespace(recall=True, copy_ratio=1.0, shuffle_options=True)
     docs, tasks, tried = list(documents), [], 0
     for round_ in range(max_rounds if docs else 0):
         if len(tasks) >= n_tasks:

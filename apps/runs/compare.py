@@ -6,6 +6,7 @@ page shows it with a 400 instead of a traceback.
 from __future__ import annotations
 
 import json
+import re
 
 from django.db import connection
 
@@ -176,7 +177,7 @@ def seed_groups(runs: list[Run]) -> list[dict]:
 
 
 def _common_name(runs: list[Run]) -> str:
-    """The runs' names' common start without a trailing seed ("grpo-tta-seed0", "grpo-tta-seed1" -> "grpo-tta").
+    """The runs' names' common start, each name's seed token ("-seed1") left out first.
 
     >>> class R:
     ...     def __init__(self, name): self.name, self.imported_name = name, ""
@@ -185,18 +186,23 @@ def _common_name(runs: list[Run]) -> str:
     >>> _common_name([R("a"), R("b")])
     'same config'
 
-    Digits at the end of the common start are cut only where a name goes on with a digit (part of the seed); a
-    name's own digits stay:
+    A name's own digits stay, and so does what follows the seed token ("-control"); trailing digits of the common
+    start are cut only where a name goes on with a digit (a seed written as a bare number):
 
     >>> _common_name([R("spice-qwen15"), R("spice-qwen15-seed1")]), _common_name([R("x-seed10"), R("x-seed11")])
     ('spice-qwen15', 'x')
+    >>> _common_name([R("spice-qwen15-control"), R("spice-qwen15-seed1-control")]), _common_name([R("r-3"), R("r-4")])
+    ('spice-qwen15-control', 'r')
     """
-    labels = [r.name or r.imported_name for r in runs]
+    labels = [_SEED_TOKEN.sub("", r.name or r.imported_name or "") for r in runs]
     prefix = labels[0]
     for label in labels[1:]:
         while not label.startswith(prefix):
             prefix = prefix[:-1]
     if any(len(label) > len(prefix) and label[len(prefix)].isdigit() for label in labels):
         prefix = prefix.rstrip("0123456789")
-    prefix = prefix.rstrip("-_ ·").removesuffix("seed").rstrip("-_ ·")
+    prefix = prefix.rstrip("-_ ·")
     return prefix or "same config"
+
+
+_SEED_TOKEN = re.compile(r"[-_ ]?seed\d+(?=$|[-_ ])")

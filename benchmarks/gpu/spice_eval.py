@@ -13,7 +13,7 @@ its meta.json; steps must differ, they key evals.jsonl):
 - as Challenger: up to ``--tasks`` valid tasks from the held-out documents (``--docs``, shuffled with
   ``--seed``; the same documents in the same order for every Challenger), with the recipe's own code
   (trainer.evaluate.challenger_tasks -> spice_tasks.challenge): its two-turn prompts, the run's spice
-  section from RUN/config.yaml (formats, answer types, worked_example, the format turn's budget
+  section from RUN/config.yaml (formats, answer types, worked_example, gate.recall, the format turn's budget
   format_max_new_tokens, the task turn's task_max_new_tokens, else ``--max-new-tokens``), documents cut
   at ``--doc-tokens`` (default: the run's max_document_tokens, else 512),
   the run's temperature (default: rollout.temperature of RUN/config.yaml, else 1.0), one attempt per
@@ -205,6 +205,7 @@ class Evaluation:
 
         self.args, self.run, self.targets, self.docs = args, run, targets, docs
         self.gsm_items, self.section = gsm_items, section
+        self.recall = False  # the run's gate.recall (main sets it from config.yaml)
         self.t0 = time.perf_counter()
         self.task_docs = list(docs)
         random.Random(args.seed).shuffle(self.task_docs)
@@ -293,7 +294,7 @@ class Evaluation:
 
         start, log = time.perf_counter(), []
         tasks, tried = challenger_tasks(loaded, self.task_docs, self.args.tasks, self.challenger_sampling,
-                                        self.section, batch_size=batch, attempts_log=log)
+                                        self.section, batch_size=batch, attempts_log=log, recall=self.recall)
         reasons = Counter(re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "_", r["reason"]) for r in log if not r["valid"])
         row = {"kind": "tasks", "challenger": t.ident, "label": t.label, "step": t.step, "attempts": tried,
                "valid": len(tasks), "truncated": sum(r["truncated"] for r in log),
@@ -506,6 +507,7 @@ def evaluate_all(args) -> int:
     temperature = args.temperature or float((cfg.get("rollout") or {}).get("temperature") or 1.0)
     targets = targets_of(args.models)
     evaluation = Evaluation(args, run, targets, docs, gsm_items, section, temperature)
+    evaluation.recall = bool((cfg.get("gate") or {}).get("recall", False))  # the run's recall rule, as trained
     print(f"{len(targets)} models, {len(docs)} held-out documents, {args.tasks} tasks x {args.answers} answers, "
           f"temperature {temperature}, documents cut at {section.max_document_tokens} tokens, "
           f"Challenger turns {section.format_max_new_tokens} + {section.task_max_new_tokens or args.max_new_tokens}"

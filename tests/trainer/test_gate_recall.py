@@ -4,6 +4,7 @@ documents (examples/runs/spice-gate-wiki-qwen15-seed2: 52 of its 64 integer task
 tasks it passes: a number given, a string or MCQ answer, a GSM8K word problem."""
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -46,6 +47,18 @@ def test_a_numeric_question_without_a_number_asks_for_recall(question, answer_ty
     assert rule_of("task: " + failures[0][1]) == "recall" and "recall" in RULES
 
 
+def test_a_number_answer_typed_otherwise_and_numbers_of_any_script():
+    # the Challenger could declare "expression" or "string" for a recalled number: the answer itself is read
+    assert asks_recall("How many districts does Warsaw have?", "expression", "18")
+    assert asks_recall("How many districts does Warsaw have?", "string", "1,000")
+    assert not asks_recall("Which district of Warsaw is the largest?", "string", "Mokotow")
+    assert asks_recall("How many districts does Warsaw have?", "string", "18") and \
+        [n for n, _ in task_failures(GateTask("How many districts does Warsaw have?", "18", DOC, answer_type="string"),
+                                     recall=True)] == ["recall"]
+    assert not asks_recall("How many years after \u0661\u0668\u0663\u0663 did the war end?", "integer")  # Arabic-Indic
+    assert asks_recall("How many dunes does the Ténéré hold?", "integer")  # "Ténéré" is one word, not "ten"
+
+
 @pytest.mark.parametrize("question,answer_type", [
     ("How many years after the Russo-Turkish War of 1877-1878 did the Congress of Berlin meet in 1888?", "integer"),
     ("Warsaw has 18 districts of which half lie east of the river; how many lie east?", "integer"),
@@ -56,16 +69,18 @@ def test_a_numeric_question_without_a_number_asks_for_recall(question, answer_ty
     ("Was the Battle of Vienna fought before the Congress of Berlin?", "boolean"),
 ])
 def test_a_question_that_gives_numbers_or_asks_no_number_passes(question, answer_type):
-    assert not asks_recall(question, answer_type)
-    assert not [n for n, _ in task_failures(GateTask(question, "6", DOC, answer_type=answer_type), recall=True,
+    answer = {"string": "Warsaw", "boolean": "true"}.get(answer_type, "6")
+    assert not asks_recall(question, answer_type, answer)
+    assert not [n for n, _ in task_failures(GateTask(question, answer, DOC, answer_type=answer_type), recall=True,
                                             require_grounding=False) if n == "recall"]
 
 
 def test_the_rule_is_off_unless_asked_and_never_judges_an_mcq():
     task = GateTask("How many districts does Warsaw have?", "18", DOC, answer_type="integer")
     assert task_failures(task) == [] and GateConfig().recall is False
-    mcq = GateTask("How many districts does Warsaw have? A) 12 B) 18 C) 20 D) 24", "B", DOC, "mcq", "mcq")
-    assert task_failures(mcq, recall=True) == []
+    # an MCQ is a choice among given options: never judged, even typed integer and with no number anywhere
+    mcq = GateTask("Which district is the largest? A) Mokotow B) Wola C) Praga D) Ursus", "B", DOC, "mcq", "integer")
+    assert task_failures(mcq, recall=True, require_grounding=False) == []
     assert gate_metrics(["task: " + task_failures(task, recall=True)[0][1], ""], ["18"], [0])["gate_recall_rate"] == 0.5
 
 
@@ -98,3 +113,47 @@ def test_the_config_key_and_the_gate_command(tmp_path, capsys):
     assert verdict["failed"] == ["recall"] and not verdict["valid"]
     assert main(["gate", str(tasks), "--set", "gate.recall=sometimes"]) == 2
     assert "gate.recall" in capsys.readouterr().err
+
+
+class _Script:
+    """A Generator whose every conversation writes the same turns: a format choice, then a task (no model)."""
+
+    def __init__(self, tokenizer, turns):
+        self.tokenizer, self.turns, self.prompts = tokenizer, turns, []
+
+    def generate(self, prompts, params, use_adapter=True, *, max_new_tokens=None):
+        self.prompts.append([self.tokenizer.decode(p) for p in prompts])
+        text = self.turns[len(self.prompts) - 1]
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return [SimpleNamespace(completion_ids=ids, logprobs=[-1.0] * len(ids), text=text, finish_reason="eos")
+                for _ in prompts]
+
+
+@pytest.mark.parametrize("recall", [False, True])
+def test_the_challengers_turns_carry_the_rule_into_training_and_cross_play(smollm2_tokenizer, recall):
+    from trainer.evaluate import _spice_ctx, challenger_tasks, spice_section
+    from trainer.methods.spice_tasks import challenge
+    from trainer.rollout import SamplingParams
+    from trainer.tools.corpus import Document
+
+    turns = [' false, "suitable_for_free_form": true, "best_answer_type": "Integer", "reason": "numbers"}',
+             'I pick the districts. {"question": "How many districts does Warsaw have?", "answer": 18, '
+             '"answer_type": "Integer"}']
+    docs = [Document("d1", "Warsaw", DOC)]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=64)
+    section = spice_section({"challenger_attempts": 2})
+    # training: the recipe's context carries the run's gate section
+    loaded = SimpleNamespace(tokenizer=smollm2_tokenizer, generator=_Script(smollm2_tokenizer, turns))
+    ctx = _spice_ctx(loaded, section, sampling)
+    ctx.config.gate, ctx.config.seed = GateConfig(recall=recall), 0
+    attempts = challenge(ctx, docs, step=1)
+    told = ["give in it the numbers" in p for p in loaded.generator.prompts[1]]
+    assert told == [recall, recall]
+    assert [a.valid for a in attempts] == [not recall] * 2
+    if recall:
+        assert all(a.reason.startswith("task: question asks for a number") for a in attempts)
+    # cross-play: the run's gate.recall reaches the Challenger as in training
+    loaded.generator = _Script(smollm2_tokenizer, turns)
+    tasks, tried = challenger_tasks(loaded, docs, 1, sampling, section, max_rounds=1, recall=recall)
+    assert ("give in it the numbers" in loaded.generator.prompts[1][0]) == recall
+    assert (len(tasks), tried) == (0 if recall else 1, 1)

@@ -49,7 +49,8 @@ Departures from the paper:
   [-1.2, +3.8] over the controls, GSM8K -3.2 [-4.8, -1.6]); its Challenger drifted to numbers to recall ("How many
   people live in Timbuktu?": 52 of its 64 held-out tasks). ``gate.recall`` (ours, off by default, not yet run on a
   GPU) refuses a numeric task whose question gives no number and tells the Challenger so in its task prompt, after
-  the paper's "include all necessary context within the question";
+  the paper's free-form prompt ("Include all necessary context and definitions"; avoid "direct lookups or
+  single-fact answers");
 - ``train.control: random-reward`` (ours) replaces each Reasoner reward by a coin flip; the Challenger's reward is
   computed from the flips as usual, the gate from the grader's verdicts;
 - the retries run in rounds of ``challenger_attempts`` (the paper gives no round size) and stop

@@ -277,7 +277,7 @@ def task_prompt(choice: FormatChoice, worked_example: bool = False, think: bool 
     """Turn two of the Challenger (Figure 10 structure) for the chosen format; ``worked_example`` adds
     a filled-in task for another document after the JSON form (``spice.worked_example``); ``think`` asks for
     step-by-step reasoning before the JSON (``spice.think_before_task``) instead of the JSON alone; ``recall``
-    (``gate.recall``) tells a numeric free-form task's writer the recall rule (``RECALL_RULE``)."""
+    (``gate.recall``) tells the writer of an integer, float or expression task the recall rule (``RECALL_RULE``)."""
     if choice.format == "mcq":
         text = MCQ_PROMPT + (MCQ_EXAMPLE if worked_example else "")
     else:
@@ -286,7 +286,7 @@ def task_prompt(choice: FormatChoice, worked_example: bool = False, think: bool 
         fields = dict(answer_type=kind, answer_rule=rule, example_question=EXAMPLE_QUESTIONS[kind],
                       example_answer=example)
         text = FREE_FORM_PROMPT.format(**fields) + (FREE_FORM_EXAMPLE.format(**fields) if worked_example else "")
-        if recall and choice.answer_type in NUMERIC_ANSWER_TYPES:
+        if recall and choice.answer_type in (*NUMERIC_ANSWER_TYPES, "expression"):  # a formula can be a number
             text = text.replace("\n\n" + JSON_ONLY, RECALL_RULE + "\n\n" + JSON_ONLY, 1)
     return text.replace(JSON_ONLY, THINK_FIRST) if think else text
 

@@ -139,8 +139,10 @@ def test_the_demo_examples_group_only_runs_with_distinct_seeds_and_compare_bands
         seeds = [Run.objects.get(pk=pk).config["seed"] for pk in g["runs"]]
         assert len(set(seeds)) == len(seeds), g
     # a group is named by its runs' common name, the model's own digits kept ("qwen15", not "qwen")
-    labels = {g["label"].split(" · seeds")[0] for g in groups}
-    assert {"spice · spice-gate-wiki-qwen15", "grpo · grpo-gsm8k-qwen05-tta"} <= labels, labels
+    labels = [g["label"].split(" · seeds")[0] for g in groups]
+    assert {"spice · spice-gate-wiki-qwen15", "spice · spice-gate-wiki-qwen15-control",
+            "grpo · grpo-gsm8k-qwen05-tta"} <= set(labels), labels
+    assert len(set(labels)) == len(labels), labels  # a run's group and its control's read differently
     assert "trl-grpo-gsm8k-qwen05-tta" in runs
     # the compare view bands them by the same groups (one import of the examples for both: it takes a while)
     names = ["grpo-gsm8k-qwen05-lr1e-6-h100-seed0", "grpo-gsm8k-qwen05-lr1e-6-h100-seed1",
@@ -193,4 +195,6 @@ def test_a_group_name_keeps_the_names_own_digits_and_drops_the_seed():
     assert _common_name([R("grpo-tta-seed0"), R("grpo-tta-seed1")]) == "grpo-tta"
     assert _common_name([R("x-seed10"), R("x-seed11")]) == "x"
     assert _common_name([R("run-3"), R("run-4")]) == "run"
+    assert _common_name([R("spice-qwen15-control"), R("spice-qwen15-seed1-control")]) == "spice-qwen15-control"
+    assert _common_name([R("rapeseed-a"), R("rapeseed-b")]) == "rapeseed"
     assert _common_name([R("a"), R("b")]) == "same config"
