@@ -268,9 +268,10 @@ THINK_FIRST = ("FIRST, think step by step (this is private): pick the facts the 
                "THEN end your reply with this JSON object:")
 
 
+# (no example of a refused question: told "How many districts does Warsaw have?" is refused, the 1.5B base wrote
+# "How many districts does Leeds have?", benchmarks/RESULTS.md)
 RECALL_RULE = (" The student must work the answer out from the question: give in it the numbers the answer comes "
-               "from. A question that only asks to recall a number (\"How many districts does Warsaw have?\", \"In "
-               "which year ...?\") is refused.")
+               "from. A question that only asks to recall a number, a count, a year or a size is refused.")
 
 
 def task_prompt(choice: FormatChoice, worked_example: bool = False, think: bool = False, recall: bool = False) -> str:
