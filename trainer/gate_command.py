@@ -102,7 +102,7 @@ def screen(rows: list[dict], gate, method: str = "spice", require_grounding: boo
     for row, task in zip(rows, tasks):
         failed = task_failures(task, max_copy_ratio=gate.copy_ratio, require_grounding=require_grounding,
                                whole_words=SECTIONS[method].answer_copy == "whole_words",
-                               recall=gate.recall and method == "spice")  # training applies it to SPICE only
+                               recall=gate.recall and SECTIONS[method].recall_rule)  # as training applies it
         if gate.shuffle_options and task.format == "mcq" and option_spans(task.question) is None:
             failed.append(("options", OPTIONS_UNCLEAR))  # as in training: its options could not be shuffled
         verdicts.append({"line": row["line"], "question": task.question, "failed": [f[0] for f in failed],

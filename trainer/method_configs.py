@@ -115,6 +115,8 @@ class MethodSection(Section):
     # "answer in question" check reads a copy: whole words / numbers by value, or a substring (SSP's reference code).
     writes_tasks: ClassVar[bool] = False
     answer_copy: ClassVar[str] = "whole_words"
+    # applies gate.recall to its tasks (a solver that never sees the document; SSP's can search, pi-Play's too)
+    recall_rule: ClassVar[bool] = False
     # The roles whose recipe switches policy per role (model.policies=separate: one LoRA adapter each).
     roles: ClassVar[tuple[str, ...]] = ()
     # The role a checkpoint's evaluation loads, when each role has its own adapter.
@@ -205,6 +207,7 @@ class SpiceSection(MethodSection):
 
     display_name: ClassVar[str] = "SPICE"
     writes_tasks: ClassVar[bool] = True
+    recall_rule: ClassVar[bool] = True
     step_tokens_exact: ClassVar[bool] = True
     multi_rank: ClassVar[bool] = True
     multi_update: ClassVar[bool] = True  # mini_batch_size: several optimizer steps on one iteration's rollout

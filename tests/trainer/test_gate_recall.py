@@ -111,6 +111,9 @@ def test_the_config_key_and_the_gate_command(tmp_path, capsys):
     assert main(["gate", str(tasks), "--set", "gate.recall=true"]) == 0
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["failed"] == ["recall"] and not verdict["valid"]
+    # SSP's Solver searches, so its tasks are not held to it (recall_rule on the method's section)
+    assert main(["gate", str(tasks), "--method", "ssp", "--set", "gate.recall=true"]) == 0
+    assert "recall" not in json.loads(capsys.readouterr().out)["failed"]
     assert main(["gate", str(tasks), "--set", "gate.recall=sometimes"]) == 2
     assert "gate.recall" in capsys.readouterr().err
 
