@@ -96,7 +96,10 @@ def seed_rows(runs: list) -> list[dict]:
         sd = (sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)) ** 0.5 if len(rewards) > 1 else None
         steps = [m.current_step for m in members]
         rows.append({"group": {
-            "label": g["label"], "by": g["by"], "runs": g["runs"], "ids": ",".join(map(str, g["runs"])),
+            # the line lists the seeds itself: a config group's label without its " · seeds ..." (the compare
+            # chart's legend keeps it)
+            "label": g["label"].split(" · seeds ")[0] if g["by"] == "config" else g["label"],
+            "by": g["by"], "runs": g["runs"], "ids": ",".join(map(str, g["runs"])),
             "seeds": ", ".join("?" if s is None else str(s) for s in seeds), "n": len(members),
             "mean": mean, "sd": sd, "lo": min(rewards) if rewards else None, "hi": max(rewards) if rewards else None,
             "rewarded": len(rewards), "step_lo": min(steps), "step_hi": max(steps),

@@ -61,6 +61,7 @@ def test_the_runs_page_shows_the_group_line_and_its_seeds(client, researcher):
     groups = re.findall(r'<tr class="seed-group".*?</tr>', html, re.S)
     assert len(groups) == 1
     assert "2 seeds" in groups[0] and "seeds 1, 0" in groups[0] and f'href="/runs/compare/?ids={b.pk},{a.pk}"' in groups[0]
+    assert groups[0].count("seeds 1, 0") == 1  # named once, not in the label and again after it
     assert re.search(r"0\.500 <span class=\"muted\">± 0\.354</span>", groups[0])
     assert html.count('class="seed-member"') == 2 and "seed 0</div>" in html and "seed 1</div>" in html
     assert html.count('name="ids"') == 3  # every run still has its compare box; the group line has none
