@@ -200,12 +200,13 @@ def settings_key(settings: dict) -> str:
 # ---- the phases -----------------------------------------------------------------------------------
 
 class Evaluation:
-    def __init__(self, args, run: Path, targets: list[Target], docs: list, gsm_items, section, temperature: float):
+    def __init__(self, args, run: Path, targets: list[Target], docs: list, gsm_items, section, temperature: float,
+                 recall: bool = False):
         from trainer.rollout import SamplingParams
 
         self.args, self.run, self.targets, self.docs = args, run, targets, docs
         self.gsm_items, self.section = gsm_items, section
-        self.recall = False  # the run's gate.recall (main sets it from config.yaml)
+        self.recall = recall  # the run's gate.recall: its Challengers are told it and held to it, as trained
         self.t0 = time.perf_counter()
         self.task_docs = list(docs)
         random.Random(args.seed).shuffle(self.task_docs)
@@ -506,8 +507,8 @@ def evaluate_all(args) -> int:
     section = spice_settings(cfg, args.doc_tokens)
     temperature = args.temperature or float((cfg.get("rollout") or {}).get("temperature") or 1.0)
     targets = targets_of(args.models)
-    evaluation = Evaluation(args, run, targets, docs, gsm_items, section, temperature)
-    evaluation.recall = bool((cfg.get("gate") or {}).get("recall", False))  # the run's recall rule, as trained
+    evaluation = Evaluation(args, run, targets, docs, gsm_items, section, temperature,
+                            recall=bool((cfg.get("gate") or {}).get("recall", False)))
     print(f"{len(targets)} models, {len(docs)} held-out documents, {args.tasks} tasks x {args.answers} answers, "
           f"temperature {temperature}, documents cut at {section.max_document_tokens} tokens, "
           f"Challenger turns {section.format_max_new_tokens} + {section.task_max_new_tokens or args.max_new_tokens}"

@@ -281,8 +281,7 @@ def asks_recall(question: str, answer_type: str | None, answer: str | None = Non
     (spice.txt, Figure 10). The last Challengers of three Qwen2.5-Coder-1.5B SPICE runs wrote 53 such tasks among
     their 129 free-form tasks on held-out documents (the base Reasoner solved 8% of them, 15.5% of the rest); the
     base Challenger 27 of 59. "one" is not a number here (a pronoun as often as not)."""
-    numeric = (answer_type or "").lower() in NUMERIC_ANSWER_TYPES or (answer is not None and plain_number(str(answer)) is not None)
-    if not numeric:
+    if (answer_type or "").lower() not in NUMERIC_ANSWER_TYPES and (answer is None or plain_number(str(answer)) is None):
         return False
     q = question or ""
     return not _DIGIT.search(q) and not (_NUMBER_WORDS & set(_WORDS.findall(q.lower())))
