@@ -14,7 +14,11 @@ Operations, each batched into ONE backend call for many items:
 - ``write_rubrics(task, documents) -> list[Rubric]``: 3-5 rubrics at temperature 0;
 - ``grade(task, response, rubric) -> int``: strict 0/1 at temperature 0.6.
 
-Output formats are strict and documented next to each parser. Broken output never raises:
+Output formats are strict and documented next to each parser, with one leniency: a 0/1 score may be
+followed by text that gives no other score (Qwen2.5-Coder-1.5B, the frozen base of our GPU runs, appended a
+``<note>`` or repeated its ``<score>`` after 999 of 1,000 greedy grades; read strictly, every one was a format
+failure and scored 0; the paper's prompt asks for nothing after the score). Such replies are counted as
+``<kind>_trailing_text``. Broken output never raises:
 the item reads as a failure (None for equivalence, 0 for gates and grades, no rubric) and is
 counted in ``judge.stats``; a failed backend call is counted too and never read as a pass.
 Prompt wording is ours; the structure follows ssp.txt (Appendix D) and scope.txt (Appendix H).
@@ -164,6 +168,8 @@ When in doubt, score 0. There is no partial credit.
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _STRICT_SCORE = re.compile(r"\A\s*(?:<think>.*?</think>\s*)?<score>\s*([01])\s*</score>\s*\Z", re.DOTALL)
+_LEADING_SCORE = re.compile(r"\A\s*(?:<think>.*?</think>\s*)?<score>\s*([01])\s*</score>(.*)\Z", re.DOTALL)
+_ANY_SCORE = re.compile(r"<score>\s*([^<]*?)\s*</score>|<score>|</score>|<think>", re.DOTALL)
 _VERDICT_WORD = re.compile(r"\b(correct|incorrect|wrong)\b")
 _RUBRICS_BLOCK = re.compile(r"<rubrics>(.*?)</rubrics>", re.DOTALL)
 _RUBRIC_ITEM = re.compile(r"<rubric\s+priority\s*=\s*[\"']?([A-Za-z]+)[\"']?\s*>(.*?)</rubric>", re.DOTALL)
@@ -181,11 +187,23 @@ def parse_verdict(text: str | None) -> bool | None:
 
 
 def parse_score(text: str | None) -> int | None:
-    """The strict ``[<think>...</think>] <score>0|1</score>`` format; anything else -> None."""
+    """``[<think>...</think>] <score>0|1</score>``, then optionally text that holds no other score (a
+    ``<note>``, or the same score again); anything else -> None: text before the score, a score
+    other than 0/1, two different scores, a ``<think>`` after the score."""
     if not text:
         return None
-    m = _STRICT_SCORE.match(text)
-    return int(m.group(1)) if m else None
+    m = _LEADING_SCORE.match(text)
+    if not m:
+        return None
+    for tag in _ANY_SCORE.finditer(m.group(2)):
+        if tag.group(1) != m.group(1):  # another score, a stray tag, or a second thought
+            return None
+    return int(m.group(1))
+
+
+def trailing_text(text: str | None) -> bool:
+    """Did a reply that ``parse_score`` reads go on after its score (outside the strict format)?"""
+    return parse_score(text) is not None and not _STRICT_SCORE.match(text)
 
 
 @dataclass
@@ -410,7 +428,8 @@ class Judge:
         self.max_input_tokens = max_input_tokens
         self.stats: dict[str, int] = {
             "calls": 0, "backend_failures": 0, "equivalent_unparsed": 0, "gate_format_failures": 0,
-            "grade_format_failures": 0, "rubric_items_rejected": 0, "rubric_lists_failed": 0, "truncated": 0}
+            "grade_format_failures": 0, "rubric_items_rejected": 0, "rubric_lists_failed": 0, "truncated": 0,
+            "gate_trailing_text": 0, "grade_trailing_text": 0}
         self._window = (0, 0)  # (calls, truncated) at the last step_metrics()
 
     @classmethod
@@ -439,7 +458,8 @@ class Judge:
         return outs
 
     def failure_rate(self) -> float:
-        bad = sum(v for k, v in self.stats.items() if k not in ("calls", "rubric_items_rejected", "truncated"))
+        bad = sum(v for k, v in self.stats.items()
+                  if k not in ("calls", "rubric_items_rejected", "truncated") and not k.endswith("_trailing_text"))
         return bad / self.stats["calls"] if self.stats["calls"] else 0.0
 
     def step_metrics(self) -> dict[str, float]:
@@ -532,6 +552,8 @@ class Judge:
             s = parse_score(text)
             if s is None and text is not None:
                 self.stats[f"{kind}_format_failures"] += 1
+            elif trailing_text(text):
+                self.stats[f"{kind}_trailing_text"] += 1
             scores.append(s or 0)
         return list(zip(scores, texts)) if with_texts else scores
 

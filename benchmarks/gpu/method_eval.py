@@ -299,6 +299,7 @@ def cmd_eval(args) -> None:
                "answer_reserve": reserve}
         if judge is not None:
             row["judge_format_failures"] = judge.stats["grade_format_failures"]
+            row["judge_trailing_text"] = judge.stats["grade_trailing_text"]  # read, though text followed the score
             row["judge_truncated"] = judge.stats["truncated"]
         emit("eval", append_eval(run, row))
         write_eval_samples(run, args.name, step, samples)

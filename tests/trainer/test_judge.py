@@ -43,15 +43,21 @@ def test_parse_verdict(text, expected):
     ("<score>1</score>", 1),
     ("<think>meets it</think>\n<score>0</score>\n", 0),
     ("<think>a\nb</think><score> 1 </score>", 1),
-    ("<score>1</score> extra words", None),  # garbage after the score
     ("Sure! <score>1</score>", None),  # garbage before
     ("Score: 1", None),  # no tag
     ("<score>2</score>", None),  # not 0/1
-    ("<score>1</score><score>0</score>", None),  # two scores
+    ("<score>1</score><score>0</score>", None),  # two different scores
+    ("<score>1</score> then <score>", None),  # a stray tag after it
+    ("<score>1</score><think>on second thought</think><score>1</score>", None),  # thinking again
     ("<think>unclosed <score>1</score>", None),
     ("", None), (None, None),
+    # text after the score that gives no other score is read (the 1.5B's greedy grades, from a GPU evaluation)
+    ("<score>1</score> extra words", 1),
+    ("<think>\nThe response does not explicitly state that Timbuktu is in Mali.\n</think>\n<score>0</score>\n<note>No "
+     "explicit statement about Timbuktu being in Mali is provided in the response.</note>", 0),
+    ("<think>\nThe response is coherent.\n</think>\n<score>1</score>\n<score>1</score>", 1),
 ])
-def test_parse_score_is_strict(text, expected):
+def test_parse_score(text, expected):
     assert parse_score(text) == expected
 
 
@@ -169,6 +175,8 @@ class JudgeServer:
             return self.reply(handler, 200, "Hmm, let me think about it... maybe?")
         if mode == "lenient" and "Reference answer:" in user:  # says Correct to anything, as the 1.5B base often did
             return self.reply(handler, 200, "Correct")
+        if mode == "noter" and "<rubric>" in user:  # a grade, then a note (the 1.5B base's greedy grades on a GPU)
+            return self.reply(handler, 200, self.answer(user) + "\n<note>The response was checked.</note>")
         if mode == "thinker":  # a thinking judge cut at max_tokens before its verdict
             return self.reply(handler, 200, "<think>The reference says", finish="length")
         self.reply(handler, 200, self.answer(user))
@@ -266,6 +274,15 @@ def test_garbage_from_the_endpoint_is_a_counted_format_failure(server):
     assert judge.write_rubrics("t", "d") == []
     assert judge.stats == {**judge.stats, "equivalent_unparsed": 1, "gate_format_failures": 1,
                            "grade_format_failures": 1, "rubric_lists_failed": 1, "backend_failures": 0}
+
+
+def test_a_note_after_the_score_is_read_and_counted_not_a_failure(server):
+    judge = Judge.from_endpoint(server.url, "noter", timeout=5)
+    assert judge.grade_batch([("t", "it names Paris", "Names Paris."), ("t", "no", "Names Paris.")]) == [1, 0]
+    assert judge.stats["grade_trailing_text"] == 2 and judge.stats["grade_format_failures"] == 0
+    assert judge.failure_rate() == 0.0
+    strict = Judge.from_endpoint(server.url, "judge", timeout=5)
+    assert strict.grade("t", "it names Paris", "Names Paris.") == 1 and strict.stats["grade_trailing_text"] == 0
 
 
 def test_endpoint_concurrency_is_limited(server):

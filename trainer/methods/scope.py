@@ -449,7 +449,8 @@ class Scope:
     def take_counts(self) -> dict[str, float]:
         """Counters since the last step, plus the Judge's format-failure totals."""
         out, self.counts = self.counts, {}
-        for key in ("gate_format_failures", "grade_format_failures", "rubric_lists_failed", "backend_failures"):
+        for key in ("gate_format_failures", "grade_format_failures", "gate_trailing_text", "grade_trailing_text",
+                    "rubric_lists_failed", "backend_failures"):
             out[f"judge_{key}_total"] = float(self.judge.stats.get(key, 0))
         return out
 
