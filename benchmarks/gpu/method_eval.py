@@ -8,6 +8,8 @@ Postgres, no internet (BM25 in memory over JSONL files):
     python benchmarks/gpu/method_eval.py make-multihop --out .gpu_assets/piplay_multihop.jsonl
     python benchmarks/gpu/method_eval.py make-cloze --out .gpu_assets/method_cloze.jsonl
     python benchmarks/gpu/method_eval.py eval --run /tmp/runs/sc --bench .gpu_assets/scope_open.jsonl --name scope-open
+    python benchmarks/gpu/method_eval.py regrade --run /tmp/runs/so --bench .gpu_assets/score_reports.jsonl \
+        --name score-reports                                   # the recorded answers graded again: score-reports-regraded
 
 Item sets, all built WITHOUT a model from ``--docs`` (default .gpu_assets/wiki_heldout.jsonl: documents 3000-3999,
 never trained on; the runs train on wiki.jsonl, 0-2999), seeded: the same seed and documents give the same file,
@@ -35,11 +37,15 @@ checkpoint.every=0 the last) answer every item greedily in the run's answering r
 turn and tool budgets and ``rollout.max_new_tokens``. A checkpoint of separate policies loads its answering role's
 adapter (``meta.json`` answer_role). Rubric items: the final ``<answer>`` (else the trajectory without the
 retrieved passages) is graded on each criterion separately by the frozen base (``trainer.judge.Judge.grade_batch``,
-strict 0/1, temperature 0 so the grader is fixed), the item's score the mean (SCOPE's mean rubric score); exact
+0/1 read by ``trainer.judge.parse_score``, temperature 0 so the grader is fixed), the item's score the mean (SCOPE's mean rubric score); exact
 items: ``trainer.evaluate.score_batch`` (SQuAD-normalized exact match). Results: RUN/evals.jsonl (``append_eval``,
 the 95% bootstrap interval) and RUN/eval_samples/<name>-step<N>.jsonl (every item: what ``benchmarks/paired_runs.py``
 and ``manage.py import_run`` read); (step, benchmark) pairs already recorded are skipped, so a cut-off evaluation
 resumes; a table is printed last.
+
+``regrade``: the answers an ``eval`` recorded (RUN/eval_samples/<--name>-step<N>.jsonl) graded again by the grader,
+with no generation, recorded as the benchmark ``--as`` (default <name>-regraded) for every step: after a change to
+the grader (the score parser once read 999 of 1,000 of the 1.5B grader's replies as format failures).
 """
 from __future__ import annotations
 
@@ -309,6 +315,63 @@ def cmd_eval(args) -> None:
     evals_table(run, [args.name])
 
 
+def cmd_regrade(args) -> None:
+    """Grade the recorded answers of RUN/eval_samples/<--name>-step*.jsonl again, criterion by criterion, with a fixed
+    grader (no generation): after a change to the grader. Recorded as the benchmark --as, step by step, beside the
+    original rows; a (step, --as) pair already recorded is skipped."""
+    import yaml
+
+    from trainer.evaluate import bootstrap_ci, frozen_judge, read_jsonl
+    from trainer.runfolder import BENCHMARK_NAME, read_eval_samples
+
+    run, new = Path(args.run), args.as_ or f"{args.name}-regraded"
+    if not BENCHMARK_NAME.fullmatch(new):
+        raise UsageError(f"--as {new!r} must be lowercase letters, digits, - and _")
+    items = {it.id: it for it in read_jsonl(args.bench)[: args.limit or None] if it.rubric}
+    files = sorted((run / "eval_samples").glob(f"{args.name}-step*.jsonl"))
+    if not files:
+        raise UsageError(f"{run}/eval_samples has no {args.name}-step*.jsonl: what `eval --name {args.name}` writes")
+    spec = args.judge
+    if spec is None:
+        base = str(yaml.safe_load((run / "config.yaml").read_text())["model"]["name_or_path"])
+        spec = base if Path(base).is_dir() else f"base:{base}"
+    judge = frozen_judge(load(spec), max_tokens={"grade": args.judge_max_new_tokens}, temperature={"grade": 0.0})
+    rows = {(r["step"], r["benchmark"]): r for r in read_evals(run)}
+    for f in files:
+        step = int(f.stem.rsplit("-step", 1)[1])
+        if (step, new) in rows:
+            print(f"step {step}: {new} already recorded, skipped", flush=True)
+            continue
+        samples = [s for s in read_eval_samples(f) if s["id"] in items]
+        if not samples:
+            raise UsageError(f"no sample of {f.name} is an item of {args.bench} (another benchmark file?)")
+        flat = [(k, c) for k, s in enumerate(samples) for c in items[s["id"]].rubric.split("\n")]
+        before = dict(judge.stats)
+        got, t0 = [], time.perf_counter()
+        for c0 in range(0, len(flat), args.batch_size):
+            got += judge.grade_batch([(samples[k]["question"], samples[k]["prediction"] or "", c)
+                                      for k, c in flat[c0:c0 + args.batch_size]])
+            print(f"  step {step}: {len(got)}/{len(flat)} grades, {time.perf_counter() - t0:.0f} s", flush=True)
+        out = []
+        for k, s in enumerate(samples):
+            grades = [int(g) for (j, _), g in zip(flat, got) if j == k]
+            score = sum(grades) / len(grades)
+            out.append({**s, "index": k, "grades": grades, "score": score, "correct": score >= 1.0})
+        values = [s["score"] for s in out]
+        lo, hi = bootstrap_ci(values)
+        orig = rows.get((step, args.name), {})
+        row = {"step": step, "checkpoint": orig.get("checkpoint", f.stem), "benchmark": new, "scoring": "judge",
+               "n": len(out), "score": sum(values) / len(out), "ci_low": lo, "ci_high": hi,
+               "seconds": round(time.perf_counter() - t0, 1), "correct": sum(s["correct"] for s in out),
+               "regraded_from": args.name, "judge": spec,
+               **{k: orig[k] for k in ("answered_rate", "truncated_rate", "searches_mean") if k in orig},
+               "judge_format_failures": judge.stats["grade_format_failures"] - before["grade_format_failures"],
+               "judge_trailing_text": judge.stats["grade_trailing_text"] - before["grade_trailing_text"]}
+        emit("regrade", append_eval(run, row))
+        write_eval_samples(run, new, step, out)
+    evals_table(run, [args.name, new])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -322,10 +385,22 @@ def main(argv=None) -> int:
     e.add_argument("--bench", required=True, help="a make-* file")
     e.add_argument("--name", required=True, help="the benchmark name recorded (e.g. scope-open)")
     e.add_argument("--judge-max-new-tokens", type=int, default=512, help="the grader's tokens per criterion")
+    g = sub.add_parser("regrade", help="grade the recorded answers of an evaluation again (no generation), as a new "
+                       "benchmark name: after a change to the grader")
+    g.add_argument("--run", required=True, help="the run folder")
+    g.add_argument("--bench", required=True, help="the make-* file the evaluation used (its criteria)")
+    g.add_argument("--name", required=True, help="the benchmark recorded (e.g. score-reports)")
+    g.add_argument("--as", dest="as_", help="the benchmark name of the new grades (default NAME-regraded)")
+    g.add_argument("--judge", help="the grader: base:<name> or a model folder (default: the run's base model)")
+    g.add_argument("--limit", type=int, help="the first N items of --bench only")
+    g.add_argument("--batch-size", type=int, default=16, help="grades per generation call")
+    g.add_argument("--judge-max-new-tokens", type=int, default=512, help="the grader's tokens per criterion")
     args = parser.parse_args(argv)
     if args.cmd.startswith("make-") and args.n < 1:
         parser.error("--n must be >= 1")
-    return run_cli(cmd_eval if args.cmd == "eval" else cmd_make, args)
+    if args.cmd == "regrade" and (args.batch_size < 1 or (args.limit is not None and args.limit < 1)):
+        parser.error("--batch-size and --limit must be >= 1")
+    return run_cli({"eval": cmd_eval, "regrade": cmd_regrade}.get(args.cmd, cmd_make), args)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,21 @@ def test_eval_records_the_base_and_the_answering_adapter_and_resumes(method_eval
     assert method_eval.main(["eval", "--bench", str(rubric), "--name", "scope-open", *common]) == 0
     assert capsys.readouterr().out.count("already recorded") == 2 and len(read_evals(folder)) == 4
     assert method_eval.main(["eval", "--bench", str(tmp_path / "none.jsonl"), "--name", "x", *common]) == 2
+    # regrade: the recorded answers graded again by the run's base (no generation), as a new benchmark name
+    regrade = ["regrade", "--run", str(folder), "--bench", str(rubric), "--name", "scope-open", "--limit", "1",
+               "--batch-size", "3", "--judge-max-new-tokens", "4"]
+    assert method_eval.main(regrade) == 0
+    again = {(r["step"], r["benchmark"]): r for r in read_evals(folder) if r["benchmark"] == "scope-open-regraded"}
+    assert set(again) == {(0, "scope-open-regraded"), (2, "scope-open-regraded")}
+    assert all(r["n"] == 1 and r["regraded_from"] == "scope-open" and "judge_trailing_text" in r for r in again.values())
+    assert again[(2, "scope-open-regraded")]["checkpoint"] == evals[(2, "scope-open")]["checkpoint"]
+    files = {(s, b): p for b, s, p in eval_sample_files(folder)}
+    [sample] = read_eval_samples(files[(2, "scope-open-regraded")])
+    assert sample["id"] == graded[0]["id"] and sample["prediction"] == graded[0]["prediction"]
+    assert len(sample["grades"]) == 4 and sample["score"] == sum(sample["grades"]) / 4
+    capsys.readouterr()
+    assert method_eval.main(regrade) == 0 and capsys.readouterr().out.count("already recorded") == 2
+    assert method_eval.main([*regrade[:6], "score-reports"]) == 2  # no such evaluation recorded
 
 
 def test_a_run_is_measured_with_the_answer_reserve_it_trained_with(method_eval, tmp_path):
