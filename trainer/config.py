@@ -309,7 +309,8 @@ class GateConfig(Section):
         "no number to work from (\"How many districts does Warsaw have?\" -> 18): the solver never sees the document, "
         "so it can only recall the number. SPICE's Challenger is then told so in its task prompt. The paper's prompt "
         "asks for all necessary context within the question and no single-fact lookups; this rule and its prompt "
-        "line are ours. Off by default: not yet measured in a GPU run.")
+        "line are ours. Off by default: in a GPU run (Qwen2.5-Coder-1.5B, 31 steps) it refused 59% of the Challenger's "
+        "attempts by the end and held valid tasks at 4% a step, without steering the Challenger away from recall.")
     consensus_samples: int = Field(
         5, ge=0, description="A reader that sees the document answers the question this many times; the task is "
         "valid only when a strict majority agrees with the writer's answer (DARC / SSP's label check). 0 = off. "
