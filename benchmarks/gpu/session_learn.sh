@@ -112,6 +112,7 @@ detach() {  # detach NAME GPU command...: runs on after this command returns; it
 #     and four runs checkpointing every 10 steps fill the node's disk before their final checkpoints.
 # ovl (GPU 1) needs only `first` (wheels + SmolLM2 tokenizer), so it can use a card while the model parts are staged.
 # spice05 / speval15 / speval05 / sspeval15 run one step on its own (GPU=N to choose).
+# sorg: SCORE's recorded held-out reports graded again with the fixed parser (after the 1.5B's import: `start sorg`).
 # consn (after gs, or CONS_RUN=gm CONS_DOCS=$A/gsm8k_docs.jsonl): how many consensus readers the gate needs.
 waitfor() {  # waitfor JOB: until JOB's process has ended
   while [ -f $LOGS/$1.pid ] && kill -0 "$(cat $LOGS/$1.pid)" 2>/dev/null; do sleep 5; done
@@ -265,6 +266,16 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
                 $E eval --run $RUNS/$name --bench $A/me_piplay_multihop.jsonl --name piplay-multihop $S ;;
       esac
       touch $RUNS/$name.done ;;
+    sorg)  # SCORE's recorded held-out reports (examples/runs/score-wiki-qwen15-reserve and its control, from the
+           # working tree of the `start sorg` call: examples/runs back in place) graded again by the frozen base
+           # with the fixed score parser, all 200 items, no generation (method_eval.py regrade, as
+           # score-reports-regraded-all); then `paired_runs.py` pairs them. ~1 minute of an H200 after the import.
+      python3 benchmarks/gpu/method_eval.py make-score --docs $A/wiki_heldout.jsonl --n 200 --out $A/me_score_reports.jsonl
+      for r in score-wiki-qwen15-reserve score-wiki-qwen15-reserve-control; do
+        rm -rf $RUNS/$r && cp -r ${A%/.gpu_assets}/examples/runs/$r $RUNS/$r
+        python3 benchmarks/gpu/method_eval.py regrade --run $RUNS/$r --bench $A/me_score_reports.jsonl \
+          --name score-reports --as score-reports-regraded-all --judge $Q15
+      done ;;
     ov0|ov1)  # held-out parity of train.overlap: GRPO on Qwen2.5-Coder-0.5B over GSM8K items 0-659, overlap off (ov0)
               # or one_step (ov1), the same seed ($SEED, default 0), $OV_MIN minutes of training each, one card each;
               # the base and the last checkpoint evaluated on items 660-1318 (paired_runs.py ov1 --control ov0
@@ -303,7 +314,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
 job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   local name=$1 gpu
   case $name in
-    spice15|speval15|tta0|ttav|gs|so|ov0) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc|ovl|ov1) gpu=1 ;;
+    spice15|speval15|tta0|ttav|gs|so|ov0|sorg) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc|ovl|ov1) gpu=1 ;;
     trl05|vllmb|ttatrl|gm|sg|sc|pp|gr) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|scc|ppc|consn|grc) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
