@@ -307,10 +307,14 @@ class _MathWorker:
         atexit.register(self.close)
 
     def _start(self) -> None:
-        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        # The helper sees the packages this process sees: its sys.path as PYTHONPATH. (It once ran with -I, which
+        # drops PYTHONPATH: where math-verify was installed on PYTHONPATH only, as on our GPU machines, the helper
+        # never started and every answer that needed math-verify was graded wrong.) -P: the script's own folder,
+        # trainer/, is not put first on the path, so its modules shadow nothing.
+        path = os.pathsep.join(p for p in sys.path if p and os.path.isabs(p))
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=path)
         self._proc = subprocess.Popen(
-            # -I: isolated, so trainer/ (the script's folder) does not shadow other modules
-            [sys.executable, "-I", "-u", os.path.abspath(__file__), "--serve-math"],
+            [sys.executable, "-P", "-u", os.path.abspath(__file__), "--serve-math"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, env=env, close_fds=True,
         )
@@ -356,6 +360,7 @@ MAX_MATH_CHARS = 2000
 # check has no verdict and is not kept (the next call asks again, as before).
 _VERDICTS: dict[tuple[str, str], bool] = {}
 MAX_VERDICTS = 65536
+_HELPER_FAILED: list[str] = []  # the first reason the helper could not answer (warned once)
 
 
 _TEXT_WRAPPER = re.compile(r"\\(?:textbf|text|mbox|mathrm|mathbf)\s*\{([^{}]*)\}")
@@ -493,7 +498,11 @@ def _ask(worker: _MathWorker, pred: str, gold: str, timeout: float) -> bool:
     """One helper check; a verdict is remembered, a hang or an error is False and is not."""
     try:
         verdict = worker.equal(pred, gold, timeout)
-    except Exception:  # noqa: BLE001 -- a verifier must never take the run down
+    except Exception as exc:  # noqa: BLE001 -- a verifier must never take the run down, but says so
+        if not _HELPER_FAILED:
+            _HELPER_FAILED.append(str(exc))
+            warnings.warn(f"math_equal: {exc}; answers that need math-verify are graded wrong until it starts",
+                          RuntimeWarning, stacklevel=2)
         return False
     if verdict is not None:
         if len(_VERDICTS) >= MAX_VERDICTS:

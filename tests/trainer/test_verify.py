@@ -138,6 +138,40 @@ def test_it_gives_up_on_a_slow_check_and_recovers(monkeypatch):
     assert verify._WORKER._proc is not None and verify._WORKER._proc.poll() is None
 
 
+def test_the_helper_sees_packages_that_are_on_pythonpath_only(tmp_path):
+    """On the GPU machines math-verify is installed on PYTHONPATH only (/tmp/site); the helper once ran with -I,
+    which drops PYTHONPATH, so it never started there and every answer that needed math-verify was graded wrong
+    ("The alarm rang 22 times in all." for 22: 14 of 1,319 GSM8K answers of one run). Here: the interpreter
+    this venv was made from, with the venv's packages on PYTHONPATH only."""
+    import os
+    import site
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    base = getattr(sys, "_base_executable", sys.executable)
+    hidden = subprocess.run([base, "-c", "import math_verify"], capture_output=True, env={"PATH": os.environ["PATH"]})
+    if hidden.returncode == 0:
+        pytest.skip("the base interpreter has math-verify itself: nothing is only on PYTHONPATH")
+    repo = str(Path(verify.__file__).resolve().parents[1])
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join([*site.getsitepackages(), repo])}
+    code = ("import warnings, trainer.verify as v; warnings.simplefilter('error');"
+            "print(v.math_equal('The alarm rang 22 times in all.', '22'), v.math_equal(r'\\boxed{45 + 40 = 85}', '85'))")
+    out = subprocess.run([base, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "True"]
+
+
+def test_a_helper_that_cannot_start_is_said_once_not_silently_graded_wrong(monkeypatch):
+    broken = verify._MathWorker()
+    monkeypatch.setattr(broken, "_start", lambda: (_ for _ in ()).throw(RuntimeError("math-verify helper did not start")))
+    monkeypatch.setattr(verify, "_HELPER_FAILED", [])
+    with pytest.warns(RuntimeWarning, match="did not start"):
+        assert verify._ask(broken, "x+1", "1+x", 5.0) is False
+    assert verify._ask(broken, "x+1", "1+x", 5.0) is False  # said once
+    assert verify._HELPER_FAILED == ["math-verify helper did not start"]
+
+
 def test_it_registers_the_verifiers_by_reward_name():
     assert set(VERIFIERS) == {"exact", "math", "mcq"}
     assert VERIFIERS["exact"]("The Beatles", "beatles")
