@@ -169,7 +169,10 @@ When in doubt, score 0. There is no partial credit.
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _STRICT_SCORE = re.compile(r"\A\s*(?:<think>.*?</think>\s*)?<score>\s*([01])\s*</score>\s*\Z", re.DOTALL)
 _LEADING_SCORE = re.compile(r"\A\s*(?:<think>.*?</think>\s*)?<score>\s*([01])\s*</score>(.*)\Z", re.DOTALL)
-_ANY_SCORE = re.compile(r"<score>\s*([^<]*?)\s*</score>|<score>|</score>|<think>", re.DOTALL)
+# in the text after the score: another score in any form (a tag in any case, "Final score: 0", \boxed{0}), a stray
+# score tag, or a second thought
+_LATER_SCORE = re.compile(r"<\s*score\s*>\s*([^<]*?)\s*<\s*/\s*score\s*>|(<\s*/?\s*score\b[^>]*>|<\s*/?\s*think\b)"
+                          r"|\bscore\b[^\d<]{0,12}?\b([01])\b|\\boxed\s*\{\s*([01])\s*\}", re.DOTALL | re.IGNORECASE)
 _VERDICT_WORD = re.compile(r"\b(correct|incorrect|wrong)\b")
 _RUBRICS_BLOCK = re.compile(r"<rubrics>(.*?)</rubrics>", re.DOTALL)
 _RUBRIC_ITEM = re.compile(r"<rubric\s+priority\s*=\s*[\"']?([A-Za-z]+)[\"']?\s*>(.*?)</rubric>", re.DOTALL)
@@ -189,15 +192,16 @@ def parse_verdict(text: str | None) -> bool | None:
 def parse_score(text: str | None) -> int | None:
     """``[<think>...</think>] <score>0|1</score>``, then optionally text that holds no other score (a
     ``<note>``, or the same score again); anything else -> None: text before the score, a score
-    other than 0/1, two different scores, a ``<think>`` after the score."""
+    other than 0/1, a different score after it in any form (a tag in any case, "score: 0", ``\\boxed{0}``),
+    a stray score tag, a ``<think>`` after the score."""
     if not text:
         return None
     m = _LEADING_SCORE.match(text)
     if not m:
         return None
-    for tag in _ANY_SCORE.finditer(m.group(2)):
-        if tag.group(1) != m.group(1):  # another score, a stray tag, or a second thought
-            return None
+    for later in _LATER_SCORE.finditer(m.group(2)):
+        if later.group(2) or next(g for g in (later.group(1), later.group(3), later.group(4)) if g is not None) != m.group(1):
+            return None  # a stray tag, a second thought, or a different score
     return int(m.group(1))
 
 

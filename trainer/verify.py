@@ -296,6 +296,19 @@ def _math_read(s: str):
     return parse(f"${s}$", parsing_timeout=None) or parse(s, parsing_timeout=None)
 
 
+def _parent_path() -> str:
+    """This process's sys.path as a PYTHONPATH value: "" (the working directory) as its absolute path; entries
+    that are not paths, or that hold the separator, left out."""
+    out = []
+    for p in sys.path:
+        if not isinstance(p, (str, os.PathLike)):
+            continue
+        p = os.path.abspath(os.fspath(p) or os.getcwd())
+        if os.pathsep not in p:
+            out.append(p)
+    return os.pathsep.join(out)
+
+
 class _MathWorker:
     """A helper process answering one JSON request per line; killed when it hangs."""
 
@@ -310,9 +323,9 @@ class _MathWorker:
         # The helper sees the packages this process sees: its sys.path as PYTHONPATH. (It once ran with -I, which
         # drops PYTHONPATH: where math-verify was installed on PYTHONPATH only, as on our GPU machines, the helper
         # never started and every answer that needed math-verify was graded wrong.) -P: the script's own folder,
-        # trainer/, is not put first on the path, so its modules shadow nothing.
-        path = os.pathsep.join(p for p in sys.path if p and os.path.isabs(p))
-        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=path)
+        # trainer/, is not put first on its path. The parent's script folders (benchmarks/gpu for its scripts) do
+        # come first, as in the parent; none holds a module named like one that math-verify imports.
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=_parent_path())
         self._proc = subprocess.Popen(
             [sys.executable, "-P", "-u", os.path.abspath(__file__), "--serve-math"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -321,6 +334,7 @@ class _MathWorker:
         if self._readline(self.STARTUP_TIMEOUT) != "ready":
             self.close()
             raise RuntimeError("math-verify helper did not start (is the math-verify package installed?)")
+        _HELPER_FAILED.clear()  # started: a later failure is said again
 
     def _readline(self, timeout: float) -> str | None:
         out = self._proc.stdout
@@ -360,7 +374,8 @@ MAX_MATH_CHARS = 2000
 # check has no verdict and is not kept (the next call asks again, as before).
 _VERDICTS: dict[tuple[str, str], bool] = {}
 MAX_VERDICTS = 65536
-_HELPER_FAILED: list[str] = []  # the first reason the helper could not answer (warned once)
+_HELPER_FAILED: list[str] = []  # the first reason the helper could not answer (warned once, until it starts)
+_HELPER_LOCK = threading.Lock()
 
 
 _TEXT_WRAPPER = re.compile(r"\\(?:textbf|text|mbox|mathrm|mathbf)\s*\{([^{}]*)\}")
@@ -499,10 +514,16 @@ def _ask(worker: _MathWorker, pred: str, gold: str, timeout: float) -> bool:
     try:
         verdict = worker.equal(pred, gold, timeout)
     except Exception as exc:  # noqa: BLE001 -- a verifier must never take the run down, but says so
-        if not _HELPER_FAILED:
-            _HELPER_FAILED.append(str(exc))
-            warnings.warn(f"math_equal: {exc}; answers that need math-verify are graded wrong until it starts",
-                          RuntimeWarning, stacklevel=2)
+        with _HELPER_LOCK:
+            first = not _HELPER_FAILED
+            if first:
+                _HELPER_FAILED.append(str(exc))
+        if first:
+            try:  # said once, never raised (warnings turned into errors included)
+                warnings.warn(f"math_equal: {exc}; answers that need math-verify are graded wrong until it starts",
+                              RuntimeWarning, stacklevel=2)
+            except Exception:  # noqa: BLE001
+                pass
         return False
     if verdict is not None:
         if len(_VERDICTS) >= MAX_VERDICTS:

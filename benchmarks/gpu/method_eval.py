@@ -339,12 +339,15 @@ def cmd_regrade(args) -> None:
     rows = {(r["step"], r["benchmark"]): r for r in read_evals(run)}
     for f in files:
         step = int(f.stem.rsplit("-step", 1)[1])
-        if (step, new) in rows:
-            print(f"step {step}: {new} already recorded, skipped", flush=True)
-            continue
         samples = [s for s in read_eval_samples(f) if s["id"] in items]
         if not samples:
             raise UsageError(f"no sample of {f.name} is an item of {args.bench} (another benchmark file?)")
+        if (step, new) in rows:
+            if rows[(step, new)]["n"] != len(samples):
+                raise UsageError(f"step {step}: {new} is recorded for {rows[(step, new)]['n']} items, this would "
+                                 f"grade {len(samples)}; give another name with --as")
+            print(f"step {step}: {new} already recorded, skipped", flush=True)
+            continue
         flat = [(k, c) for k, s in enumerate(samples) for c in items[s["id"]].rubric.split("\n")]
         before = dict(judge.stats)
         got, t0 = [], time.perf_counter()
@@ -356,7 +359,7 @@ def cmd_regrade(args) -> None:
         for k, s in enumerate(samples):
             grades = [int(g) for (j, _), g in zip(flat, got) if j == k]
             score = sum(grades) / len(grades)
-            out.append({**s, "index": k, "grades": grades, "score": score, "correct": score >= 1.0})
+            out.append({**s, "grades": grades, "score": score, "correct": score >= 1.0})
         values = [s["score"] for s in out]
         lo, hi = bootstrap_ci(values)
         orig = rows.get((step, args.name), {})
@@ -367,8 +370,8 @@ def cmd_regrade(args) -> None:
                **{k: orig[k] for k in ("answered_rate", "truncated_rate", "searches_mean") if k in orig},
                "judge_format_failures": judge.stats["grade_format_failures"] - before["grade_format_failures"],
                "judge_trailing_text": judge.stats["grade_trailing_text"] - before["grade_trailing_text"]}
+        write_eval_samples(run, new, step, out)  # the samples first: a row is never recorded without them
         emit("regrade", append_eval(run, row))
-        write_eval_samples(run, new, step, out)
     evals_table(run, [args.name, new])
 
 

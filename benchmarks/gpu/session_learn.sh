@@ -275,7 +275,8 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
         rm -rf $RUNS/$r && cp -r ${A%/.gpu_assets}/examples/runs/$r $RUNS/$r
         python3 benchmarks/gpu/method_eval.py regrade --run $RUNS/$r --bench $A/me_score_reports.jsonl \
           --name score-reports --as score-reports-regraded-all --judge $Q15
-      done ;;
+      done
+      touch $RUNS/sorg.done ;;
     ov0|ov1)  # held-out parity of train.overlap: GRPO on Qwen2.5-Coder-0.5B over GSM8K items 0-659, overlap off (ov0)
               # or one_step (ov1), the same seed ($SEED, default 0), $OV_MIN minutes of training each, one card each;
               # the base and the last checkpoint evaluated on items 660-1318 (paired_runs.py ov1 --control ov0

@@ -51,11 +51,16 @@ def test_parse_verdict(text, expected):
     ("<score>1</score><think>on second thought</think><score>1</score>", None),  # thinking again
     ("<think>unclosed <score>1</score>", None),
     ("", None), (None, None),
+    # a different score after it, in any form: the reply changed its mind
+    ("<score>1</score>\nFinal score: 0", None), ("<score>1</score>\nWait, the score is 0.", None),
+    ("<score>1</score>\n<SCORE>0</SCORE>", None), ("<score>1</score> \\boxed{0}", None),
+    ("<score>1</score> </score >", None),
     # text after the score that gives no other score is read (the 1.5B's greedy grades, from a GPU evaluation)
     ("<score>1</score> extra words", 1),
     ("<think>\nThe response does not explicitly state that Timbuktu is in Mali.\n</think>\n<score>0</score>\n<note>No "
      "explicit statement about Timbuktu being in Mali is provided in the response.</note>", 0),
     ("<think>\nThe response is coherent.\n</think>\n<score>1</score>\n<score>1</score>", 1),
+    ("<score>1</score>\nThe score is 1, worth 10 points.", 1), ("<score>0</score>\n<Score> 0 </Score>", 0),
 ])
 def test_parse_score(text, expected):
     assert parse_score(text) == expected

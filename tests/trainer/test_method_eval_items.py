@@ -134,6 +134,7 @@ def test_eval_records_the_base_and_the_answering_adapter_and_resumes(method_eval
     assert len(sample["grades"]) == 4 and sample["score"] == sum(sample["grades"]) / 4
     capsys.readouterr()
     assert method_eval.main(regrade) == 0 and capsys.readouterr().out.count("already recorded") == 2
+    assert method_eval.main([*regrade[:8], "2", *regrade[9:]]) == 2  # the same name for more items: refused
     assert method_eval.main([*regrade[:6], "score-reports"]) == 2  # no such evaluation recorded
 
 

@@ -1,5 +1,7 @@
 """Answer extraction and verifiers, including property tests that parsers never raise."""
 
+import warnings
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -168,8 +170,23 @@ def test_a_helper_that_cannot_start_is_said_once_not_silently_graded_wrong(monke
     monkeypatch.setattr(verify, "_HELPER_FAILED", [])
     with pytest.warns(RuntimeWarning, match="did not start"):
         assert verify._ask(broken, "x+1", "1+x", 5.0) is False
-    assert verify._ask(broken, "x+1", "1+x", 5.0) is False  # said once
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert verify._ask(broken, "x+1", "1+x", 5.0) is False  # said once: no second warning
     assert verify._HELPER_FAILED == ["math-verify helper did not start"]
+    monkeypatch.setattr(verify, "_HELPER_FAILED", [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warnings as errors: still a verdict, never an exception
+        assert verify._ask(broken, "x+1", "1+x", 5.0) is False
+
+
+def test_the_helper_path_is_the_parents_with_the_working_directory_made_absolute(monkeypatch, tmp_path):
+    import os
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(verify.sys, "path", ["", str(tmp_path / "a"), Path(tmp_path / "b"), 42, f"x{os.pathsep}y"])
+    assert verify._parent_path().split(os.pathsep) == [str(tmp_path), str(tmp_path / "a"), str(tmp_path / "b")]
 
 
 def test_it_registers_the_verifiers_by_reward_name():
