@@ -167,7 +167,6 @@ When in doubt, score 0. There is no partial credit.
 # ---- parsers (never raise) ----------------------------------------------------------------------
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_STRICT_SCORE = re.compile(r"\A\s*(?:<think>.*?</think>\s*)?<score>\s*([01])\s*</score>\s*\Z", re.DOTALL)
 _LEADING_SCORE = re.compile(r"\A\s*(?:<think>.*?</think>\s*)?<score>\s*([01])\s*</score>(.*)\Z", re.DOTALL)
 # in the text after the score: another score in any form (a tag in any case, "Final score: 0", \boxed{0}), a stray
 # score tag, or a second thought
@@ -194,20 +193,20 @@ def parse_score(text: str | None) -> int | None:
     ``<note>``, or the same score again); anything else -> None: text before the score, a score
     other than 0/1, a different score after it in any form (a tag in any case, "score: 0", ``\\boxed{0}``),
     a stray score tag, a ``<think>`` after the score."""
-    if not text:
-        return None
-    m = _LEADING_SCORE.match(text)
+    return _read_score(text)[0]
+
+
+def _read_score(text: str | None) -> tuple[int | None, bool]:
+    """(``parse_score``'s reading, whether text followed the score)."""
+    m = _LEADING_SCORE.match(text or "")
     if not m:
-        return None
-    for later in _LATER_SCORE.finditer(m.group(2)):
-        if later.group(2) or next(g for g in (later.group(1), later.group(3), later.group(4)) if g is not None) != m.group(1):
-            return None  # a stray tag, a second thought, or a different score
-    return int(m.group(1))
-
-
-def trailing_text(text: str | None) -> bool:
-    """Did a reply that ``parse_score`` reads go on after its score (outside the strict format)?"""
-    return parse_score(text) is not None and not _STRICT_SCORE.match(text)
+        return None, False
+    score, rest = m.group(1), m.group(2)
+    for later in _LATER_SCORE.finditer(rest):
+        stray, value = later.group(2), later.group(1) or later.group(3) or later.group(4)
+        if stray or value != score:  # a stray tag, a second thought, or a different score
+            return None, False
+    return int(score), bool(rest.strip())
 
 
 @dataclass
@@ -553,10 +552,10 @@ class Judge:
         texts = self._ask(kind, convs)
         scores = []
         for text in texts:
-            s = parse_score(text)
+            s, trailing = _read_score(text)
             if s is None and text is not None:
                 self.stats[f"{kind}_format_failures"] += 1
-            elif trailing_text(text):
+            elif trailing:
                 self.stats[f"{kind}_trailing_text"] += 1
             scores.append(s or 0)
         return list(zip(scores, texts)) if with_texts else scores

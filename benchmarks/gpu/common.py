@@ -277,18 +277,23 @@ def load(spec: str):
         raise UsageError(str(exc)) from None
 
 
+def base_spec(run: Path) -> str:
+    """The model spec of a run's base: its config.yaml's model.name_or_path, a folder as it is, else base:<name>."""
+    import yaml
+
+    cfg_file = run / "config.yaml"
+    if not cfg_file.is_file():
+        raise UsageError(f"{run} has no config.yaml; name the models with --model base:<name> / a checkpoint")
+    base = str(yaml.safe_load(cfg_file.read_text())["model"]["name_or_path"])
+    return base if Path(base).is_dir() else f"base:{base}"
+
+
 def targets(run: Path, models: list[str]) -> list[tuple[int, str]]:
     """(step, spec) per model: base -> 0, a checkpoint -> its meta.json step; default: base + all checkpoints."""
     from trainer.evaluate import ModelSpecError, describe_target
 
     if not models:
-        cfg_file = run / "config.yaml"
-        if not cfg_file.is_file():
-            raise UsageError(f"{run} has no config.yaml; name the models with --model base:<name> / a checkpoint")
-        import yaml
-
-        base = str(yaml.safe_load(cfg_file.read_text())["model"]["name_or_path"])
-        models = [base if Path(base).is_dir() else f"base:{base}"]
+        models = [base_spec(run)]
         ckpts = run / "checkpoints"
         if ckpts.is_dir():
             models += [str(p) for p in sorted(ckpts.glob("step-*")) if (p / "meta.json").is_file()]

@@ -59,8 +59,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (HELDOUT, TRAIN_CORPUS, UsageError, add_eval_args, add_make_args, emit,  # noqa: E402
-                    eval_inputs, evals_table, load, read_docs, run_cli, search_tool, targets, trained_reserve)
+from common import (HELDOUT, TRAIN_CORPUS, UsageError, add_eval_args, add_make_args, base_spec,  # noqa: E402
+                    emit, eval_inputs, evals_table, load, read_docs, run_cli, search_tool, targets, trained_reserve)
 
 from trainer.runfolder import append_eval, read_evals, write_eval_samples  # noqa: E402
 
@@ -222,6 +222,22 @@ def response_of(traj) -> str:
     return _INFO.sub("", traj.text or "").strip()
 
 
+def grade_criteria(judge, answers: list[tuple[str, str, str]], batch_size: int, progress: str = "") -> list[list[int]]:
+    """(question, response, rubric of criteria one per line) per item -> each item's 0/1 grades, a criterion a
+    grade, asked in chunks of ``batch_size`` conversations: one call of 4-5 x batch_size rows would hold a static
+    KV cache beside a co-tenant run's training. ``progress``: a label to print after each chunk."""
+    flat = [(k, q, r, c) for k, (q, r, rubric) in enumerate(answers) for c in rubric.split("\n")]
+    got, t0 = [], time.perf_counter()
+    for c0 in range(0, len(flat), batch_size):
+        got += judge.grade_batch([(q, r, c) for _, q, r, c in flat[c0:c0 + batch_size]])
+        if progress:
+            print(f"  {progress}: {len(got)}/{len(flat)} grades, {time.perf_counter() - t0:.0f} s", flush=True)
+    grades: list[list[int]] = [[] for _ in answers]
+    for (k, *_), g in zip(flat, got):
+        grades[k].append(int(g))
+    return grades
+
+
 def measure(loaded, items, cfg, sampling, tool, batch_size: int, judge, reserve: int | None = 0
             ) -> tuple[list[dict], float]:
     from trainer.evaluate import extract_prediction, question_text, score_batch
@@ -239,15 +255,10 @@ def measure(loaded, items, cfg, sampling, tool, batch_size: int, judge, reserve:
         plain = [i for i, it in enumerate(batch) if not it.rubric]
         scores, preds, grades = [0.0] * len(batch), [None] * len(batch), [None] * len(batch)
         if rubric:
-            flat = [(i, question_text(batch[i]), response_of(trajs[i]), c)
-                    for i in rubric for c in batch[i].rubric.split("\n")]
-            got = []  # in chunks of batch_size conversations: one call of 4-5 x batch_size rows would hold a
-            for c0 in range(0, len(flat), batch_size):  # static KV cache beside a co-tenant run's training
-                got += judge.grade_batch([(q, r, c) for _, q, r, c in flat[c0:c0 + batch_size]])
-            for i in rubric:
-                grades[i] = [int(g) for (j, *_), g in zip(flat, got) if j == i]
-                scores[i] = sum(grades[i]) / len(grades[i])
-                preds[i] = response_of(trajs[i])
+            graded = grade_criteria(judge, [(question_text(batch[i]), response_of(trajs[i]), batch[i].rubric)
+                                            for i in rubric], batch_size)
+            for i, g in zip(rubric, graded):
+                grades[i], scores[i], preds[i] = g, sum(g) / len(g), response_of(trajs[i])
         if plain:
             sub = [batch[i] for i in plain]
             p = [extract_prediction(trajs[i].text, "exact", trajs[i].final) for i in plain]
@@ -319,8 +330,6 @@ def cmd_regrade(args) -> None:
     """Grade the recorded answers of RUN/eval_samples/<--name>-step*.jsonl again, criterion by criterion, with a fixed
     grader (no generation): after a change to the grader. Recorded as the benchmark --as, step by step, beside the
     original rows; a (step, --as) pair already recorded is skipped."""
-    import yaml
-
     from trainer.evaluate import bootstrap_ci, frozen_judge, read_jsonl
     from trainer.runfolder import BENCHMARK_NAME, read_eval_samples
 
@@ -331,10 +340,7 @@ def cmd_regrade(args) -> None:
     files = sorted((run / "eval_samples").glob(f"{args.name}-step*.jsonl"))
     if not files:
         raise UsageError(f"{run}/eval_samples has no {args.name}-step*.jsonl: what `eval --name {args.name}` writes")
-    spec = args.judge
-    if spec is None:
-        base = str(yaml.safe_load((run / "config.yaml").read_text())["model"]["name_or_path"])
-        spec = base if Path(base).is_dir() else f"base:{base}"
+    spec = args.judge or base_spec(run)
     judge = frozen_judge(load(spec), max_tokens={"grade": args.judge_max_new_tokens}, temperature={"grade": 0.0})
     rows = {(r["step"], r["benchmark"]): r for r in read_evals(run)}
     for f in files:
@@ -348,18 +354,10 @@ def cmd_regrade(args) -> None:
                                  f"grade {len(samples)}; give another name with --as")
             print(f"step {step}: {new} already recorded, skipped", flush=True)
             continue
-        flat = [(k, c) for k, s in enumerate(samples) for c in items[s["id"]].rubric.split("\n")]
-        before = dict(judge.stats)
-        got, t0 = [], time.perf_counter()
-        for c0 in range(0, len(flat), args.batch_size):
-            got += judge.grade_batch([(samples[k]["question"], samples[k]["prediction"] or "", c)
-                                      for k, c in flat[c0:c0 + args.batch_size]])
-            print(f"  step {step}: {len(got)}/{len(flat)} grades, {time.perf_counter() - t0:.0f} s", flush=True)
-        out = []
-        for k, s in enumerate(samples):
-            grades = [int(g) for (j, _), g in zip(flat, got) if j == k]
-            score = sum(grades) / len(grades)
-            out.append({**s, "grades": grades, "score": score, "correct": score >= 1.0})
+        before, t0 = dict(judge.stats), time.perf_counter()
+        graded = grade_criteria(judge, [(s["question"], s["prediction"] or "", items[s["id"]].rubric) for s in samples],
+                                args.batch_size, progress=f"step {step}")
+        out = [{**s, "grades": g, "score": sum(g) / len(g), "correct": sum(g) == len(g)} for s, g in zip(samples, graded)]
         values = [s["score"] for s in out]
         lo, hi = bootstrap_ci(values)
         orig = rows.get((step, args.name), {})
