@@ -330,13 +330,18 @@ def cmd_regrade(args) -> None:
     """Grade the recorded answers of RUN/eval_samples/<--name>-step*.jsonl again, criterion by criterion, with a fixed
     grader (no generation): after a change to the grader. Recorded as the benchmark --as, step by step, beside the
     original rows; a (step, --as) pair already recorded is skipped."""
-    from trainer.evaluate import bootstrap_ci, frozen_judge, read_jsonl
+    from trainer.evaluate import BenchmarkError, bootstrap_ci, frozen_judge, read_jsonl
     from trainer.runfolder import BENCHMARK_NAME, read_eval_samples
 
     run, new = Path(args.run), args.as_ or f"{args.name}-regraded"
     if not BENCHMARK_NAME.fullmatch(new):
         raise UsageError(f"--as {new!r} must be lowercase letters, digits, - and _")
-    items = {it.id: it for it in read_jsonl(args.bench)[: args.limit or None] if it.rubric}
+    if not run.is_dir():
+        raise UsageError(f"run folder {run} does not exist")
+    try:
+        items = {it.id: it for it in read_jsonl(args.bench)[: args.limit or None] if it.rubric}
+    except BenchmarkError as exc:
+        raise UsageError(str(exc)) from None
     files = sorted((run / "eval_samples").glob(f"{args.name}-step*.jsonl"))
     if not files:
         raise UsageError(f"{run}/eval_samples has no {args.name}-step*.jsonl: what `eval --name {args.name}` writes")

@@ -136,6 +136,8 @@ def test_eval_records_the_base_and_the_answering_adapter_and_resumes(method_eval
     assert method_eval.main(regrade) == 0 and capsys.readouterr().out.count("already recorded") == 2
     assert method_eval.main([*regrade[:8], "2", *regrade[9:]]) == 2  # the same name for more items: refused
     assert method_eval.main([*regrade[:6], "score-reports"]) == 2  # no such evaluation recorded
+    assert method_eval.main([*regrade[:4], str(tmp_path / "none.jsonl"), *regrade[5:]]) == 2  # no such bench file
+    assert method_eval.main(["regrade", "--run", str(tmp_path / "none"), *regrade[3:]]) == 2  # no such run
 
 
 def test_a_run_is_measured_with_the_answer_reserve_it_trained_with(method_eval, tmp_path):
