@@ -15,7 +15,9 @@
 #   join MODEL [JOB..] check + import a staged model into /tmp/models/MODEL, then start JOBs (detached); a join
 #                      that brings parts too (its model's last, the next model's first) parks them first:
 #                      `python3 benchmarks/gpu/stage_gguf.py collect && bash benchmarks/gpu/session_learn.sh join ...`
-#   start JOB...       start jobs in the background (see `chain` below); MIN=13 (env) = a run's training minutes
+#   start JOB...       start jobs in the background (see `chain` below); MIN=13 (env) = a run's training minutes;
+#                      a job as NAME:SEED runs with that seed in folder NAME-sSEED (gm:2 gm:3: two seeds at once), and
+#                      NAME@GPU on that card (sc@0), e.g. `join MODEL gm:2 gm:3 gmc:2 gmc:3 sc@0 scc@1`
 #   stop JOB...        stop a job gone wrong (a run's own time limit is what ends it with a checkpoint)
 #   watch SECS         wait SECS while the jobs run (less once all have ended); then status, curves and the packed
 #                      run folders in $OUT
@@ -140,8 +142,8 @@ vllm_benches() {  # the same 321M GRPO step (8 x 8 x 256 forced) four ways on on
 }
 
 chain() {  # the body of a detached job (runs in a child bash: functions exported below)
-  local name=$1 min=${MIN:-13}
-  case $name in
+  local job=$1 name=${RUN_NAME:-$1} min=${MIN:-13}  # name: the run folder (gm-s3 for gm:3)
+  case $job in
     spice15)
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} --set train.prompts_per_step=16 $SMALL \
@@ -169,15 +171,15 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
     grpo05|grpo05s1)  # ours, GRPO time to accuracy beside trl05 (the same kind of card),
                       # checkpoints every 20 steps evaluated as they come; grpo05s1 = a second seed, after grpo05
       local seed=0 gmin=${GRPO_MIN:-10}
-      [ $name = grpo05s1 ] && { echo "== grpo05s1: waiting for grpo05 (same GPU)"; waitfor grpo05; seed=1
+      [ $job = grpo05s1 ] && { echo "== grpo05s1: waiting for grpo05 (same GPU)"; waitfor grpo05; seed=1
                                 gmin=${GRPO1_MIN:-$gmin}; }
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_grpo_gsm8k.yaml --run $RUNS/$name \
         --minutes $gmin --deadline 1700 --bench $A/gsm8k_heldout.jsonl --scoring math --set seed=$seed \
         --set model.name_or_path=$Q05 --set data.path=$A/gsm8k_train.jsonl ;;
     tta0|tta1|tta2|ttav)
       local seed=${name#tta} extra="" tmin=${TTA_MIN:-10}
-      [ $name = tta2 ] && { echo "== tta2: waiting for tta1 (same GPU)"; waitfor tta1; tmin=${TTA2_MIN:-5}; }
-      if [ $name = ttav ]; then
+      [ $job = tta2 ] && { echo "== tta2: waiting for tta1 (same GPU)"; waitfor tta1; tmin=${TTA2_MIN:-5}; }
+      if [ $job = ttav ]; then
         seed=0 tmin=${TTAV_MIN:-6} extra="--set rollout.backend=vllm"; export VLLM_USE_FLASHINFER_SAMPLER=0
         echo "== ttav: waiting for tta0 (same GPU) and for vLLM"; waitfor tta0
         while [ ! -d /tmp/site/vllm ] || ! grep -q VLLM_STAGED /tmp/vllm_stage.log 2>/dev/null; do sleep 5; done
@@ -224,15 +226,15 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
                     # gr / grc: gs / gsc with the gate's recall rule on (gate.recall: numeric questions that give no
                     # number refused, and the Challenger told so)
       local corpus=$A/wiki.jsonl ctl="" extra=""
-      case $name in gm|gmc) corpus=$A/gsm8k_docs.jsonl ;; esac
-      case $name in gsc|gmc|grc) ctl="--set train.control=random-reward" ;; esac
-      case $name in gr|grc) extra="--set gate.recall=true" ;; esac
+      case $job in gm|gmc) corpus=$A/gsm8k_docs.jsonl ;; esac
+      case $job in gsc|gmc|grc) ctl="--set train.control=random-reward" ;; esac
+      case $job in gr|grc) extra="--set gate.recall=true" ;; esac
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} --set train.prompts_per_step=16 $SMALL \
         --set spice.task_max_new_tokens=768 --set gate.consensus_max_new_tokens=384 --set checkpoint.every=0 \
         --set model.name_or_path=$Q15 --set corpus.path=$corpus ${SEED:+--set seed=$SEED} $ctl $extra
       echo "== $name trained; evaluating"
-      case $name in
+      case $job in
         gs|gsc|gr|grc) TASKS=64 spice_eval $RUNS/$name $Q15 ;;
         gm|gmc) spice_eval $RUNS/$name $Q15 $A/gsm8k_docs_heldout.jsonl $A/gsm8k_heldout.jsonl gsm8k_heldout 0 64 ;;
       esac
@@ -241,7 +243,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
              # penalty) and the Proposer's prompt showing a whole reply, Qwen2.5-Coder-1.5B over Wikipedia; sgc: the
              # same config with --control random-reward (the Solver's reward a coin; the Proposer's from the coins)
       local ctl=""
-      [ $name = sgc ] && ctl="--set train.control=random-reward"
+      [ $job = sgc ] && ctl="--set train.control=random-reward"
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_ssp.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} --set model.name_or_path=$Q15 \
         --set corpus.path=$A/wiki.jsonl --set checkpoint.every=0 $ctl
@@ -249,8 +251,8 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       touch $RUNS/$name.done ;;
     sc|scc|so|soc|pp|ppc)  # (header) method + its random-reward control, then method_eval.py
       local m ctl="" E="python3 benchmarks/gpu/method_eval.py" H=$A/wiki_heldout.jsonl
-      case $name in sc*) m=scope ;; so*) m=score ;; pp*) m=piplay ;; esac
-      case $name in scc|soc|ppc) ctl="--set train.control=random-reward" ;; esac
+      case $job in sc*) m=scope ;; so*) m=score ;; pp*) m=piplay ;; esac
+      case $job in scc|soc|ppc) ctl="--set train.control=random-reward" ;; esac
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_$m.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set model.name_or_path=$Q15 --set corpus.path=$A/wiki.jsonl --set checkpoint.every=0 $ctl
       echo "== $name trained; held-out evaluation (base, last checkpoint)"
@@ -282,7 +284,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
               # the base and the last checkpoint evaluated on items 660-1318 (paired_runs.py ov1 --control ov0
               # gives one_step - off, paired)
       local o=off
-      [ $name = ov1 ] && o=one_step
+      [ $job = ov1 ] && o=one_step
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_grpo_gsm8k.yaml --run $RUNS/$name \
         --minutes ${OV_MIN:-4} --deadline 900 --bench $A/gsm8k_heldout.jsonl --scoring math --set seed=${SEED:-0} \
         --set model.name_or_path=$Q05 --set data.path=$A/gsm8k_train.jsonl --set checkpoint.every=0 \
@@ -312,16 +314,23 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
   esac
 }
 
-job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
-  local name=$1 gpu
+job() {  # job NAME[:SEED][@GPU]: start NAME's chain detached on its GPU (GPU=N overrides all; @GPU this job's);
+        # :SEED runs it with seed SEED under the name NAME-sSEED (two seeds of one job in one session: gm:2 gm:3)
+  local spec=$1 name gpu seed="" jgpu=""
+  case $spec in *@*) jgpu=${spec##*@}; spec=${spec%@*} ;; esac
+  case $spec in *:*) seed=${spec##*:}; spec=${spec%%:*} ;; esac
+  name=$spec
   case $name in
     spice15|speval15|tta0|ttav|gs|so|ov0|sorg) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc|ovl|ov1) gpu=1 ;;
     trl05|vllmb|ttatrl|gm|sg|sc|pp|gr) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|scc|ppc|consn|grc) gpu=3 ;;
     *) echo "unknown job $name"; return 1 ;;
   esac
   gpu=$((gpu % $(nvidia-smi -L | wc -l)))  # a 2-GPU machine: 2 -> 0, 3 -> 1 (gm and sg share card 0, their controls 1)
+  gpu=${jgpu:-${GPU:-$gpu}}
+  local base=$name
+  [ -n "$seed" ] && name=$name-s$seed
   mkdir -p $LOGS/$name
-  case $name in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|gr|grc|sg|sgc|sc|scc|so|soc|pp|ppc|ov0|ov1)
+  case $base in spice15|spice05|spicem15|ssp15|trl05|grpo05|grpo05s1|tta0|tta1|tta2|ttav|ttatrl|gs|gsc|gm|gmc|gr|grc|sg|sgc|sc|scc|so|soc|pp|ppc|ov0|ov1)
     rm -rf $RUNS/$name $RUNS/$name.done ;; esac
   local pre=""  # started by `join`: wait for the import first
   # the code a job runs: /tmp/code, a snapshot of the committed tree (copied as .gpu_code, made on the dev machine by
@@ -333,9 +342,9 @@ job() {  # job NAME: start NAME's chain detached on its GPU (GPU=N overrides)
   # such as `make-cloze --docs .gpu_assets/wiki_heldout.jsonl` finds nothing when run from /tmp/code)
   [ -d /tmp/code/trainer ] && { ln -sfn $PWD/.gpu_assets /tmp/code/.gpu_assets
                                 pre="cd /tmp/code; export PYTHONPATH=/tmp/site:/tmp/code; $pre"; }
-  detach $name ${GPU:-$gpu} bash -c "$(declare -f waitfor spice_eval ssp_cloze vllm_benches chain)
+  detach $name $gpu bash -c "$(declare -f waitfor spice_eval ssp_cloze vllm_benches chain)
     $pre
-    chain $name"
+    ${seed:+export SEED=$seed RUN_NAME=$name;} chain $base"
 }
 
 status() {
