@@ -170,10 +170,49 @@ def seed_groups(runs: list[Run]) -> list[dict]:
             parts = list(split.values())
         for part in parts:
             if len(part) >= 2 and _distinct_seeds(part):
-                seeds = [str(seed_of(r)) for r in part]
-                groups.append({"label": f"{part[0].method} · {_common_name(part)} · seeds {', '.join(seeds)}",
-                               "runs": [r.pk for r in part], "by": "config"})
+                groups.append({"label": f"{part[0].method} · {_common_name(part)}", "runs": [r.pk for r in part],
+                               "by": "config", "_config": part[0].config, "_seeds": [str(seed_of(r)) for r in part]})
+    _tell_apart([g for g in groups if g["by"] == "config"])
+    for g in groups:
+        if g["by"] == "config":
+            g["label"] += f" · seeds {', '.join(g.pop('_seeds'))}"
+            g.pop("_config")
     return groups
+
+
+def _tell_apart(groups: list[dict], shown: int = 3) -> None:
+    """Config groups that would read the same (one name, different configs: a default changed between seeds) get
+    the settings that tell them apart added to their labels, at most ``shown`` of them, e.g.
+    "spice · spice-gate · gate.consensus_samples=5, gate.shuffle_options=true"."""
+    by_label: dict[str, list[dict]] = {}
+    for g in groups:
+        by_label.setdefault(g["label"], []).append(g)
+    for same in by_label.values():
+        if len(same) < 2:
+            continue
+        flats = [_flat(g["_config"]) for g in same]
+        keys = sorted(k for k in set().union(*flats) if len({json.dumps(f.get(k), default=str) for f in flats}) > 1)
+        for g, flat in zip(same, flats):
+            parts = [f"{k}={_setting(flat.get(k))}" for k in keys[:shown]]
+            more = len(keys) - shown
+            g["label"] += " · " + ", ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _flat(config, prefix="", ignored=NOT_THE_CONFIG) -> dict:
+    out = {}
+    for k, v in (config or {}).items():
+        key = f"{prefix}{k}"
+        if key in ignored:
+            continue
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{key}.", ignored))
+        else:
+            out[key] = v
+    return out
+
+
+def _setting(value) -> str:
+    return "unset" if value is None else json.dumps(value, default=str).strip('"')
 
 
 def _common_name(runs: list[Run]) -> str:

@@ -128,12 +128,15 @@ def test_the_demo_examples_group_only_runs_with_distinct_seeds_and_compare_bands
     names = [sorted((Run.objects.get(pk=pk).imported_name or "") for pk in g["runs"]) for g in groups]
     # the h100 pair and the tta triple share every learning setting but checkpointing: seeds 0, 1 and 0, 1, 2
     # repeat together, so each part is split off by its checkpoint settings; runs that share seed 0 stay apart.
-    # SPICE on GSM8K's solutions, seeds 0 and 1, and their two controls: two groups (a control is its own config)
+    # SPICE on GSM8K's solutions, seeds 0 and 1, and their two controls: two groups (a control is its own config);
+    # seeds 2 and 3 ran with the gate's later defaults (5 consensus readers, shuffled options): two more groups
     assert sorted(names) == [["grpo-gsm8k-qwen05-lr1e-6-h100-seed0", "grpo-gsm8k-qwen05-lr1e-6-h100-seed1"],
                              ["grpo-gsm8k-qwen05-tta-seed0", "grpo-gsm8k-qwen05-tta-seed1",
                               "grpo-gsm8k-qwen05-tta-seed2"],
                              ["spice-gate-gsm8kdocs-qwen15", "spice-gate-gsm8kdocs-qwen15-seed1"],
                              ["spice-gate-gsm8kdocs-qwen15-control", "spice-gate-gsm8kdocs-qwen15-seed1-control"],
+                             ["spice-gate-gsm8kdocs-qwen15-seed2", "spice-gate-gsm8kdocs-qwen15-seed3"],
+                             ["spice-gate-gsm8kdocs-qwen15-seed2-control", "spice-gate-gsm8kdocs-qwen15-seed3-control"],
                              ["spice-gate-wiki-qwen15", "spice-gate-wiki-qwen15-seed1"],
                              ["spice-gate-wiki-qwen15-control", "spice-gate-wiki-qwen15-seed1-control"]], names
     for g in groups:
@@ -144,6 +147,9 @@ def test_the_demo_examples_group_only_runs_with_distinct_seeds_and_compare_bands
     assert {"spice · spice-gate-wiki-qwen15", "spice · spice-gate-wiki-qwen15-control",
             "grpo · grpo-gsm8k-qwen05-tta"} <= set(labels), labels
     assert len(set(labels)) == len(labels), labels  # a run's group and its control's read differently
+    # two groups of one name whose configs differ (the gate's consensus readers, 3 then 5) say how
+    assert {"spice · spice-gate-gsm8kdocs-qwen15 · gate.consensus_samples=3",
+            "spice · spice-gate-gsm8kdocs-qwen15 · gate.consensus_samples=5"} <= set(labels), labels
     assert "trl-grpo-gsm8k-qwen05-tta" in runs
     # the compare view bands them by the same groups (one import of the examples for both: it takes a while)
     names = ["grpo-gsm8k-qwen05-lr1e-6-h100-seed0", "grpo-gsm8k-qwen05-lr1e-6-h100-seed1",
@@ -177,8 +183,9 @@ def test_the_runs_table_of_the_demo_examples_fits_1400_px(roles, researcher, ser
             width = page.evaluate("document.documentElement.scrollWidth")
             right = page.evaluate("document.getElementById('runs').getBoundingClientRect().right")
             assert width <= 1400 and right <= 1400, (width, right)
-            # the two GRPO groups; SPICE over GSM8K's solutions and over Wikipedia, seeds 0 + 1, and their controls
-            assert page.locator("tr.seed-group").count() == 6
+            # the two GRPO groups; SPICE over GSM8K's solutions (seeds 0 + 1, 2 + 3) and over Wikipedia (seeds 0 + 1),
+            # and their controls
+            assert page.locator("tr.seed-group").count() == 8
             assert "seeds 0, 0" not in page.content()
             assert errors == []
         finally:
