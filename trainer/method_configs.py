@@ -555,6 +555,14 @@ class ScoreSection(MethodSection):
     must_include_weight: float | None = Field(
         None, ge=0, description="Weight of the mandatory dimension(s); None = weight_max (ours: the paper gives none).")
     max_tool_tokens: int = Field(500, ge=16, description="Tool response budget in tokens.")
+    grounding: Literal["off", "share"] = Field(
+        "off", description="A grounding term in the Solver's reward (ours; the paper has none): 'share' multiplies "
+        "R_s by the share of the report's sentences that the passages its own searches retrieved support "
+        "(trainer.rewards.grounded_share: their names and numbers in the passages). Logged as grounded_share "
+        "either way.")
+    grounding_min_overlap: float = Field(
+        0.7, gt=0, le=1, description="A sentence is supported when at least this share of its content words, and "
+        "every number in it, occur in the report's retrieved passages (ours).")
     entropy_floor: float | None = Field(
         None, description="Stop early when the solver's mean entropy falls below this (None = never).")
     entropy_collapse_ratio: float | None = Field(

@@ -328,6 +328,38 @@ def score_solver_reward(well_formed: bool, weights: Sequence[float], scores: Seq
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def grounded_share(report: str, passages: Sequence[str], min_overlap: float = 0.7,
+                   min_words: int = 4) -> tuple[float, int]:
+    """The share of a report's sentences that its retrieved passages support, and how many sentences were read.
+
+    A sentence (split at . ! ? followed by space, and at line breaks) is read when it has at least ``min_words``
+    content words (words of 3+ letters outside the search stopwords, and every word with a digit). It is supported
+    when every word with a digit in it occurs in the passages and at least ``min_overlap`` of its content words do.
+    A claim whose names, dates or numbers the passages never mention is unsupported; a paraphrase that keeps the
+    passages' names and numbers passes. A report with no sentence to read scores 0.0 (nothing in it is grounded).
+    """
+    from trainer.tools.bm25 import STOPWORDS
+
+    vocab = set()
+    for p in passages:
+        vocab.update(_tokens(p))
+    read = supported = 0
+    for sentence in _SENTENCE_END.split(report or ""):
+        words = [w for w in _tokens(sentence) if any(c.isdigit() for c in w)
+                 or (len(w) >= 3 and w not in STOPWORDS)]
+        if len(words) < min_words:
+            continue
+        read += 1
+        numbers = [w for w in words if any(c.isdigit() for c in w)]
+        if all(n in vocab for n in numbers) and sum(w in vocab for w in words) >= min_overlap * len(words):
+            supported += 1
+    return (supported / read if read else 0.0), read
+
+
+
 def _tokens(text: str) -> list[str]:
     """Lowercased runs of word characters (letters, digits, underscore; any script)."""
     return _WORD.findall(text.lower()) if isinstance(text, str) else []

@@ -222,6 +222,17 @@ def response_of(traj) -> str:
     return _INFO.sub("", traj.text or "").strip()
 
 
+def grounded(sample: dict) -> float | None:
+    """A recorded report's grounded share (trainer.rewards.grounded_share: its sentences that the passages its own
+    searches retrieved support); None for an item without an answer."""
+    from trainer.rewards import grounded_share
+
+    if not sample.get("answered"):
+        return None
+    return grounded_share(sample.get("prediction") or "",
+                          [t["text"] for t in sample.get("turns") or [] if t.get("role") == "tool"])[0]
+
+
 def grade_criteria(judge, answers: list[tuple[str, str, str]], batch_size: int, progress: str = "") -> list[list[int]]:
     """(question, response, rubric of criteria one per line) per item -> each item's 0/1 grades, a criterion a
     grade, asked in chunks of ``batch_size`` conversations: one call of 4-5 x batch_size rows would hold a static
@@ -271,6 +282,8 @@ def measure(loaded, items, cfg, sampling, tool, batch_size: int, judge, reserve:
                             "searches": t.n_searches, "turns": t.turns, "truncated": bool(getattr(t, "truncated", 0)),
                             "answered": bool(t.final and t.final.strip()),
                             **({"document_id": it.meta["document_id"]} if "document_id" in it.meta else {})})
+            if it.rubric:
+                samples[-1]["grounded"] = grounded(samples[-1])
         print(f"  {len(samples)}/{len(items)} items, {time.perf_counter() - t0:.0f} s", flush=True)
     return samples, time.perf_counter() - t0
 
@@ -314,6 +327,9 @@ def cmd_eval(args) -> None:
                "searches_mean": round(sum(s["searches"] for s in samples) / n, 2),
                "max_new_tokens": max_new, "max_turns": max_turns, "n_docs_searched": n_docs,
                "answer_reserve": reserve}
+        shares = [s["grounded"] for s in samples if s.get("grounded") is not None]
+        if shares:  # rubric items: the answered reports' mean grounded share
+            row["grounded_share"] = round(sum(shares) / len(shares), 3)
         if judge is not None:
             row["judge_format_failures"] = judge.stats["grade_format_failures"]
             row["judge_trailing_text"] = judge.stats["grade_trailing_text"]  # read, though text followed the score
@@ -378,6 +394,37 @@ def cmd_regrade(args) -> None:
     evals_table(run, [args.name, new])
 
 
+def cmd_grounding(args) -> None:
+    """The grounded share of the answered reports an evaluation recorded (RUN/eval_samples/<--name>-step*.jsonl),
+    step by step, with a bootstrap interval over the answered items; with --paired, the step's difference from step
+    0 over the items both answered. Reads files only: no model, no GPU."""
+    from trainer.evaluate import bootstrap_ci
+    from trainer.runfolder import read_eval_samples
+
+    run = Path(args.run)
+    files = sorted((run / "eval_samples").glob(f"{args.name}-step*.jsonl"), key=lambda f: int(f.stem.rsplit("-step", 1)[1]))
+    if not files:
+        raise UsageError(f"{run}/eval_samples has no {args.name}-step*.jsonl: what `eval --name {args.name}` writes")
+    per_step = {int(f.stem.rsplit("-step", 1)[1]): {s["id"]: grounded(s) for s in read_eval_samples(f)} for f in files}
+    base = per_step.get(0, {})
+    print(f"{'step':>5} {'items':>6} {'answered':>9} {'grounded share':>24}" + ("  step - step 0 (both answered)"
+                                                                               if base else ""))
+    for step, shares in per_step.items():
+        got = [g for g in shares.values() if g is not None]
+        lo, hi = bootstrap_ci(got) if got else (0.0, 0.0)
+        line = (f"{step:>5} {len(shares):>6} {len(got):>9} "
+                f"{(sum(got) / len(got) if got else 0.0):>8.3f} [{lo:.3f}, {hi:.3f}]")
+        both = [k for k, g in shares.items() if g is not None and base.get(k) is not None]
+        if step and both:
+            d = [shares[k] - base[k] for k in both]
+            dlo, dhi = bootstrap_ci(d)
+            line += f"  {sum(d) / len(d):+.3f} [{dlo:+.3f}, {dhi:+.3f}] on {len(both)}"
+        print(line)
+        emit("grounding", {"run": run.name, "benchmark": args.name, "step": step, "items": len(shares),
+                           "answered": len(got), "grounded_share": round(sum(got) / len(got), 4) if got else None,
+                           "ci_low": lo, "ci_high": hi})
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -401,12 +448,15 @@ def main(argv=None) -> int:
     g.add_argument("--limit", type=int, help="the first N items of --bench only")
     g.add_argument("--batch-size", type=int, default=16, help="grades per generation call")
     g.add_argument("--judge-max-new-tokens", type=int, default=512, help="the grader's tokens per criterion")
+    gr = sub.add_parser("grounding", help="the grounded share of an evaluation's recorded reports (no model)")
+    gr.add_argument("--run", required=True, help="the run folder")
+    gr.add_argument("--name", required=True, help="the benchmark recorded (e.g. score-reports)")
     args = parser.parse_args(argv)
     if args.cmd.startswith("make-") and args.n < 1:
         parser.error("--n must be >= 1")
     if args.cmd == "regrade" and (args.batch_size < 1 or (args.limit is not None and args.limit < 1)):
         parser.error("--batch-size and --limit must be >= 1")
-    return run_cli({"eval": cmd_eval, "regrade": cmd_regrade}.get(args.cmd, cmd_make), args)
+    return run_cli({"eval": cmd_eval, "regrade": cmd_regrade, "grounding": cmd_grounding}.get(args.cmd, cmd_make), args)
 
 
 if __name__ == "__main__":

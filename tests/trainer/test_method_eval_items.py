@@ -116,6 +116,7 @@ def test_eval_records_the_base_and_the_answering_adapter_and_resumes(method_eval
     graded = read_eval_samples(files[(2, "scope-open")])
     assert [len(s["grades"]) for s in graded] == [4, 4]  # 3 facts + "about this subject", each graded alone
     assert all(s["score"] == sum(s["grades"]) / 4 for s in graded)
+    assert all("grounded" in s and (s["grounded"] is None) == (not s["answered"]) for s in graded)
     capsys.readouterr()
     assert method_eval.main(["eval", "--bench", str(rubric), "--name", "scope-open", *common]) == 0
     assert capsys.readouterr().out.count("already recorded") == 2 and len(read_evals(folder)) == 4
@@ -153,3 +154,28 @@ def test_a_run_is_measured_with_the_answer_reserve_it_trained_with(method_eval, 
         run.mkdir()
         save_config(cfg, run / "config.yaml")
         assert method_eval.trained_reserve(run, load_config(run / "config.yaml")) == setting
+
+
+def test_grounding_reads_the_recorded_reports_with_their_own_passages(method_eval, tmp_path, capsys):
+    """``grounding``: each step's answered reports, the share of their sentences that their own retrieved passages
+    support, and the paired difference from step 0; no model. A missing evaluation exits 2."""
+    from trainer.runfolder import write_eval_samples
+
+    passage = "<information>Doc 1 (Title: Prague) Prague is the capital of the Czech Republic on the Vltava.</information>"
+
+    def sample(i, report):
+        return {"index": i, "id": f"q{i}", "question": "Write a report on Prague.", "gold": "Prague",
+                "prediction": report, "answered": report is not None, "score": 0.0, "correct": False,
+                "turns": [{"role": "assistant", "text": "<search>Prague</search>"}, {"role": "tool", "text": passage}]}
+
+    good = "Prague is the capital of the Czech Republic, on the Vltava."
+    bad = "Prague draws over ten million visitors each year for its famous beer."
+    run = tmp_path / "run"
+    write_eval_samples(run, "score-reports", 0, [sample(0, good), sample(1, good), sample(2, None)])
+    write_eval_samples(run, "score-reports", 5, [sample(0, bad), sample(1, good), sample(2, bad)])
+    capsys.readouterr()
+    assert method_eval.main(["grounding", "--run", str(run), "--name", "score-reports"]) == 0
+    rows = [json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()
+            if line.startswith("RESULT")]
+    assert [(r["step"], r["answered"], r["grounded_share"]) for r in rows] == [(0, 2, 1.0), (5, 3, 0.3333)]
+    assert method_eval.main(["grounding", "--run", str(run), "--name", "scope-open"]) == 2

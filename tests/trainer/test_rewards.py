@@ -206,6 +206,23 @@ def test_scope_solver_reward_by_hand():
 # ================================================================== SCORE
 
 
+def test_grounded_share_by_hand():
+    from trainer.rewards import grounded_share
+
+    passages = ["Doc 1 (Title: Timbuktu) Timbuktu is an ancient city in Mali, situated 20 kilometres north of the "
+                "Niger River. It had a population of around 32,000 in the 2009 census."]
+    report = ("Timbuktu is an ancient city in Mali, north of the Niger River.\n"   # supported: all 7 content words
+              "Timbuktu had around 32,000 people in the 2009 census.\n"           # 6 of 7 (people: no) >= 0.7: supported
+              "Timbuktu had around 54,000 people in the 2009 census.\n"           # a number the passage never gives
+              "It is known for its unique culture and rich architecture.\n"       # generic: 0 of 5 words
+              "See above.")                                                        # under 4 content words: not read
+    assert grounded_share(report, passages) == (pytest.approx(2 / 4), 4)
+    # a stricter overlap drops the paraphrase (6 of 7 < 0.9); no passages: nothing supported; no report: 0 read
+    assert grounded_share(report, passages, min_overlap=0.9) == (pytest.approx(1 / 4), 4)
+    assert grounded_share(report, []) == (0.0, 4)
+    assert grounded_share("", passages) == (0.0, 0) and grounded_share(None, passages) == (0.0, 0)
+
+
 def test_score_solver_reward_by_hand():
     # 1 + 0.5 * 8 + 0.3 * 6 + 0.2 * 10 = 1 + 4 + 1.8 + 2 = 8.8
     assert score_solver_reward(True, [0.5, 0.3, 0.2], [8, 6, 10]) == pytest.approx(8.8)

@@ -315,6 +315,39 @@ def test_report_rewards_apply_the_formula_and_the_depth_rule():
     assert rewards == pytest.approx([1.75, 0.0, 0.0, 2.0])
 
 
+def test_grounding_multiplies_each_reward_by_its_reports_grounded_share():
+    from trainer.methods.score import report_rewards
+
+    rubric = [("factuality", 0.5), ("insight", 0.5)]
+    scores = [{"factuality": 1.0, "insight": 1.0}] * 3
+    plain = report_rewards([True, True, False], rubric, scores, searches=[1, 1, 1], min_searches=1)
+    grounded = report_rewards([True, True, False], rubric, scores, searches=[1, 1, 1], min_searches=1,
+                              grounded=[1.0, 0.25, 1.0])
+    assert plain == pytest.approx([2.0, 2.0, 0.0]) and grounded == pytest.approx([2.0, 0.5, 0.0])
+
+
+def test_a_reports_grounding_reads_only_the_passages_its_own_searches_retrieved():
+    from trainer.methods.score import grounding
+    from trainer.rollout.types import Trajectory
+
+    passage = ("<information>Doc 1 (Title: Prague) Prague is the capital and largest city of the Czech Republic, on "
+               "the Vltava River, with a population of about 1.4 million.</information>")
+    report = ("Prague is the capital and largest city of the Czech Republic. It lies on the Vltava River and has about "
+              "1.4 million people.\nPrague's history dates back to the 13th century, with over 10 million visitors "
+              "annually.")
+
+    def traj(final, tool_text):
+        turns = [{"role": "assistant", "text": "<search>Prague</search>"}, {"role": "tool", "text": tool_text},
+                 {"role": "assistant", "text": f"<answer>{final}</answer>"}]
+        return Trajectory(prompt_ids=[1], completion_ids=[2], loss_mask=[1], text="", final=final, turns=turns)
+
+    # 3 sentences read; the 13th-century / 10-million one is not in the passage
+    assert grounding([traj(report, passage)], 0.7) == pytest.approx([2 / 3])
+    # the same report beside a passage about something else: nothing supported; no answer: 0
+    assert grounding([traj(report, "<information>Doc 1 (Title: Oslo) Oslo is in Norway.</information>")], 0.7) == [0.0]
+    assert grounding([traj(None, passage)], 0.7) == [0.0]
+
+
 def test_consistency_on_crafted_reports():
     from trainer.methods.score import consistency
 
@@ -416,6 +449,9 @@ def test_score_runs_three_steps_on_cpu_and_reports_harness_versions(tiny_config,
     # dimension usage: every pool dimension's weight each step (0 when not chosen), the mandatory one always
     assert all(m["weight_factuality"] > 0 and sum(m[f"weight_{d}"] > 0 for d in POOL) == 3 for m in evaluator)
     assert all(sum(k.startswith("score_") for k in m) == 3 for m in solver)
+    # the grounding measure, logged whether or not it is in the reward (off by default)
+    assert all(0.0 <= m["grounded_share"] <= 1.0 for m in solver)
+    assert all(0.0 <= g["data"]["grounded_share"] <= 1.0 for g in grades)
 
 
 def test_a_harness_edited_by_a_person_replaces_the_harness_at_the_next_refresh(tiny_config, corpus_path, tmp_path):
