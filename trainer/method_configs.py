@@ -617,7 +617,8 @@ class ScoreSection(MethodSection):
         ("solver", "eval_format_failures", "eval format fails"), ("solver", "valid_report_rate", "valid reports"),
         ("solver", "evaluator_truncated_rate", "evaluations cut"), ("evaluator", "rubric_repaired", "rubric repaired"),
         ("solver", "zero_variance_groups", "dead groups"), ("solver", "truncated_rate", "reports cut"),
-        ("solver", "searches_refused", "searches refused"), ("solver", "depth_zeroed_of_valid", "valid zeroed"))
+        ("solver", "searches_refused", "searches refused"), ("solver", "depth_zeroed_of_valid", "valid zeroed"),
+        ("solver", "grounded_share", "grounded"))
 
 
 class PiplaySection(MethodSection):

@@ -656,7 +656,7 @@ def test_each_methods_run_page_panel_tells_its_story():
             ("challenger", "zero_variance_groups"), ("solver", "zero_variance_groups"), ("judge", "truncated_rate"),
             ("challenger", "truncated_rate"), ("solver", "truncated_rate")} <= panel("scope")
     assert {("solver", "harness_version"), ("solver", "evaluator_truncated_rate"), ("evaluator", "rubric_repaired"),
-            ("solver", "zero_variance_groups")} <= panel("score")
+            ("solver", "zero_variance_groups"), ("solver", "grounded_share")} <= panel("score")
     assert {("examiner", f"valid_hops_{h}") for h in range(1, 5)} | {
         ("student", "distill"), ("student", "questions"), ("student", "passages_drawn"),
         ("student", "zero_variance_groups")} <= panel("piplay")
