@@ -270,6 +270,21 @@ def test_the_runs_table_says_what_each_run_showed(client, django_user_model):
     line = _text(page[head:page.index("</p>", head)])
     assert f"{rows[spice.pk]['text']} {rows[spice.pk]['interval']} vs base on" in line and "vs control" in line
     assert 'id="run-headline"' not in client.get(f"/runs/{bare.pk}/").content.decode()
+    assert "vs control (its step 34, this run's 32)" in line  # time-limited: the control made two more steps
+
+
+def test_a_control_evaluated_at_another_step_says_so_beside_the_gain(client, django_user_model):
+    """Seed 2 of SPICE on GSM8K's solutions ran 12 steps in its minutes, its control 15: the gain over the control
+    compares different lengths, and the headline says which steps, in the table and on the run page."""
+    runs = _import_examples("spice-gate-gsm8kdocs-qwen15-seed2-control", "spice-gate-gsm8kdocs-qwen15-seed2")
+    admin = django_user_model.objects.create_superuser("res-admin", "a@example.com", "pw-Long-enough-1")
+    client.force_login(admin)
+    run = runs["spice-gate-gsm8kdocs-qwen15-seed2"]
+    cells = _result_cells(client.get("/runs/").content.decode().replace("\u2212", "-"))
+    assert "vs control (its step 15, this run's 12)" in _text(cells[run.pk])
+    page = client.get(f"/runs/{run.pk}/").content.decode().replace("\u2212", "-")
+    head = page.index('id="run-headline"')
+    assert "+8.6 [+4.7, +12.3] vs control (its step 15, this run's 12)" in _text(page[head:page.index("</p>", head)])
 
 
 def test_the_result_column_reads_a_fixed_number_of_queries(client, django_user_model):
