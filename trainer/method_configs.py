@@ -558,8 +558,9 @@ class ScoreSection(MethodSection):
     grounding: Literal["off", "share"] = Field(
         "off", description="A grounding term in the Solver's reward (ours; the paper has none): 'share' multiplies "
         "R_s by the share of the report's sentences that the passages its own searches retrieved support "
-        "(trainer.rewards.grounded_share: their names and numbers in the passages). Logged as grounded_share "
-        "either way.")
+        "(trainer.rewards.grounded_share: their names and numbers in the passages); the whole R_s, its +1 for a "
+        "well-formed report included, so a report with no supported sentence earns what an invalid one does. Logged "
+        "as grounded_share (mean over valid reports) either way.")
     grounding_min_overlap: float = Field(
         0.7, gt=0, le=1, description="A sentence is supported when at least this share of its content words, and "
         "every number in it, occur in the report's retrieved passages (ours).")

@@ -329,35 +329,48 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_DOC_HEADER = re.compile(r"Doc \d+ \(Title: ")  # the search tool's own "Doc 1 (Title: ...)", not a passage's number
 
 
-def grounded_share(report: str, passages: Sequence[str], min_overlap: float = 0.7,
-                   min_words: int = 4) -> tuple[float, int]:
+def _number_set(text: str) -> set[str]:
+    return {n.replace(",", "") for n in _NUMBER.findall(text)}
+
+
+def grounded_share(report, passages, min_overlap: float = 0.7, min_words: int = 4) -> tuple[float, int]:
     """The share of a report's sentences that its retrieved passages support, and how many sentences were read.
 
     A sentence (split at . ! ? followed by space, and at line breaks) is read when it has at least ``min_words``
-    content words (words of 3+ letters outside the search stopwords, and every word with a digit). It is supported
-    when every word with a digit in it occurs in the passages and at least ``min_overlap`` of its content words do.
-    A claim whose names, dates or numbers the passages never mention is unsupported; a paraphrase that keeps the
-    passages' names and numbers passes. A report with no sentence to read scores 0.0 (nothing in it is grounded).
+    content words (words of 3+ letters outside the search stopwords, and every number). It is supported when every
+    number in it (read whole: "1.4", "32,000" = "32000") occurs in the passages and at least ``min_overlap`` of its
+    content words do. A claim whose names, dates or numbers the passages never mention is unsupported; a paraphrase
+    that keeps the passages' names and numbers passes. A report with no sentence to read scores 0.0 (nothing in it
+    is grounded); so does anything that is not a string.
+
+    What it cannot tell: words are matched as a set, so a negated or reordered claim built from the passages' own
+    words passes; text without spaces between words (Chinese, Japanese) has no sentence it can read.
     """
     from trainer.tools.bm25 import STOPWORDS
 
-    vocab = set()
-    for p in passages:
+    if not isinstance(report, str):
+        return 0.0, 0
+    texts = [_DOC_HEADER.sub("(", p) for p in passages or () if isinstance(p, str)]
+    vocab, numbers_seen = set(), set()
+    for p in texts:
         vocab.update(_tokens(p))
+        numbers_seen |= _number_set(p)
     read = supported = 0
-    for sentence in _SENTENCE_END.split(report or ""):
-        words = [w for w in _tokens(sentence) if any(c.isdigit() for c in w)
-                 or (len(w) >= 3 and w not in STOPWORDS)]
-        if len(words) < min_words:
+    for sentence in _SENTENCE_END.split(report):
+        numbers = _number_set(sentence)
+        words = [w for w in _tokens(sentence) if not any(c.isdigit() for c in w) and len(w) >= 3
+                 and w not in STOPWORDS]
+        if len(words) + len(numbers) < min_words:
             continue
         read += 1
-        numbers = [w for w in words if any(c.isdigit() for c in w)]
-        if all(n in vocab for n in numbers) and sum(w in vocab for w in words) >= min_overlap * len(words):
+        if numbers <= numbers_seen and sum(w in vocab for w in words) + len(numbers) >= min_overlap * (
+                len(words) + len(numbers)):
             supported += 1
     return (supported / read if read else 0.0), read
-
 
 
 def _tokens(text: str) -> list[str]:

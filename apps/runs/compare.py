@@ -192,6 +192,8 @@ def _tell_apart(groups: list[dict], shown: int = 3) -> None:
             continue
         flats = [_flat(g["_config"]) for g in same]
         keys = sorted(k for k in set().union(*flats) if len({json.dumps(f.get(k), default=str) for f in flats}) > 1)
+        if not keys:  # parts of one config split by their checkpoint settings: their seeds tell them apart
+            continue
         for g, flat in zip(same, flats):
             parts = [f"{k}={_setting(flat.get(k))}" for k in keys[:shown]]
             more = len(keys) - shown

@@ -229,8 +229,11 @@ def grounded(sample: dict) -> float | None:
 
     if not sample.get("answered"):
         return None
-    return grounded_share(sample.get("prediction") or "",
-                          [t["text"] for t in sample.get("turns") or [] if t.get("role") == "tool"])[0]
+    turns = sample.get("turns")
+    if not isinstance(turns, list):
+        raise UsageError(f"item {sample.get('id')!r} has no list of turns: not a recording of `eval` on report items")
+    return grounded_share(sample.get("prediction") or "", [t.get("text") or "" for t in turns
+                                                           if isinstance(t, dict) and t.get("role") == "tool"])[0]
 
 
 def grade_criteria(judge, answers: list[tuple[str, str, str]], batch_size: int, progress: str = "") -> list[list[int]]:
@@ -395,34 +398,43 @@ def cmd_regrade(args) -> None:
 
 
 def cmd_grounding(args) -> None:
-    """The grounded share of the answered reports an evaluation recorded (RUN/eval_samples/<--name>-step*.jsonl),
-    step by step, with a bootstrap interval over the answered items; with --paired, the step's difference from step
-    0 over the items both answered. Reads files only: no model, no GPU."""
+    """The grounded share of the answered reports an evaluation recorded (RUN/eval_samples/<--name>-step<N>.jsonl),
+    step by step, with a bootstrap interval over the answered items, and each later step's paired difference from
+    step 0 over the items both answered. Reads files only: no model, no GPU."""
     from trainer.evaluate import bootstrap_ci
-    from trainer.runfolder import read_eval_samples
+    from trainer.runfolder import RunFolderError, read_eval_samples
 
     run = Path(args.run)
-    files = sorted((run / "eval_samples").glob(f"{args.name}-step*.jsonl"), key=lambda f: int(f.stem.rsplit("-step", 1)[1]))
+    pattern = re.compile(rf"{re.escape(args.name)}-step([0-9]+)\.jsonl")
+    files = {int(m.group(1)): f for f in (run / "eval_samples").glob("*.jsonl") if (m := pattern.fullmatch(f.name))}
     if not files:
-        raise UsageError(f"{run}/eval_samples has no {args.name}-step*.jsonl: what `eval --name {args.name}` writes")
-    per_step = {int(f.stem.rsplit("-step", 1)[1]): {s["id"]: grounded(s) for s in read_eval_samples(f)} for f in files}
+        raise UsageError(f"{run}/eval_samples has no {args.name}-step<N>.jsonl: what `eval --name {args.name}` writes")
+    per_step = {}
+    for step in sorted(files):
+        try:
+            per_step[step] = {s["id"]: grounded(s) for s in read_eval_samples(files[step])}
+        except RunFolderError as exc:
+            raise UsageError(str(exc)) from None
     base = per_step.get(0, {})
     print(f"{'step':>5} {'items':>6} {'answered':>9} {'grounded share':>24}" + ("  step - step 0 (both answered)"
                                                                                if base else ""))
     for step, shares in per_step.items():
         got = [g for g in shares.values() if g is not None]
-        lo, hi = bootstrap_ci(got) if got else (0.0, 0.0)
-        line = (f"{step:>5} {len(shares):>6} {len(got):>9} "
-                f"{(sum(got) / len(got) if got else 0.0):>8.3f} [{lo:.3f}, {hi:.3f}]")
+        lo, hi = bootstrap_ci(got) if got else (None, None)
+        line = (f"{step:>5} {len(shares):>6} {len(got):>9} " + (f"{sum(got) / len(got):>8.3f} [{lo:.3f}, {hi:.3f}]"
+                                                                if got else f"{'-':>24}"))
         both = [k for k, g in shares.items() if g is not None and base.get(k) is not None]
+        paired = {}
         if step and both:
             d = [shares[k] - base[k] for k in both]
             dlo, dhi = bootstrap_ci(d)
             line += f"  {sum(d) / len(d):+.3f} [{dlo:+.3f}, {dhi:+.3f}] on {len(both)}"
+            paired = {"vs_step0": round(sum(d) / len(d), 4), "vs_step0_low": dlo, "vs_step0_high": dhi,
+                      "vs_step0_n": len(both)}
         print(line)
         emit("grounding", {"run": run.name, "benchmark": args.name, "step": step, "items": len(shares),
                            "answered": len(got), "grounded_share": round(sum(got) / len(got), 4) if got else None,
-                           "ci_low": lo, "ci_high": hi})
+                           "ci_low": lo, "ci_high": hi, **paired})
 
 
 def main(argv=None) -> int:

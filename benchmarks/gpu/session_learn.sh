@@ -179,7 +179,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
         --minutes $gmin --deadline 1700 --bench $A/gsm8k_heldout.jsonl --scoring math --set seed=$seed \
         --set model.name_or_path=$Q05 --set data.path=$A/gsm8k_train.jsonl ;;
     tta0|tta1|tta2|ttav)
-      local seed=${name#tta} extra="" tmin=${TTA_MIN:-10}
+      local seed=${job#tta} extra="" tmin=${TTA_MIN:-10}
       [ $job = tta2 ] && { echo "== tta2: waiting for tta1 (same GPU)"; waitfor tta1; tmin=${TTA2_MIN:-5}; }
       if [ $job = ttav ]; then
         seed=0 tmin=${TTAV_MIN:-6} extra="--set rollout.backend=vllm"; export VLLM_USE_FLASHINFER_SAMPLER=0
@@ -313,16 +313,21 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
     speval15) spice_eval $RUNS/spice15 $Q15 ;;
     speval05) spice_eval $RUNS/spice05 $Q05 ;;
     sspeval15) ssp_cloze ssp15; python3 benchmarks/gpu/ssp_eval.py eval --run $RUNS/ssp15 --bench $A/ssp_heldout.jsonl --judged ;;
-    *) echo "unknown job $name"; return 1 ;;
+    *) echo "unknown job $job"; return 1 ;;
   esac
 }
 
-job() {  # job NAME[:SEED][@GPU]: start NAME's chain detached on its GPU (GPU=N overrides all; @GPU this job's);
-        # :SEED runs it with seed SEED under the name NAME-sSEED (two seeds of one job in one session: gm:2 gm:3)
+job() {  # job NAME[:SEED][@GPU]: start NAME's chain detached on its GPU (@GPU for this job, else GPU=N for all);
+        # :SEED runs it with seed SEED under the name NAME-sSEED (two seeds of one job in one session: gm:2 gm:3;
+        # the SPICE jobs and ov0/ov1 only, the ones that take SEED); `stop` and `waitfor` take the name NAME-sSEED
   local spec=$1 name gpu seed="" jgpu=""
-  case $spec in *@*) jgpu=${spec##*@}; spec=${spec%@*} ;; esac
-  case $spec in *:*) seed=${spec##*:}; spec=${spec%%:*} ;; esac
-  name=$spec
+  [[ $spec =~ @([0-9]+) ]] && jgpu=${BASH_REMATCH[1]}
+  [[ $spec =~ :([0-9]+) ]] && seed=${BASH_REMATCH[1]}
+  name=${spec%%[:@]*}
+  if [ -n "$seed" ]; then
+    case $name in gs|gsc|gm|gmc|gr|grc|ov0|ov1) ;;
+      *) echo "job $spec: $name does not take a seed (the SPICE jobs gs..grc and ov0/ov1 do)"; return 1 ;; esac
+  fi
   case $name in
     spice15|speval15|tta0|ttav|gs|so|ov0|sorg) gpu=0 ;; grpo05|grpo05s1|spice05|speval05|mathof-*|tta1|tta2|gsc|soc|ovl|ov1) gpu=1 ;;
     trl05|vllmb|ttatrl|gm|sg|sc|pp|gr) gpu=2 ;; ssp15|sspeval15|sspq|spicem15|ttaeval|gmc|sgc|scc|ppc|consn|grc) gpu=3 ;;

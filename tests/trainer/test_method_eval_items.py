@@ -178,4 +178,12 @@ def test_grounding_reads_the_recorded_reports_with_their_own_passages(method_eva
     rows = [json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()
             if line.startswith("RESULT")]
     assert [(r["step"], r["answered"], r["grounded_share"]) for r in rows] == [(0, 2, 1.0), (5, 3, 0.3333)]
+    assert [(r["step"], r.get("vs_step0")) for r in rows] == [(0, None), (5, -0.5)]  # q0 1 -> 0, q1 1 -> 1
     assert method_eval.main(["grounding", "--run", str(run), "--name", "scope-open"]) == 2
+    # a stray file beside the recordings is not read; a broken recording is a one-line error, exit 2
+    (run / "eval_samples" / "score-reports-step5-old.jsonl").write_text("not json\n")
+    assert method_eval.main(["grounding", "--run", str(run), "--name", "score-reports"]) == 0
+    (run / "eval_samples" / "score-reports-step7.jsonl").write_text("not json\n")
+    capsys.readouterr()
+    assert method_eval.main(["grounding", "--run", str(run), "--name", "score-reports"]) == 2
+    assert "Traceback" not in capsys.readouterr().err

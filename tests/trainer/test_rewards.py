@@ -211,16 +211,22 @@ def test_grounded_share_by_hand():
 
     passages = ["Doc 1 (Title: Timbuktu) Timbuktu is an ancient city in Mali, situated 20 kilometres north of the "
                 "Niger River. It had a population of around 32,000 in the 2009 census."]
-    report = ("Timbuktu is an ancient city in Mali, north of the Niger River.\n"   # supported: all 7 content words
-              "Timbuktu had around 32,000 people in the 2009 census.\n"           # 6 of 7 (people: no) >= 0.7: supported
+    report = ("Timbuktu is an ancient city in Mali, north of the Niger River.\n"   # supported: all 7 content words 
+              "Timbuktu had around 32,000 people in the 2009 census.\n"           # 5 of 6 (people: no) >= 0.7: supported
               "Timbuktu had around 54,000 people in the 2009 census.\n"           # a number the passage never gives
               "It is known for its unique culture and rich architecture.\n"       # generic: 0 of 5 words
               "See above.")                                                        # under 4 content words: not read
     assert grounded_share(report, passages) == (pytest.approx(2 / 4), 4)
-    # a stricter overlap drops the paraphrase (6 of 7 < 0.9); no passages: nothing supported; no report: 0 read
+    # a stricter overlap drops the paraphrase (5 of 6 < 0.9); no passages: nothing supported; no report: 0 read
     assert grounded_share(report, passages, min_overlap=0.9) == (pytest.approx(1 / 4), 4)
     assert grounded_share(report, []) == (0.0, 4)
     assert grounded_share("", passages) == (0.0, 0) and grounded_share(None, passages) == (0.0, 0)
+    assert grounded_share(42, passages) == (0.0, 0) and grounded_share(report, None) == (0.0, 4)
+    # a number is read whole: "1.4 million" is not in a passage that says "4 million", whose search result's own
+    # "Doc 1" header is not a number of the passage either
+    result = ["Doc 1 (Title: Prague) Prague, the capital of the Czech Republic, has about 4 million people nearby."]
+    assert grounded_share("Prague, the capital of the Czech Republic, has about 1.4 million people.", result)[0] == 0.0
+    assert grounded_share("Prague, the capital of the Czech Republic, has about 4 million people.", result)[0] == 1.0
 
 
 def test_score_solver_reward_by_hand():

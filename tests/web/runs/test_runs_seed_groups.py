@@ -206,3 +206,20 @@ def test_a_group_name_keeps_the_names_own_digits_and_drops_the_seed():
     assert _common_name([R("spice-qwen15-control"), R("spice-qwen15-seed1-control")]) == "spice-qwen15-control"
     assert _common_name([R("rapeseed-a"), R("rapeseed-b")]) == "rapeseed"
     assert _common_name([R("a"), R("b")]) == "same config"
+
+
+@pytest.mark.django_db
+def test_groups_of_one_name_say_the_setting_that_tells_them_apart(researcher):
+    """Two configs under one name (a default changed between seeds) read differently: the differing setting is in
+    each label; parts of one config split only by their checkpoint settings keep plain labels (their seeds differ)."""
+    from apps.runs import compare
+
+    def cfg(seed, group_size, every=10):
+        return {**GRPO, "seed": seed, "grpo": {"group_size": group_size}, "checkpoint": {"every": every}}
+
+    runs = [_run(researcher, name=f"x-seed{s}", config=cfg(s, g)) for s, g in ((0, 8), (1, 8), (2, 4), (3, 4))]
+    labels = sorted(g["label"] for g in compare.seed_groups(runs))
+    assert labels == ["grpo · x · grpo.group_size=4 · seeds 2, 3", "grpo · x · grpo.group_size=8 · seeds 0, 1"]
+    again = [_run(researcher, name=f"y-seed{s}", config=cfg(s, 8, every)) for s, every in ((0, 5), (1, 5), (0, 7), (1, 7))]
+    labels = [g["label"] for g in compare.seed_groups(again)]
+    assert labels == ["grpo · y · seeds 0, 1"] * 2 and not any(" ·  · " in label for label in labels)
