@@ -10,7 +10,9 @@ the run against the control, with 95% bootstrap intervals of the mean per-item d
 Several seeds at once: give the runs, then their controls in the same order. Each pair gets its lines, then one
 "pooled" line per benchmark: each item's score averaged over the seeds (the runs and the controls at their last
 steps, the base at step 0), then the same paired differences over the items all of them scored. Its interval is over items only:
-with a handful of seeds it does not cover the spread between seeds, which the per-seed lines show.
+with a handful of seeds it does not cover the spread between seeds, which the per-seed lines show. A second pooled
+line ("seeds and items") resamples both, seeds with replacement and then items (``two_level_interval``): with three
+seeds it is wide, and it is the honest one for a claim about the config rather than about these seeds.
 
     python benchmarks/paired_runs.py RUN_SEED0 RUN_SEED1 RUN_SEED2 --control CONTROL0 CONTROL1 CONTROL2
 """
@@ -80,15 +82,44 @@ def pooled(runs: list[Path], controls: list[Path]) -> list[dict]:
             continue
         base = _mean_scores([m[bench][0] for m in mine])
         run = _mean_scores([m[bench][max(m[bench])] for m in mine])
+        bases, lasts = [m[bench][0] for m in mine], [m[bench][max(m[bench])] for m in mine]
         row = {"benchmark": bench, "pooled": True, "seeds": len(runs), "steps": [max(m[bench]) for m in mine],
                "n": len(base), "base": sum(base.values()) / len(base), "run": sum(run.values()) / len(run),
                "run_vs_base": paired_difference(base, run)}
+        both = {"benchmark": bench, "pooled": "seeds and items", "seeds": len(runs), "n": row["n"],
+                "base": row["base"], "run": row["run"], "run_vs_base": two_level_interval(_seed_diffs(bases, lasts))}
         if theirs and all(bench in t and max(t[bench]) > 0 for t in theirs):
-            ctl = _mean_scores([t[bench][max(t[bench])] for t in theirs])
+            ctls = [t[bench][max(t[bench])] for t in theirs]
+            ctl = _mean_scores(ctls)
             row.update({"control_steps": [max(t[bench]) for t in theirs], "control": sum(ctl.values()) / len(ctl),
                         "control_vs_base": paired_difference(base, ctl), "run_vs_control": paired_difference(ctl, run)})
-        rows.append(row)
+            both.update({"control": row["control"], "control_vs_base": two_level_interval(_seed_diffs(bases, ctls)),
+                         "run_vs_control": two_level_interval(_seed_diffs(ctls, lasts))})
+        rows += [row, both]
     return rows
+
+
+def two_level_interval(diffs: list[dict[str, float]], n_resamples: int = 2000, seed: int = 0) -> dict | None:
+    """The mean per-item difference over seeds (each dict one seed's item -> after - before) with a 95% percentile
+    interval that resamples the seeds with replacement, then the items common to all seeds with replacement, as in
+    a hierarchical bootstrap: {"diff", "low", "high", "n", "seeds"}; None without a common item."""
+    import numpy as np
+
+    keys = sorted(set(diffs[0]).intersection(*diffs[1:])) if diffs else []
+    if not keys:
+        return None
+    d = np.asarray([[float(x[k]) for k in keys] for x in diffs])  # [S, N]
+    rng = np.random.default_rng(seed)
+    s, n = d.shape
+    rows = rng.integers(0, s, size=(n_resamples, s))  # [R, S] seeds drawn
+    cols = rng.integers(0, n, size=(n_resamples, n))  # [R, N] items drawn
+    means = np.array([d[rows[r]][:, cols[r]].mean() for r in range(n_resamples)])  # [R]
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"diff": float(d.mean()), "low": float(lo), "high": float(hi), "n": n, "seeds": s}
+
+
+def _seed_diffs(before: list[dict], after: list[dict]) -> list[dict[str, float]]:
+    return [{k: a[k] - b[k] for k in b if k in a} for b, a in zip(before, after)]
 
 
 def _cell(d: dict | None) -> str:
@@ -109,12 +140,12 @@ def main(argv=None) -> int:
         rows += pooled(runs, controls)
     for r in rows:
         print(json.dumps(r))
-    print(f"{'benchmark':25} {'n':>5} {'base':>6} {'run':>6} {'control':>7}  {'run - base':>22}  "
+    print(f"{'benchmark':28} {'n':>5} {'base':>6} {'run':>6} {'control':>7}  {'run - base':>22}  "
           f"{'control - base':>22}  {'run - control':>22}")
     for r in rows:
         ctl = f"{100 * r['control']:.1f}" if "control" in r else "-"
-        name = f"{r['benchmark']} (pooled)" if r.get("pooled") else r["benchmark"]
-        print(f"{name:25} {r['n']:>5} {100 * r['base']:6.1f} {100 * r['run']:6.1f} {ctl:>7}  "
+        name = r["benchmark"] + {True: " (pooled)", "seeds and items": " (seeds+items)"}.get(r.get("pooled"), "")
+        print(f"{name:28} {r['n']:>5} {100 * r['base']:6.1f} {100 * r['run']:6.1f} {ctl:>7}  "
               f"{_cell(r['run_vs_base']):>22}  {_cell(r.get('control_vs_base')):>22}  {_cell(r.get('run_vs_control')):>22}")
     return 0
 

@@ -36,7 +36,7 @@ def test_seeds_pooled_per_item(tmp_path):
     base = [0, 0, 1, 0]
     runs = [_folder(tmp_path / "r0", {0: base, 5: [1, 1, 1, 0]}), _folder(tmp_path / "r1", {0: base, 7: [0, 0, 1, 1]})]
     ctls = [_folder(tmp_path / "c0", {0: base, 6: [0, 1, 1, 0]}), _folder(tmp_path / "c1", {0: base, 4: [0, 0, 0, 0]})]
-    (row,) = paired_runs.pooled(runs, ctls)
+    row, both = paired_runs.pooled(runs, ctls)
     # per item, run means (0.5, 0.5, 1, 0.5), control means (0, 0.5, 0.5, 0): run - control = mean(.5, 0, .5, .5)
     assert row["seeds"] == 2 and row["steps"] == [5, 7] and row["control_steps"] == [6, 4]
     assert row["run"] == pytest.approx(0.625) and row["control"] == pytest.approx(0.25)
@@ -45,12 +45,29 @@ def test_seeds_pooled_per_item(tmp_path):
     # the mean of the per-seed differences, as the pooled line must be when the seeds score the same items
     per_seed = [paired_runs.compare(r, c)[0]["run_vs_control"]["diff"] for r, c in zip(runs, ctls)]
     assert sum(per_seed) / 2 == pytest.approx(row["run_vs_control"]["diff"])
+    # the second pooled line resamples the seeds too: the same means, an interval at least as wide here
+    assert both["pooled"] == "seeds and items" and both["seeds"] == 2
+    for key in ("run_vs_base", "control_vs_base", "run_vs_control"):
+        assert both[key]["diff"] == pytest.approx(row[key]["diff"])
+
+
+def test_the_two_level_interval_covers_the_spread_between_seeds():
+    items = [f"i{k}" for k in range(200)]
+    same = [{k: 0.1 for k in items}] * 3  # every seed +0.1 on every item: no spread anywhere
+    assert paired_runs.two_level_interval(same) == {"diff": pytest.approx(0.1), "low": pytest.approx(0.1),
+                                                   "high": pytest.approx(0.1), "n": 200, "seeds": 3}
+    # seeds +0.3, +0.1, -0.1 on every item: no item spread, so an item-only interval is a point; resampling the
+    # seeds spreads it over what three draws of them give, -0.1 .. +0.3
+    apart = [{k: d for k in items} for d in (0.3, 0.1, -0.1)]
+    row = paired_runs.two_level_interval(apart)
+    assert row["diff"] == pytest.approx(0.1) and row["low"] < 0.0 < 0.2 < row["high"] <= 0.3 + 1e-9
+    assert paired_runs.two_level_interval([{"a": 1.0}, {"b": 1.0}]) is None  # no item common to the seeds
 
 
 def test_pooled_keeps_the_items_every_seed_scored_and_skips_runs_without_a_base(tmp_path):
     a = _folder(tmp_path / "a", {0: [0, 1, 0], 3: [1, 1, 0]})
     b = _folder(tmp_path / "b", {0: [0, 1], 3: [1, 0]})  # scored items 0 and 1 only
-    (row,) = paired_runs.pooled([a, b], [])
+    row, _ = paired_runs.pooled([a, b], [])
     assert row["n"] == 2 and "run_vs_control" not in row
     assert row["run_vs_base"]["diff"] == pytest.approx(0.25)  # item 0: 0 -> 1; item 1: 1 -> 0.5
     c = _folder(tmp_path / "c", {3: [1, 1, 0]})  # no step 0: no base to pair with
@@ -63,4 +80,4 @@ def test_the_command_refuses_unmatched_controls_and_prints_a_pooled_line(tmp_pat
     bad = subprocess.run(cmd + ["--control", str(runs[0])], capture_output=True, text=True)
     assert bad.returncode == 2 and "2 run(s) but 1 control(s)" in bad.stderr and "Traceback" not in bad.stderr
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    assert "cloze (pooled)" in out and '"pooled": true' in out
+    assert "cloze (pooled)" in out and '"pooled": true' in out and "cloze (seeds+items)" in out
