@@ -80,9 +80,8 @@ def pooled(runs: list[Path], controls: list[Path]) -> list[dict]:
     for bench in sorted(set.intersection(*(set(m) for m in mine))):
         if any(0 not in m[bench] or len(m[bench]) < 2 for m in mine):
             continue
-        base = _mean_scores([m[bench][0] for m in mine])
-        run = _mean_scores([m[bench][max(m[bench])] for m in mine])
         bases, lasts = [m[bench][0] for m in mine], [m[bench][max(m[bench])] for m in mine]
+        base, run = _mean_scores(bases), _mean_scores(lasts)
         row = {"benchmark": bench, "pooled": True, "seeds": len(runs), "steps": [max(m[bench]) for m in mine],
                "n": len(base), "base": sum(base.values()) / len(base), "run": sum(run.values()) / len(run),
                "run_vs_base": paired_difference(base, run)}

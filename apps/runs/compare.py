@@ -11,7 +11,7 @@ import re
 from django.db import connection
 
 from apps.runs import metrics as run_metrics
-from apps.runs.models import Metric, Run
+from apps.runs.models import Metric, Run, _flat
 
 MIN_RUNS, MAX_RUNS = 2, 8
 
@@ -161,6 +161,7 @@ def seed_groups(runs: list[Run]) -> list[dict]:
     for run in runs:  # a resolved trainer config always names its seed; a run without one is not grouped by config
         if run.pk not in taken and isinstance(run.config, dict) and "seed" in run.config:
             same.setdefault(_config_key(run.config), []).append(run)
+    found: list[list[Run]] = []
     for members in same.values():
         parts = [members]
         if not _distinct_seeds(members):
@@ -168,49 +169,35 @@ def seed_groups(runs: list[Run]) -> list[dict]:
             for run in members:
                 split.setdefault(_config_key(run.config, SPLIT_BY_CHECKPOINTS), []).append(run)
             parts = list(split.values())
-        for part in parts:
-            if len(part) >= 2 and _distinct_seeds(part):
-                groups.append({"label": f"{part[0].method} · {_common_name(part)}", "runs": [r.pk for r in part],
-                               "by": "config", "_config": part[0].config, "_seeds": [str(seed_of(r)) for r in part]})
-    _tell_apart([g for g in groups if g["by"] == "config"])
-    for g in groups:
-        if g["by"] == "config":
-            g["label"] += f" · seeds {', '.join(g.pop('_seeds'))}"
-            g.pop("_config")
+        found += [part for part in parts if len(part) >= 2 and _distinct_seeds(part)]
+    names = [f"{part[0].method} · {_common_name(part)}" for part in found]
+    for part, name, apart in zip(found, names, _tell_apart(names, [part[0].config for part in found])):
+        groups.append({"label": f"{name}{apart} · seeds {', '.join(str(seed_of(r)) for r in part)}",
+                       "runs": [r.pk for r in part], "by": "config"})
     return groups
 
 
-def _tell_apart(groups: list[dict], shown: int = 3) -> None:
-    """Config groups that would read the same (one name, different configs: a default changed between seeds) get
-    the settings that tell them apart added to their labels, at most ``shown`` of them, e.g.
-    "spice · spice-gate · gate.consensus_samples=5, gate.shuffle_options=true"."""
-    by_label: dict[str, list[dict]] = {}
-    for g in groups:
-        by_label.setdefault(g["label"], []).append(g)
-    for same in by_label.values():
+def _tell_apart(names: list[str], configs: list[dict], shown: int = 3) -> list[str]:
+    """Each config group's label suffix: where groups share a name but not their config (a default changed between
+    seeds), the settings that tell them apart, at most ``shown`` of them (" · gate.consensus_samples=5"); else ""."""
+    out = [""] * len(names)
+    for name in set(names):
+        same = [i for i, n in enumerate(names) if n == name]
         if len(same) < 2:
             continue
-        flats = [_flat(g["_config"]) for g in same]
+        flats = [{k: v for k, v in _flat(configs[i] or {}) if not _ignored(k)} for i in same]
         keys = sorted(k for k in set().union(*flats) if len({json.dumps(f.get(k), default=str) for f in flats}) > 1)
         if not keys:  # parts of one config split by their checkpoint settings: their seeds tell them apart
             continue
-        for g, flat in zip(same, flats):
-            parts = [f"{k}={_setting(flat.get(k))}" for k in keys[:shown]]
-            more = len(keys) - shown
-            g["label"] += " · " + ", ".join(parts) + (f" (+{more} more)" if more > 0 else "")
-
-
-def _flat(config, prefix="", ignored=NOT_THE_CONFIG) -> dict:
-    out = {}
-    for k, v in (config or {}).items():
-        key = f"{prefix}{k}"
-        if key in ignored:
-            continue
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{key}.", ignored))
-        else:
-            out[key] = v
+        more = len(keys) - shown
+        for i, flat in zip(same, flats):
+            out[i] = (" · " + ", ".join(f"{k}={_setting(flat.get(k))}" for k in keys[:shown])
+                      + (f" (+{more} more)" if more > 0 else ""))
     return out
+
+
+def _ignored(key: str) -> bool:
+    return any(key == i or key.startswith(f"{i}.") for i in NOT_THE_CONFIG)
 
 
 def _setting(value) -> str:

@@ -223,17 +223,15 @@ def response_of(traj) -> str:
 
 
 def grounded(sample: dict) -> float | None:
-    """A recorded report's grounded share (trainer.rewards.grounded_share: its sentences that the passages its own
-    searches retrieved support); None for an item without an answer."""
-    from trainer.rewards import grounded_share
+    """A recorded report's grounded share (trainer.methods.score.report_grounded, as SCORE's runs log it); None for
+    an item without an answer."""
+    from trainer.methods.score import report_grounded
 
     if not sample.get("answered"):
         return None
-    turns = sample.get("turns")
-    if not isinstance(turns, list):
+    if not isinstance(sample.get("turns"), list):
         raise UsageError(f"item {sample.get('id')!r} has no list of turns: not a recording of `eval` on report items")
-    return grounded_share(sample.get("prediction") or "", [t.get("text") or "" for t in turns
-                                                           if isinstance(t, dict) and t.get("role") == "tool"])[0]
+    return report_grounded(sample.get("prediction"), sample["turns"])
 
 
 def grade_criteria(judge, answers: list[tuple[str, str, str]], batch_size: int, progress: str = "") -> list[list[int]]:
@@ -401,7 +399,7 @@ def cmd_grounding(args) -> None:
     """The grounded share of the answered reports an evaluation recorded (RUN/eval_samples/<--name>-step<N>.jsonl),
     step by step, with a bootstrap interval over the answered items, and each later step's paired difference from
     step 0 over the items both answered. Reads files only: no model, no GPU."""
-    from trainer.evaluate import bootstrap_ci
+    from trainer.evaluate import bootstrap_ci, paired_difference
     from trainer.runfolder import RunFolderError, read_eval_samples
 
     run = Path(args.run)
@@ -423,14 +421,13 @@ def cmd_grounding(args) -> None:
         lo, hi = bootstrap_ci(got) if got else (None, None)
         line = (f"{step:>5} {len(shares):>6} {len(got):>9} " + (f"{sum(got) / len(got):>8.3f} [{lo:.3f}, {hi:.3f}]"
                                                                 if got else f"{'-':>24}"))
-        both = [k for k, g in shares.items() if g is not None and base.get(k) is not None]
+        d = paired_difference({k: g for k, g in base.items() if g is not None},
+                              {k: g for k, g in shares.items() if g is not None}) if step else None
         paired = {}
-        if step and both:
-            d = [shares[k] - base[k] for k in both]
-            dlo, dhi = bootstrap_ci(d)
-            line += f"  {sum(d) / len(d):+.3f} [{dlo:+.3f}, {dhi:+.3f}] on {len(both)}"
-            paired = {"vs_step0": round(sum(d) / len(d), 4), "vs_step0_low": dlo, "vs_step0_high": dhi,
-                      "vs_step0_n": len(both)}
+        if d:
+            line += f"  {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] on {d['n']}"
+            paired = {"vs_step0": round(d["diff"], 4), "vs_step0_low": d["low"], "vs_step0_high": d["high"],
+                      "vs_step0_n": d["n"]}
         print(line)
         emit("grounding", {"run": run.name, "benchmark": args.name, "step": step, "items": len(shares),
                            "answered": len(got), "grounded_share": round(sum(got) / len(got), 4) if got else None,

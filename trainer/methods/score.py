@@ -160,11 +160,16 @@ def report_rewards(valid: list[bool], rubric: list[tuple[str, float]], scores: l
     return rewards if grounded is None else [r * g for r, g in zip(rewards, grounded)]
 
 
+def report_grounded(final, turns: list[dict], min_overlap: float = 0.7) -> float:
+    """A report's grounded share: its sentences that the passages ITS OWN searches retrieved (the trajectory's tool
+    turns) support; 0.0 for a report without an answer."""
+    return grounded_share(final, [t.get("text") for t in turns if isinstance(t, dict) and t.get("role") == "tool"],
+                          min_overlap)[0]
+
+
 def grounding(reports: list, min_overlap: float) -> list[float]:
-    """Each report's grounded share: its sentences that the passages ITS OWN searches retrieved support (0.0 for a
-    report without an answer)."""
-    return [grounded_share(r.final, [t["text"] for t in r.turns if t["role"] == "tool"], min_overlap)[0]
-            if r.final else 0.0 for r in reports]
+    """Each report's grounded share (``report_grounded``)."""
+    return [report_grounded(r.final, r.turns, min_overlap) for r in reports]
 
 
 def consistency(reports: list[str]) -> float:
