@@ -11,7 +11,7 @@ import re
 from django.db import connection
 
 from apps.runs import metrics as run_metrics
-from apps.runs.models import Metric, Run, _flat
+from apps.runs.models import Metric, Run, flat_config
 
 MIN_RUNS, MAX_RUNS = 2, 8
 
@@ -185,7 +185,7 @@ def _tell_apart(names: list[str], configs: list[dict], shown: int = 3) -> list[s
         same = [i for i, n in enumerate(names) if n == name]
         if len(same) < 2:
             continue
-        flats = [{k: v for k, v in _flat(configs[i] or {}) if not _ignored(k)} for i in same]
+        flats = [{k: v for k, v in flat_config(configs[i] or {}) if not _ignored(k)} for i in same]
         keys = sorted(k for k in set().union(*flats) if len({json.dumps(f.get(k), default=str) for f in flats}) > 1)
         if not keys:  # parts of one config split by their checkpoint settings: their seeds tell them apart
             continue

@@ -32,15 +32,15 @@ log = logging.getLogger("selfplay.runs")
 SUMMARY_SKIP = ("model.name_or_path=", "corpus=", "method=")  # shown in their own columns
 
 
-def _flat(tree: dict, prefix: str = ""):
+def flat_config(tree: dict, prefix: str = ""):
     """(dotted key, value) of a nested dict's leaves.
 
-    >>> list(_flat({"train": {"steps": 4, "lr": 1e-6}, "reward": "math"}))
+    >>> list(flat_config({"train": {"steps": 4, "lr": 1e-6}, "reward": "math"}))
     [('train.steps', 4), ('train.lr', 1e-06), ('reward', 'math')]
     """
     for key, value in tree.items():
         if isinstance(value, dict) and value:
-            yield from _flat(value, f"{prefix}{key}.")
+            yield from flat_config(value, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", value
 
@@ -196,7 +196,7 @@ class Run(JobRow):
         """What the launcher set (``overrides``, secrets hidden) as ``key=value`` items, the model and
         corpus left out (they have columns): what tells two runs of one method and model apart."""
         shown = redact_overrides(self.overrides) if isinstance(self.overrides, dict) else {}
-        items = [f"{key}={value}" for key, value in _flat(shown.get("config") or {})]
+        items = [f"{key}={value}" for key, value in flat_config(shown.get("config") or {})]
         items += [str(s) for s in shown.get("set") or []]
         return [i for i in items if not i.startswith(SUMMARY_SKIP)]
 
