@@ -263,8 +263,15 @@ def import_gguf(gguf: Path | Callable[[Path], Path], dest: Path) -> Path:
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
             model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
             _clear_quantization(model)
+            # transformers 5 writes a model's files from rank 0 only once torch.distributed is initialized; an
+            # import is this process's own work whatever its rank (the others wait on the lock), so it writes here
+            model.should_save_on_this_rank = lambda is_main_process: is_main_process
             model.save_pretrained(tmp)
+            if not (tmp / "config.json").is_file():
+                raise RuntimeError(f"importing {dest.name}: save_pretrained wrote no config.json into {tmp}")
             tokenizer.save_pretrained(tmp)
+            if dest.is_dir():  # no config.json (checked under the lock): what a failed import left, replaced
+                shutil.rmtree(dest)
             os.replace(tmp, dest)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -219,3 +219,14 @@ def test_shard_is_strided_and_balanced():
     assert shard(list("abcde"), 0, 2) == ["a", "c", "e"] and shard(list("abcde"), 1, 2) == ["b", "d"]
     with pytest.raises(ValueError, match="outside"):
         shard([1], 2, 2)
+
+
+def test_a_rank_other_than_0_imports_a_bundled_model_whole(tmp_path):
+    """transformers 5 writes a model's files from rank 0 only once torch.distributed is initialized: a rank 1 that
+    took the import lock first wrote the tokenizer alone, and every rank then failed to load the folder (a 2-GPU
+    run of a not yet imported bundled model, from a fresh data dir)."""
+    out = _torchrun(["tests/trainer/import_rank.py"], tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: " in out.stdout and "config.json" in out.stdout and "model.safetensors" in out.stdout
+    assert out.stdout.count(" llama") == 2, out.stdout
