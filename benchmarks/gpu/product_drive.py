@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     deadline = t0 + args.timeout
     left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
-    report: dict = {"args": vars(args), "times": {}, "checks": {}}
+    report: dict = {"args": {k: v for k, v in vars(args).items() if k not in ("token", "password")}, "times": {}, "checks": {}}
 
     def mark(name: str):
         report["times"][name] = round(time.monotonic() - t0, 2)
@@ -252,7 +252,8 @@ def main(argv=None) -> int:
         time.sleep(2.0)  # the last websocket messages
 
         metrics = api.call("GET", f"runs/{run_id}/metrics/?name=step_seconds,rollout_seconds,update_seconds,"
-                                  "reward_mean&points=10000")
+                                  "other_seconds,graph_capture_seconds,graph_captures,weight_sync_seconds,"
+                                  "reward_mean&points=10000")  # the step's parts too, to attribute a slow step
         report["metrics"] = metrics
         events = [m["msg"] for m in recorder.messages]
         ws_steps = steps_of(recorder.messages)

@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     deadline = t0 + args.timeout
     left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
-    report: dict = {"args": vars(args), "times": {}, "checks": {}, "gpus": {}}
+    report: dict = {"args": {k: v for k, v in vars(args).items() if k not in ("token", "password")}, "times": {}, "checks": {}, "gpus": {}}
 
     def mark(name: str):
         report["times"][name] = round(time.monotonic() - t0, 2)
