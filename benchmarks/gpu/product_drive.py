@@ -123,6 +123,25 @@ class Recorder(threading.Thread):
                     time.sleep(1.0)
 
 
+def workers_page(url: str, cookie: str) -> str:
+    """/runs/workers/ as a logged-in browser gets it."""
+    req = urllib.request.Request(f"{url}/runs/workers/", headers={"Cookie": cookie})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return resp.read().decode()
+
+
+def nvidia_smi_names() -> list[str]:
+    """'index, name' of each card on this machine; none without nvidia-smi."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return []
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"], capture_output=True,
+                         text=True, timeout=30).stdout
+    return [line for line in out.strip().splitlines() if line]
+
+
 def wait_for(what: str, check, timeout: float, every: float = 1.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -217,6 +236,15 @@ def main(argv=None) -> int:
 
         state = wait_for(f"step {args.pause_at}", reached_pause_step, left(), 1.0)
         mark(f"running at step {state['current_step']}")
+        # item 3: the workers page while the run trains, as the browser gets it (its cards and who holds them)
+        page = workers_page(args.url, cookie)
+        (out / "workers.html").write_text(page)
+        cards = [c.split(",")[1].strip() for c in nvidia_smi_names()]
+        report["workers_page"] = {"cards_on_machine": cards, "gpu_blocks": page.count('class="gpu"'),
+                                  "holders": page.count('class="gpu-holder"')}
+        report["checks"]["workers page: the cards, and the run holding one"] = (
+            not cards or (page.count('class="gpu"') >= len(cards) and all(n in page for n in set(cards))
+                          and page.count('class="gpu-holder"') >= 1 and f"/runs/{run_id}/" in page))
         report["before_pause"] = state
         report["pause"] = api.call("POST", f"runs/{run_id}/pause/")
         mark("pause asked")

@@ -91,7 +91,8 @@ detach() {  # detach NAME GPU command...: runs on after this command returns; it
 #   e.g. `TTA_MIN=10 TTA2_MIN=5 TTAV_MIN=6 join qwen2.5-coder-0.5b-instruct tta0 tta1 ttatrl ttaeval tta2 ttav vllmb`
 # The task gate beside random-reward controls, Qwen2.5-Coder-1.5B (on a 2-GPU node gs / gm / sg share card 0 and
 # their controls gsc / gmc / sgc card 1; SEED=N sets the seed of the SPICE ones):
-#   (STEPS=N: each run stops after N steps, MIN minutes its cap: a run and its control the same length in steps;
+#   (XSET="key=value ...": more --set for the SPICE jobs gs gsc gm gmc gr grc, e.g. XSET="train.kl_coef=0.02";
+#   STEPS=N: each run stops after N steps, MIN minutes its cap: a run and its control the same length in steps;
 #    by minutes alone a control beside fewer co-tenants runs more steps: 15 against 11-12 on 2026-11-29)
 #   gs, gsc    SPICE over Wikipedia, then spice_eval (cross-play, GSM8K, cloze)
 #   gm, gmc    SPICE over GSM8K items 0-659 (problem + worked solution as documents), then GSM8K items 660-1318
@@ -231,6 +232,7 @@ chain() {  # the body of a detached job (runs in a child bash: functions exporte
       case $job in gm|gmc) corpus=$A/gsm8k_docs.jsonl ;; esac
       case $job in gsc|gmc|grc) ctl="--set train.control=random-reward" ;; esac
       case $job in gr|grc) extra="--set gate.recall=true" ;; esac
+      for s in ${XSET:-}; do extra="$extra --set $s"; done  # XSET="k=v ...": a variant of the job, run and control alike
       python3 benchmarks/gpu/learn_run.py train benchmarks/gpu/learn_spice_qwen.yaml --run $RUNS/$name --minutes $min \
         --deadline 1500 --set train.micro_batch_tokens=${MBT:-4096} --set train.prompts_per_step=16 $SMALL \
         --set spice.task_max_new_tokens=768 --set gate.consensus_max_new_tokens=384 --set checkpoint.every=0 \
