@@ -43,6 +43,9 @@ from trainer.sink import SAMPLE_KINDS, Control
 
 log = logging.getLogger("selfplay.runs")
 
+PACE_POLL_SECONDS = 2.0  # a control ahead of its time-limited run looks at the run again this often
+PACE_MAX_WAIT_SECONDS = 240.0  # ... for at most this long at one step boundary (a multi-GPU control's other ranks
+                               # wait in a collective meanwhile: well under the process group's 10-minute timeout)
 SAMPLE_MESSAGES_PER_FLUSH = 24  # live page gets a taste, the database gets everything
 TEXT_PREVIEW = 1500
 DB_RETRY_DELAYS = (0.5, 2.0, 5.0)  # seconds before each new try of a write whose connection was lost
@@ -135,11 +138,52 @@ class DjangoSink:
         self.flush()
         self._watchdog()
         run = with_db_retry("reading the run's controls",
-                            lambda: Run.objects.only("id", "status", "requested").get(pk=self.run_id))
+                            lambda: Run.objects.only("id", "status", "requested", "control_of").get(pk=self.run_id))
         stop = run.requested == "cancel" or run.status != Status.RUNNING
+        if not stop and run.control_of_id and self.live:
+            run, stop = self._pace(run)
         answers = {field: self._review(hook, run) for field, hook in hooks.CONTROL.items()}
         return Control(pause=run.requested == "pause", stop=stop, verdicts=list(answers.pop("verdicts", None) or []),
                        **answers)
+
+    def _pace(self, run: Run) -> tuple[Run, bool]:
+        """A control keeps its run's length in steps: the same config, but a run and its control stopped by
+        ``train.time_limit_minutes`` beside each other made different numbers of steps (15 against 12 when the run's
+        card was busier), and their comparison then mixed the reward's effect with the extra steps.
+
+        - Once its run has finished or been cancelled at step N, the control stops at step N (it ends finished).
+        - While its run trains with a time limit and the control has caught up with it, the control waits at the
+          step boundary (looking again every PACE_POLL_SECONDS, at most PACE_MAX_WAIT_SECONDS) until the run moves
+          on or ends; the job's heartbeat thread keeps beating, and a pause or cancel of the control ends the wait.
+        A control slower than its run still stops at its own time limit, with fewer steps (the compare view says
+        so). Returns the control's row as last read and whether to stop."""
+        me = self._max_step or 0
+        waited = 0.0
+        while True:
+            twin = with_db_retry("reading the run a control follows", lambda: Run.objects.filter(
+                pk=run.control_of_id).only("id", "status", "current_step", "config").first())
+            if twin is None:
+                return run, False
+            if twin.status in (Status.FINISHED, Status.CANCELLED):
+                if me < twin.current_step:
+                    return run, False
+                with_db_retry("noting where a control stopped", lambda: run.notable(
+                    f"stopped at step {me}: its run (run {twin.pk}) ended at step {twin.current_step}, and a control "
+                    "keeps its run's length in steps", step=me))
+                return run, True
+            limited = ((twin.config or {}).get("train") or {}).get("time_limit_minutes") or 0
+            if not (limited and twin.status == Status.RUNNING and me >= twin.current_step) \
+                    or waited >= PACE_MAX_WAIT_SECONDS:
+                return run, False
+            if waited == 0.0:
+                log.info("control run %s at step %s waits for run %s (step %s)", self.run_id, me, twin.pk,
+                         twin.current_step)
+            time.sleep(PACE_POLL_SECONDS)
+            waited += PACE_POLL_SECONDS
+            run = with_db_retry("reading the run's controls", lambda: Run.objects.only(
+                "id", "status", "requested", "control_of").get(pk=self.run_id))
+            if run.requested in ("cancel", "pause") or run.status != Status.RUNNING:
+                return run, run.requested == "cancel" or run.status != Status.RUNNING
 
     def _watchdog(self) -> None:
         """Health rules at the step boundary; a rule that pauses sets the request read just below."""
