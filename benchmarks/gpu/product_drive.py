@@ -142,6 +142,28 @@ def nvidia_smi_names() -> list[str]:
     return [line for line in out.strip().splitlines() if line]
 
 
+class Drive:
+    """What a drive keeps: its output folder, the API, its deadline, the report (the token and password left out)
+    and the marks of time it prints as it goes."""
+
+    def __init__(self, args, tag: str, **report):
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.api = Api(args.url, args.token)
+        self.tag = tag
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + args.timeout
+        self.report = {"args": {k: v for k, v in vars(args).items() if k not in ("token", "password")},
+                       "times": {}, "checks": {}, **report}
+
+    def left(self) -> float:
+        return max(1.0, self.deadline - time.monotonic())
+
+    def mark(self, name: str) -> None:
+        self.report["times"][name] = round(time.monotonic() - self.t0, 2)
+        print(f"[{self.tag} {self.report['times'][name]:8.1f}s] {name}", file=sys.stderr, flush=True)
+
+
 def wait_for(what: str, check, timeout: float, every: float = 1.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -183,17 +205,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    api = Api(args.url, args.token)
-    t0 = time.monotonic()
-    deadline = t0 + args.timeout
-    left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
-    report: dict = {"args": {k: v for k, v in vars(args).items() if k not in ("token", "password")}, "times": {}, "checks": {}}
-
-    def mark(name: str):
-        report["times"][name] = round(time.monotonic() - t0, 2)
-        print(f"[drive {report['times'][name]:8.1f}s] {name}", file=sys.stderr, flush=True)
+    drive = Drive(args, "drive")
+    out, api, report, left, mark, t0 = drive.out, drive.api, drive.report, drive.left, drive.mark, drive.t0
 
     def save():
         (out / "drive.json").write_text(json.dumps(report, indent=1, default=str))

@@ -40,7 +40,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from product_drive import Api, wait_for  # noqa: E402
+from product_drive import Api, Drive, wait_for  # noqa: E402
 
 
 def processes() -> dict[int, tuple[int, str]]:
@@ -126,17 +126,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    api = Api(args.url, args.token)
-    t0 = time.monotonic()
-    deadline = t0 + args.timeout
-    left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
-    report: dict = {"args": {k: v for k, v in vars(args).items() if k not in ("token", "password")}, "times": {}, "checks": {}, "gpus": {}}
-
-    def mark(name: str):
-        report["times"][name] = round(time.monotonic() - t0, 2)
-        print(f"[multi {report['times'][name]:8.1f}s] {name}", file=sys.stderr, flush=True)
+    drive = Drive(args, "multi", gpus={})
+    out, api, report, left, mark, t0 = drive.out, drive.api, drive.report, drive.left, drive.mark, drive.t0
 
     def reading(name: str):
         report["gpus"][name] = {"t": round(time.monotonic() - t0, 2), "cards": gpus(), "ranks": rank_processes()}

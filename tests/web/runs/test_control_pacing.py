@@ -59,48 +59,46 @@ def _mark_from_thread(run, **fields):
         connection.close()
 
 
-def test_a_control_ahead_of_its_time_limited_run_waits_for_it(roles, researcher, tiny_grpo, monkeypatch):
-    monkeypatch.setattr(sink_module, "PACE_POLL_SECONDS", 0.05)
-    run, control = _run_and_control(researcher, tiny_grpo, steps=6, time_limit=30.0)
-    _mark(run, status=Status.RUNNING, current_step=2)
+def _both_training(researcher, tiny_grpo, time_limit: float, run_step: int, control_step: int):
+    """A run at ``run_step`` and its control, both running, the control having reported ``control_step``: (run,
+    control, the control's sink)."""
+    run, control = _run_and_control(researcher, tiny_grpo, steps=6, time_limit=time_limit)
+    _mark(run, status=Status.RUNNING, current_step=run_step)
     _mark(control, status=Status.RUNNING)
     sink = DjangoSink(control.pk)
-    sink.metrics(2, "solver", {"reward_mean": 0.5})  # the control has done step 2, as far as its run
+    sink.metrics(control_step, "solver", {"reward_mean": 0.5})
+    return run, control, sink
 
-    def run_moves_on():
-        time.sleep(0.6)
-        _mark_from_thread(run, current_step=3)
 
-    mover = threading.Thread(target=run_moves_on)
-    mover.start()
+def _timed_control(sink, then=None):
+    """(the sink's control answer, seconds it took); ``then`` (a started thread or timer) is joined after."""
     t0 = time.monotonic()
     answer = sink.control()
-    waited = time.monotonic() - t0
-    mover.join()
+    seconds = time.monotonic() - t0
+    if then is not None:
+        then.join()
+    return answer, seconds
+
+
+def test_a_control_ahead_of_its_time_limited_run_waits_for_it(roles, researcher, tiny_grpo, monkeypatch):
+    monkeypatch.setattr(sink_module, "PACE_POLL_SECONDS", 0.05)
+    run, _, sink = _both_training(researcher, tiny_grpo, 30.0, run_step=2, control_step=2)  # as far as its run
+    mover = threading.Timer(0.6, lambda: _mark_from_thread(run, current_step=3))
+    mover.start()
+    answer, waited = _timed_control(sink, mover)
     assert not answer.stop and not answer.pause
     assert waited >= 0.5, waited  # it waited for the run's step 3
 
     # without a time limit on the run, nothing to wait for: a run that is not limited makes all its steps
-    run2, control2 = _run_and_control(researcher, tiny_grpo, steps=6, time_limit=0.0)
-    _mark(run2, status=Status.RUNNING, current_step=1)
-    _mark(control2, status=Status.RUNNING)
-    sink2 = DjangoSink(control2.pk)
-    sink2.metrics(2, "solver", {"reward_mean": 0.5})
-    t0 = time.monotonic()
-    assert not sink2.control().stop
-    assert time.monotonic() - t0 < 0.5
+    _, _, sink = _both_training(researcher, tiny_grpo, 0.0, run_step=1, control_step=2)
+    answer, waited = _timed_control(sink)
+    assert not answer.stop and waited < 0.5
 
 
 def test_a_cancel_of_the_control_ends_its_wait(roles, researcher, tiny_grpo, monkeypatch):
     monkeypatch.setattr(sink_module, "PACE_POLL_SECONDS", 0.05)
-    run, control = _run_and_control(researcher, tiny_grpo, steps=6, time_limit=30.0)
-    _mark(run, status=Status.RUNNING, current_step=1)
-    _mark(control, status=Status.RUNNING)
-    sink = DjangoSink(control.pk)
-    sink.metrics(1, "solver", {"reward_mean": 0.5})
+    _, control, sink = _both_training(researcher, tiny_grpo, 30.0, run_step=1, control_step=1)
     timer = threading.Timer(0.4, lambda: _mark_from_thread(control, requested="cancel"))
     timer.start()
-    t0 = time.monotonic()
-    answer = sink.control()
-    timer.join()
-    assert answer.stop and time.monotonic() - t0 < 5
+    answer, seconds = _timed_control(sink, timer)
+    assert answer.stop and seconds < 5
