@@ -37,7 +37,8 @@
 # the same model on MULTI_GPUS cards (learn_spice_qwen.yaml, MULTI_STEPS=6 steps of 8 documents, DeepSpeed ZeRO-2,
 # checkpoint every 2) cancelled while a step is under way; the same run again, its gpu worker SIGKILLed after the
 # first checkpoint, reaped, resumed on a new worker to its end; a cross-play of its last two checkpoints.
-# ONLY_MULTI=1 runs that part alone. `up` copies the tree to /tmp/product_code and runs everything from there.
+# ONLY_MULTI=1 runs that part alone; MULTI_EXTRA="key=value ..." adds --set options to its SPICE run only (e.g.
+# "rollout.backend=vllm" on a node where benchmarks/gpu/vllm_stage.sh has put vLLM into /tmp/site). `up` copies the tree to /tmp/product_code and runs everything from there.
 # Results ($OUT): drive.json (launch, pause/resume states, metrics, the websocket summary, evaluations, samples,
 #   the paired difference, checks, timings), multi.json (item 2b: process lists, nvidia-smi readings, checks),
 #   ws.jsonl (every websocket message with its arrival time), steptime.json
@@ -259,7 +260,7 @@ PY
 multi() {  # item 2b: a SPICE run on MULTI_GPUS cards through the job's torchrun launch: cancel, SIGKILL of the gpu
            # worker + reaper + resume on a new worker, then cross-play of its checkpoints (product_multi.py)
   local sets="" s t0=$SECONDS corpus
-  for s in train.steps=$MULTI_STEPS checkpoint.every=2 checkpoint.keep_last=2 $MULTI_TINY ${EXTRA:-}; do
+  for s in train.steps=$MULTI_STEPS checkpoint.every=2 checkpoint.keep_last=2 $MULTI_TINY ${EXTRA:-} ${MULTI_EXTRA:-}; do
     sets="$sets --set $s"; done
   # a corpus uploaded and embedded by the product when an embedder can load here; else the file, with no cross-play
   if { [ "$DEVICE" = cpu ] || [ -f "${SELFPLAY_EMBEDDER:-/nonexistent}/config.json" ]; } \
@@ -312,7 +313,7 @@ case $phase in
   part) park ;;
   up) setup_gpu; up; detach chain bash -c "$(declare -f chain multi gpu_state); $(declare -p PY SELFPLAY_DATA_DIR S LOGS RES URL CONFIG \
         DATASETS MODEL STEPS PAUSE_AT EVAL_LIMIT EVAL_TOKENS TINY DEVICE MULTI_GPUS MULTI_STEPS MULTI_TINY MULTI_CONFIG \
-        DOCS | sed 's/^declare -[a-z-]* /export /'); EXTRA='${EXTRA:-}' ONLY_MULTI='${ONLY_MULTI:-}'; chain"
+        DOCS | sed 's/^declare -[a-z-]* /export /'); EXTRA='${EXTRA:-}' ONLY_MULTI='${ONLY_MULTI:-}' MULTI_EXTRA='${MULTI_EXTRA:-}'; chain"
       echo "== chain started (product_drive.py, then python -m trainer run)" ;;
   watch) end=$((SECONDS + ${2:-60})); while [ $SECONDS -lt $end ] && [ ! -f $RES/chain.done ]; do sleep 5; done
          status; pack ;;
