@@ -270,8 +270,8 @@ def import_gguf(gguf: Path | Callable[[Path], Path], dest: Path) -> Path:
             if not (tmp / "config.json").is_file():
                 raise RuntimeError(f"importing {dest.name}: save_pretrained wrote no config.json into {tmp}")
             tokenizer.save_pretrained(tmp)
-            if dest.is_dir():  # no config.json (checked under the lock): what a failed import left, replaced
-                shutil.rmtree(dest)
+            if dest.is_dir():  # no config.json (checked under the lock)
+                _clear_failed_import(dest)
             os.replace(tmp, dest)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -290,6 +290,20 @@ def bundled_tokenizer(name: str = "smollm2-135m-instruct"):
         return AutoTokenizer.from_pretrained(import_bundled(name))
     gguf = bundled_gguf(name)
     return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+IMPORT_LEFTOVERS = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+                    "vocab.json", "merges.txt", "added_tokens.json", "tokenizer.model", "generation_config.json"}
+
+
+def _clear_failed_import(dest: Path) -> None:
+    """Remove what an earlier import left in ``dest`` without finishing (a tokenizer, no config.json); refuse a folder
+    holding anything else (someone's files, not an import's)."""
+    others = sorted(p.name for p in dest.iterdir() if p.name not in IMPORT_LEFTOVERS)
+    if others:
+        raise RuntimeError(f"cannot import into {dest}: it exists, has no config.json, and holds files an import does "
+                           f"not write ({', '.join(others[:5])}); move it away or import into another folder")
+    shutil.rmtree(dest)
 
 
 def _clear_quantization(model) -> None:

@@ -87,7 +87,7 @@ def _record_unreported(run: Run, sink: DjangoSink, checkpoint: Path) -> None:
 
     step = int(STEP_DIR.match(checkpoint.name).group(1))
     if not run.checkpoints.filter(step=step).exists():
-        sink.checkpoint(step, str(checkpoint))
+        sink.checkpoint(step, str(checkpoint), earlier=True)
 
 
 def _config_for_worker(run: Run) -> dict:

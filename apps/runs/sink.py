@@ -85,6 +85,7 @@ class DjangoSink:
         self.publish_failures = 0
         self.review_failures = 0
         self.flushes = 0
+        self._pace_noted = False  # a control ahead of its run says so once (DjangoSink._pace)
         self._metrics: dict[tuple[int, str, str], float] = {}
         self._records: list[dict[str, Any]] = []
         self._max_step: int | None = None
@@ -107,8 +108,12 @@ class DjangoSink:
         # after a Redis outage then missed that step's points: tests/fault/test_redis_outage.py)
         self._maybe_flush()
 
-    def checkpoint(self, step: int, path: str) -> None:
-        self._saw_step(step)
+    def checkpoint(self, step: int, path: str, *, earlier: bool = False) -> None:
+        """``earlier``: a checkpoint of a step before this job's (written whole just before a worker died, reported
+        by the resume): recorded without moving the run's current step (a multi-GPU job's own sink writes no step
+        after it, and would otherwise set the run back to it when it closes)."""
+        if not earlier:
+            self._saw_step(step)
         self.flush()
         with_db_retry("recording a checkpoint", lambda: self._write_checkpoint(int(step), str(path)))
         # the page's checkpoint field: the path as a viewer who is not an admin may see it (its folder's name), the
@@ -140,7 +145,7 @@ class DjangoSink:
         run = with_db_retry("reading the run's controls",
                             lambda: Run.objects.only("id", "status", "requested", "control_of").get(pk=self.run_id))
         stop = run.requested == "cancel" or run.status != Status.RUNNING
-        if not stop and run.control_of_id and self.live:
+        if not stop and not run.requested and run.control_of_id and self.live:
             run, stop = self._pace(run)
         answers = {field: self._review(hook, run) for field, hook in hooks.CONTROL.items()}
         return Control(pause=run.requested == "pause", stop=stop, verdicts=list(answers.pop("verdicts", None) or []),
@@ -161,19 +166,23 @@ class DjangoSink:
         waited = 0.0
         while True:
             twin = with_db_retry("reading the run a control follows", lambda: Run.objects.filter(
-                pk=run.control_of_id).only("id", "status", "current_step", "config").first())
+                pk=run.control_of_id).only("id", "status", "current_step", "total_steps", "config").first())
             if twin is None:
                 return run, False
             if twin.status in (Status.FINISHED, Status.CANCELLED):
-                if me < twin.current_step:
+                if me < twin.current_step or twin.current_step >= twin.total_steps:  # not ahead, or it made them all
                     return run, False
                 with_db_retry("noting where a control stopped", lambda: run.notable(
                     f"stopped at step {me}: its run (run {twin.pk}) ended at step {twin.current_step}, and a control "
                     "keeps its run's length in steps", step=me))
                 return run, True
             limited = ((twin.config or {}).get("train") or {}).get("time_limit_minutes") or 0
-            if not (limited and twin.status == Status.RUNNING and me >= twin.current_step) \
-                    or waited >= PACE_MAX_WAIT_SECONDS:
+            if not (limited and me >= twin.current_step):
+                return run, False
+            if twin.status != Status.RUNNING or waited >= PACE_MAX_WAIT_SECONDS:
+                # ahead of a run that is not training (paused, queued, failed) or slower than the cap: the control
+                # trains on at its own pace, and says so once
+                self._pace_note(run, twin, me, waited)
                 return run, False
             if waited == 0.0:
                 log.info("control run %s at step %s waits for run %s (step %s)", self.run_id, me, twin.pk,
@@ -184,6 +193,20 @@ class DjangoSink:
                 "id", "status", "requested", "control_of").get(pk=self.run_id))
             if run.requested in ("cancel", "pause") or run.status != Status.RUNNING:
                 return run, run.requested == "cancel" or run.status != Status.RUNNING
+
+    def _pace_note(self, run: Run, twin: Run, me: int, waited: float) -> None:
+        if self._pace_noted:
+            return
+        self._pace_noted = True
+        why = (f"it waited {waited:.0f} s at step {me}" if twin.status == Status.RUNNING
+               else f"its run is {twin.status} at step {twin.current_step}")
+        log.warning("control run %s trains on ahead of run %s: %s", self.run_id, twin.pk, why)
+        try:
+            with_db_retry("noting a control ahead of its run", lambda: run.notable(
+                f"ahead of its run (run {twin.pk}): {why}; it trains on at its own pace, so the two may end at "
+                "different steps", step=me))
+        except Exception as exc:  # a courtesy note; training goes on
+            log.warning("could not note the pacing of run %s: %s", self.run_id, exc)
 
     def _watchdog(self) -> None:
         """Health rules at the step boundary; a rule that pauses sets the request read just below."""

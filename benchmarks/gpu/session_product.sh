@@ -66,7 +66,7 @@ if [ "$DEVICE" = cpu ]; then
   PORT=${PORT:-$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
   TINY="train.device=cpu rollout.group_size=2 train.prompts_per_step=2 rollout.max_new_tokens=16 train.micro_batch_tokens=2048 checkpoint.every=2 train.warmup_steps=0 grpo.log_samples=2"
   EVAL_TOKENS=16
-  MULTI_GPUS=${MULTI_GPUS:-0} MULTI_STEPS=${MULTI_STEPS:-4} DOCS=${DOCS:-.gpu_assets/wiki.jsonl}
+  MULTI_GPUS=${MULTI_GPUS:-0} MULTI_STEPS=${MULTI_STEPS:-6} DOCS=${DOCS:-.gpu_assets/wiki.jsonl}
   MULTI_TINY="train.device=cpu train.prompts_per_step=2 rollout.group_size=2 rollout.max_new_tokens=16 spice.challenger_attempts=2 spice.max_challenger_attempts=2 spice.challenger_group_size=2 spice.max_document_tokens=64 spice.format_max_new_tokens=16 spice.task_max_new_tokens=32 spice.reasoner_max_new_tokens=16 gate.consensus_samples=2 train.micro_batch_tokens=2048"
 else
   PY=python3
@@ -267,7 +267,7 @@ multi() {  # item 2b: a SPICE run on MULTI_GPUS cards through the job's torchrun
        && $PY -c "import sentence_transformers" 2>/dev/null; then corpus=""
   else cp $DOCS $DATASETS/wiki.jsonl; corpus="--corpus-file $DATASETS/wiki.jsonl"; fi
   $PY benchmarks/gpu/product_multi.py --url $URL --token "$(cat $S/token)" --config $MULTI_CONFIG --model $MODEL \
-    --gpus $MULTI_GPUS $sets --docs $DOCS $corpus --worker-cmd "bash scripts/serve.sh worker gpu" \
+    --gpus $MULTI_GPUS $sets --docs $DOCS $corpus --worker-pid "$(cat $S/gpu.pid)" --worker-cmd "bash scripts/serve.sh worker gpu" \
     --worker-log $LOGS/gpu2.log --worker-pid-file $S/gpu2.pid --out $RES/multi > $LOGS/multi.log 2>&1
   echo "multi exit $? after $((SECONDS - t0)) s" >> $RES/chain.txt
   [ -f $S/gpu2.pid ] && echo "gpu2 $(cat $S/gpu2.pid)" >> $S/started

@@ -230,3 +230,24 @@ def test_a_rank_other_than_0_imports_a_bundled_model_whole(tmp_path):
     for rank in (0, 1):
         assert f"rank {rank}: " in out.stdout and "config.json" in out.stdout and "model.safetensors" in out.stdout
     assert out.stdout.count(" llama") == 2, out.stdout
+
+
+def test_an_import_replaces_only_what_a_failed_import_left(tmp_path):
+    """A folder with a tokenizer and no config.json (what the rank-1 import wrote) is cleared for the import; a folder
+    holding anything else is refused with its files named, not deleted."""
+    from trainer.models import _clear_failed_import
+
+    left = tmp_path / "left"
+    left.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (left / name).write_text("{}")
+    _clear_failed_import(left)
+    assert not left.exists()
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "tokenizer.json").write_text("{}")
+    (mine / "notes.txt").write_text("my notes")
+    with pytest.raises(RuntimeError, match="notes.txt"):
+        _clear_failed_import(mine)
+    assert (mine / "notes.txt").read_text() == "my notes"

@@ -42,6 +42,7 @@ def test_a_control_with_no_run_ahead_or_ended_trains_its_steps(roles, researcher
     control.refresh_from_db()
     assert (run.status, run.current_step) == ("finished", 4)
     assert (control.status, control.current_step) == ("finished", 4), control.error
+    assert not control.events.filter(message__startswith="stopped at step").exists()  # its own last step, no pacing
 
 
 def _mark(run, **fields):
@@ -102,3 +103,22 @@ def test_a_cancel_of_the_control_ends_its_wait(roles, researcher, tiny_grpo, mon
     timer.start()
     answer, seconds = _timed_control(sink, timer)
     assert answer.stop and seconds < 5
+
+
+def test_a_pause_of_the_control_wins_over_pacing(roles, researcher, tiny_grpo):
+    run, control, sink = _both_training(researcher, tiny_grpo, 30.0, run_step=3, control_step=3)
+    _mark(run, status=Status.FINISHED)  # the run ended early, at step 3 of 6
+    _mark(control, requested="pause")
+    answer = sink.control()
+    assert answer.pause and not answer.stop  # paused, as asked; not stopped (which would end it paused anyway)
+
+
+def test_a_control_ahead_of_a_paused_run_trains_on_and_says_so(roles, researcher, tiny_grpo):
+    run, control, sink = _both_training(researcher, tiny_grpo, 30.0, run_step=2, control_step=3)
+    _mark(run, status=Status.PAUSED)
+    answer, seconds = _timed_control(sink)
+    assert not answer.stop and seconds < 0.5
+    (note,) = control.events.filter(message__startswith="ahead of its run")
+    assert "its run is paused at step 2" in note.message
+    sink.control()
+    assert control.events.filter(message__startswith="ahead of its run").count() == 1  # said once
