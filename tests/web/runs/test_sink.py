@@ -75,6 +75,20 @@ def test_it_records_checkpoints(run):
     assert run.checkpoint_path == "/tmp/ckpt/step-000003" and run.current_step == 3
 
 
+def test_an_earlier_checkpoint_is_recorded_without_moving_the_current_step(run):
+    """A resumed job reports a checkpoint written whole just before its worker died; a multi-GPU job's own sink then
+    reports nothing more (rank 0 does, through its own sink), so its close must not set the run back to that step."""
+    Run.objects.filter(pk=run.pk).update(current_step=4)  # where rank 0 got to
+    sink = DjangoSink(run)
+    sink.checkpoint(2, "/tmp/ck/step-000002", earlier=True)
+    sink.close()
+    run.refresh_from_db()
+    assert run.current_step == 4 and Checkpoint.objects.filter(run=run, step=2).exists()
+    sink.checkpoint(3, "/tmp/ck/step-000003")  # a checkpoint of this job's own step moves it, as before
+    run.refresh_from_db()
+    assert run.current_step == 3
+
+
 def test_control_reads_the_requested_state(run):
     sink = DjangoSink(run)
     assert not sink.control().pause and not sink.control().stop
