@@ -126,9 +126,11 @@ def grpo_step(ctx, step: int, batch: list[dict], rollout=None) -> dict[str, floa
         overlap_metrics = {"staleness": (step - 1) - rollout.version, "gen_wait_seconds": rollout.wait_seconds}
     G, n = cfg.rollout.group_size, len(batch)
 
+    t_score = time.perf_counter()
     rewards = torch.tensor(score_answers([c.text for c in completions],  # = score() of each, math checks batched
                                          [batch[i // G]["answer"] for i in range(len(completions))],
                                          cfg.reward)).view(n, G)  # [n, G]
+    score_seconds = time.perf_counter() - t_score  # the verifier's share of a step's time outside generation/update
     graded = rewards  # a control run (train.control): each answer's reward a coin flip, whatever it says
     rewards = torch.tensor(control_rewards(ctx, rewards.flatten().tolist())).view(n, G)
     adv = get_advantage(sec.advantage)(rewards).flatten()  # [n * G]
@@ -146,7 +148,8 @@ def grpo_step(ctx, step: int, batch: list[dict], rollout=None) -> dict[str, floa
         "accuracy": float(graded.mean()),  # the verifier's verdicts (= reward_mean unless a control flips coins)
         "response_length": gen_tokens / len(completions),
         "gen_tokens_per_s": gen_tokens / max(gen_seconds, 1e-9),
-        "gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1, **overlap_metrics,
+        "gen_seconds": gen_seconds, "update_seconds": time.perf_counter() - t1, "score_seconds": score_seconds,
+        **overlap_metrics,
     }
     ctx.log(step, ROLE, metrics)
     ctx.samples(step, _records(step, batch, completions, rewards, sec.log_samples, G, mine))
