@@ -27,9 +27,12 @@
 #   watch SECS   wait SECS or until the chain has ended; status, then the results in $OUT. Run it right after `up`
 #                and again without a pause (e.g. watch 540) until "== chain ended": the detached processes end with the node
 #   down         stop the workers, the web server and the services; nvidia-smi after; the results in $OUT
-# With a 34 MiB working tree: first 6.8 + 18.9 + 0.4 MiB, part w2 26.4 MiB, part w3 14.1 MiB, then 18 model parts
-# (p01 15.6, p02..p18 28 MiB each). The chain (30 GRPO steps of ~6 s + pause/resume, two evaluations of 659 items,
-# the CLI's 30 steps) takes ~10 min on an H100.
+# With examples/runs and static/vendor/plotly.min.js moved out of the tree while staging (a 4.6 MiB tree), on
+# 2026-11-30: first (.gpu_wheels + .gpu_web/w1 + .gpu_web/data, 57 MiB), part (.gpu_web/w2 + model p01), part
+# (.gpu_web/embedder; .gpu_web/st and st_deps only where `first` says the image lacks sentence-transformers, scipy or
+# sklearn), part p02 .. p08 one a command, then `part && up` with p09: 12 commands, ~4 min of the node from the
+# first to the chain's start. The chain with STEPS=20 (GRPO at ~5.5 s a step, pause/resume, two evaluations of 659
+# items at ~95 s each, the CLI's 20 steps) took 10 min on an H200, then the multi-GPU part 7 min.
 # Then, on a machine with 2 or more cards (MULTI_GPUS, default: every card; 0 leaves it out), item 2b through
 # benchmarks/gpu/product_multi.py: a corpus uploaded and embedded by the product (.gpu_web/data/wiki.jsonl, the
 # embedder staged by stage_web.sh: part .gpu_web/st + .gpu_web/embedder, and .gpu_web/st_deps where `first` says the
