@@ -591,6 +591,22 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, list[tuple[
     return data, problems
 
 
+MAX_CONFIG_DEPTH = 32  # a config is a few levels of key: value; deeper is refused whatever the recursion limit
+
+
+def nests_too_deeply(data, limit: int = MAX_CONFIG_DEPTH) -> bool:
+    """Whether parsed YAML nests lists/mappings deeper than ``limit`` (walked without recursion: a parser in a
+    process whose recursion limit something raised, torch's inductor does, reads 600 levels without a RecursionError)."""
+    todo = [(data, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        todo.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
 def _read_yaml(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError([("", f"config file {path} does not exist")])
@@ -604,6 +620,8 @@ def _read_yaml(path: Path) -> dict:
         raise ConfigError([("", f"{path} nests too deeply to read; a config is a few levels of key: value")]) from None
     except OSError as exc:
         raise ConfigError([("", f"cannot read {path}: {exc.strerror}")]) from None
+    if nests_too_deeply(data):
+        raise ConfigError([("", f"{path} nests too deeply to read; a config is a few levels of key: value")])
     if not isinstance(data, dict):
         raise ConfigError([("", f"{path} must hold a mapping of keys, got {type(data).__name__}")])
     return data

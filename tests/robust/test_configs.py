@@ -209,11 +209,20 @@ def test_api_bodies_that_are_not_a_launch_are_4xx(researcher, raw, content_type,
     (b"- a list\n- not a mapping\n", "must hold a mapping"),
     (b"[" * 600 + b"]" * 600, "nests too deeply"),
 ])
-def test_manage_py_launch_refuses_unreadable_config_files(kept_corpus, tmp_path, content, needle):
+@pytest.mark.parametrize("recursion_limit", [None, 5000])
+def test_manage_py_launch_refuses_unreadable_config_files(kept_corpus, tmp_path, content, needle, recursion_limit):
+    """Also in a process whose recursion limit something raised (torch's inductor sets 2000): the YAML parser then
+    reads 600 levels without a RecursionError, and the depth is what refuses them."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(recursion_limit or before)
     cfg = tmp_path / "cfg.yaml"
     cfg.write_bytes(content)
-    with pytest.raises(CommandError, match=needle):
-        call_command("launch", "spice", "--model", MODEL, "--corpus", "kept", "--config", str(cfg), stdout=io.StringIO())
+    try:
+        with pytest.raises(CommandError, match=needle):
+            call_command("launch", "spice", "--model", MODEL, "--corpus", "kept", "--config", str(cfg),
+                         stdout=io.StringIO())
+    finally:
+        sys.setrecursionlimit(before)
     with pytest.raises(CommandError, match="cannot read --config"):
         call_command("launch", "spice", "--model", MODEL, "--config", str(tmp_path / "missing.yaml"))
     assert not Run.objects.exists()
@@ -257,3 +266,18 @@ def test_the_trainer_cli_fields_of_an_unknown_method_exit_2(capsys):
 
     assert main(["fields", "ppo"]) == 2
     assert "method: unknown method 'ppo'; choose one of grpo, spice" in capsys.readouterr().err
+
+
+def test_config_depth_is_measured_without_recursion():
+    from trainer.config import MAX_CONFIG_DEPTH, nests_too_deeply
+
+    deep = []
+    for _ in range(5000):  # deeper than any recursion limit
+        deep = [deep]
+    assert nests_too_deeply(deep) and nests_too_deeply({"a": deep})
+    ok = {"train": {"steps": 3, "schedule": [{"at": 1, "lr": [1e-6]}]}}
+    assert not nests_too_deeply(ok)
+    edge = 1
+    for _ in range(MAX_CONFIG_DEPTH):
+        edge = {"k": edge}
+    assert not nests_too_deeply(edge) and nests_too_deeply({"k": edge})

@@ -20,7 +20,7 @@ from apps.jobs.waiting import no_worker_warning, worker_gone
 from apps.runs.models import ACTIVE, ENDED, IllegalTransition, Run, Status
 from apps.runs.services.launch import LaunchError, launch
 from apps.runs.services.lifecycle import reap_stale_runs
-from trainer.config import METHOD_NAMES
+from trainer.config import METHOD_NAMES, nests_too_deeply
 
 
 class Command(SchemaCommand):
@@ -114,6 +114,8 @@ def _read_yaml(path: str) -> dict:
     except UnicodeDecodeError as exc:
         raise CommandError(f"--config {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8 YAML")
     except RecursionError:
+        raise CommandError(f"--config {path} nests too deeply to read; a config is a few levels of key: value")
+    if nests_too_deeply(data):
         raise CommandError(f"--config {path} nests too deeply to read; a config is a few levels of key: value")
     if not isinstance(data, dict):
         raise CommandError(f"--config {path} must hold a mapping of config keys")
