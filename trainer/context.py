@@ -14,6 +14,7 @@ A recipe is ``def run_<method>(ctx) -> None``::
 """
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,37 @@ from trainer import distributed as dist
 from trainer.checkpoint import BackgroundSaver, SaveResult, save_checkpoint
 from trainer.sink import NullSink, Verdict
 from trainer.update import policy_update
+
+
+class GcClock:
+    """Seconds Python's garbage collector ran in this process since the last ``take()`` (a ``gc.callbacks`` entry,
+    installed once): a step's pause in a process holding many objects (a worker with Django loaded) shows up as
+    ``gc_seconds`` beside the rollout and update times."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self._started: float | None = None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.seconds += time.perf_counter() - self._started
+            self._started = None
+
+    def take(self) -> float:
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
+
+
+def gc_clock() -> GcClock:
+    """This process's GcClock (installed into gc.callbacks on first use)."""
+    for callback in gc.callbacks:
+        if isinstance(callback, GcClock):
+            return callback
+    clock = GcClock()
+    gc.callbacks.append(clock)
+    return clock
 
 
 @dataclass
@@ -59,6 +91,7 @@ class RecipeContext:
         if self.rng is None:
             self.rng = np.random.default_rng(self.config.seed)
         self._last_step = self.start_step
+        gc_clock().take()  # installed, and counting from here
 
     # -- the loop ---------------------------------------------------------------------------
     def steps(self):
@@ -141,7 +174,8 @@ class RecipeContext:
             self.sink.samples(step, records)
 
     def _log_costs(self, step: int) -> None:
-        """Role ``system``: rollout tokens and seconds, weight sync, update tokens and seconds; and the
+        """Role ``system``: rollout tokens and seconds, weight sync, update tokens and seconds, the garbage
+        collector's seconds since the previous step (``gc_seconds``, any of its parts); and the
         checkpoint saves since the previous step (``save_blocked_seconds``: the loop waited for them, between
         steps, so outside ``step_seconds``; ``save_write_seconds``: background writes that finished)."""
         take = getattr(self.generator, "take", None)
@@ -150,7 +184,7 @@ class RecipeContext:
             extra = self.overlap.take_costs()
             costs = {k: costs.get(k, 0) + extra.get(k, 0) for k in {**costs, **extra}}
         if costs or self._update_costs["update_seconds"]:
-            self.log(step, SYSTEM, {**costs, **self._update_costs})
+            self.log(step, SYSTEM, {**costs, **self._update_costs, "gc_seconds": gc_clock().take()})
         self._update_costs = {"update_tokens": 0, "update_seconds": 0.0}
         if any(self._save_costs.values()):
             self.log(step, SYSTEM, self._save_costs)

@@ -293,7 +293,7 @@ def main(argv=None) -> int:
         time.sleep(2.0)  # the last websocket messages
 
         metrics = api.call("GET", f"runs/{run_id}/metrics/?name=step_seconds,rollout_seconds,update_seconds,"
-                                  "other_seconds,score_seconds,graph_capture_seconds,graph_captures,weight_sync_seconds,"
+                                  "other_seconds,score_seconds,gc_seconds,graph_capture_seconds,graph_captures,weight_sync_seconds,"
                                   "reward_mean&points=10000")  # the step's parts too, to attribute a slow step
         report["metrics"] = metrics
         events = [m["msg"] for m in recorder.messages]

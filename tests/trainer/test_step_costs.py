@@ -41,3 +41,21 @@ def test_metered_generator_counts_calls_per_step(tiny_model_dir, smollm2_tokeniz
     assert 3 <= step["rollout_tokens"] <= 12 and step["rollout_seconds"] > 0
     assert gen.inner.last_stats["rows"] == 1 and gen.inner.last_stats["seconds"] > 0
     assert gen.take()["rollout_calls"] == 0  # counts start again each step
+
+
+def test_the_gc_clock_counts_collections_and_starts_again_when_taken():
+    import gc
+
+    from trainer.context import gc_clock
+
+    clock = gc_clock()
+    assert gc_clock() is clock and sum(isinstance(c, type(clock)) for c in gc.callbacks) == 1  # installed once
+    clock.take()
+    for _ in range(50):  # cycles only the collector frees
+        a, b = [], []
+        a.append(b)
+        b.append(a)
+    gc.collect()
+    first = clock.take()
+    assert first > 0
+    assert clock.take() == 0.0
