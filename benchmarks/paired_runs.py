@@ -112,7 +112,9 @@ def two_level_interval(diffs: list[dict[str, float]], n_resamples: int = 2000, s
     s, n = d.shape
     rows = rng.integers(0, s, size=(n_resamples, s))  # [R, S] seeds drawn
     cols = rng.integers(0, n, size=(n_resamples, n))  # [R, N] items drawn
-    means = np.array([d[rows[r]][:, cols[r]].mean() for r in range(n_resamples)])  # [R]
+    counts = np.zeros((n_resamples, n))  # [R, N] how often each item was drawn
+    np.add.at(counts, (np.arange(n_resamples)[:, None], cols), 1)
+    means = (d[rows].sum(axis=1) * counts).sum(axis=1) / (s * n)  # [R]: the drawn seeds' rows at the drawn items
     lo, hi = np.percentile(means, [2.5, 97.5])
     return {"diff": float(d.mean()), "low": float(lo), "high": float(hi), "n": n, "seeds": s}
 

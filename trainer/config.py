@@ -607,7 +607,9 @@ def nests_too_deeply(data, limit: int = MAX_CONFIG_DEPTH) -> bool:
     return False
 
 
-def _read_yaml(path: Path) -> dict:
+def read_yaml(path: Path) -> dict:
+    """A config file's mapping; ConfigError naming what is wrong with the file (missing, unreadable, not YAML, not
+    UTF-8, nested too deeply, not a mapping)."""
     if not path.is_file():
         raise ConfigError([("", f"config file {path} does not exist")])
     try:
@@ -633,7 +635,7 @@ def load_config(source: str | Path | dict | Config, overrides: list[str] | None 
         if not overrides:
             return source
         source = source.to_dict()
-    data = copy.deepcopy(source) if isinstance(source, dict) else _read_yaml(Path(source))
+    data = copy.deepcopy(source) if isinstance(source, dict) else read_yaml(Path(source))
     data, problems = apply_overrides(data, overrides or [])
     try:
         cfg = Config.model_validate(data)

@@ -252,6 +252,8 @@ def import_gguf(gguf: Path | Callable[[Path], Path], dest: Path) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (dest / "config.json").is_file():
             return dest
+        if dest.is_dir():  # what a failed import left, cleared (someone's folder refused) before the slow part
+            _clear_failed_import(dest)
         tmp = dest.parent / f".{dest.name}.importing-{os.getpid()}"
         scratch = dest.parent / f".{dest.name}.gguf-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -270,8 +272,6 @@ def import_gguf(gguf: Path | Callable[[Path], Path], dest: Path) -> Path:
             if not (tmp / "config.json").is_file():
                 raise RuntimeError(f"importing {dest.name}: save_pretrained wrote no config.json into {tmp}")
             tokenizer.save_pretrained(tmp)
-            if dest.is_dir():  # no config.json (checked under the lock)
-                _clear_failed_import(dest)
             os.replace(tmp, dest)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -130,16 +130,26 @@ def workers_page(url: str, cookie: str) -> str:
         return resp.read().decode()
 
 
-def nvidia_smi_names() -> list[str]:
-    """'index, name' of each card on this machine; none without nvidia-smi."""
+def gpus() -> list[dict] | None:
+    """nvidia-smi's reading of each card (name, memory used in MiB, utilisation) and the compute processes on it;
+    None without nvidia-smi."""
     import shutil
     import subprocess
 
     if not shutil.which("nvidia-smi"):
-        return []
-    out = subprocess.run(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"], capture_output=True,
-                         text=True, timeout=30).stdout
-    return [line for line in out.strip().splitlines() if line]
+        return None
+    cards = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30).stdout
+    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory",
+                           "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30).stdout
+    out = []
+    for line in cards.strip().splitlines():
+        index, uuid, name, used, total, util = [x.strip() for x in line.split(",")]
+        procs = [{"pid": int(p.split(",")[1]), "mib": p.split(",")[2].strip()} for p in apps.strip().splitlines()
+                 if p.split(",")[0].strip() == uuid]
+        out.append({"index": int(index), "name": name, "used_mib": int(used), "total_mib": int(total), "util": util,
+                    "processes": procs})
+    return out
 
 
 class Drive:
@@ -252,7 +262,7 @@ def main(argv=None) -> int:
         # item 3: the workers page while the run trains, as the browser gets it (its cards and who holds them)
         page = workers_page(args.url, cookie)
         (out / "workers.html").write_text(page)
-        cards = [c.split(",")[1].strip() for c in nvidia_smi_names()]
+        cards = [c["name"] for c in gpus() or []]
         report["workers_page"] = {"cards_on_machine": cards, "gpu_blocks": page.count('class="gpu"'),
                                   "holders": page.count('class="gpu-holder"')}
         report["checks"]["workers page: the cards, and the run holding one"] = (

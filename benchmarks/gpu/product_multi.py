@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from product_drive import Api, Drive, wait_for  # noqa: E402
+from product_drive import Api, Drive, gpus, wait_for  # noqa: E402
 
 
 def processes() -> dict[int, tuple[int, str]]:
@@ -71,24 +70,6 @@ def gpu_worker_parents() -> list[int]:
     procs = processes()
     workers = {pid for pid, (_, cmd) in procs.items() if "rqworker" in cmd and " gpu" in f" {cmd} "}
     return sorted(pid for pid in workers if procs[pid][0] not in workers)
-
-
-def gpus() -> list[dict] | None:
-    """nvidia-smi's reading of each card (memory used, MiB) and the compute processes on it; None without one."""
-    if not shutil.which("nvidia-smi"):
-        return None
-    cards = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu",
-                            "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30).stdout
-    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory",
-                           "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30).stdout
-    out = []
-    for line in cards.strip().splitlines():
-        index, uuid, used, total, util = [x.strip() for x in line.split(",")]
-        procs = [{"pid": int(p.split(",")[1]), "mib": p.split(",")[2].strip()} for p in apps.strip().splitlines()
-                 if p.split(",")[0].strip() == uuid]
-        out.append({"index": int(index), "used_mib": int(used), "total_mib": int(total), "util": util,
-                    "processes": procs})
-    return out
 
 
 def export(api: Api, path: str) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
-import yaml
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
@@ -20,7 +20,7 @@ from apps.jobs.waiting import no_worker_warning, worker_gone
 from apps.runs.models import ACTIVE, ENDED, IllegalTransition, Run, Status
 from apps.runs.services.launch import LaunchError, launch
 from apps.runs.services.lifecycle import reap_stale_runs
-from trainer.config import METHOD_NAMES, nests_too_deeply
+from trainer.config import METHOD_NAMES, ConfigError, read_yaml
 
 
 class Command(SchemaCommand):
@@ -104,22 +104,11 @@ class Command(SchemaCommand):
 
 
 def _read_yaml(path: str) -> dict:
+    """The --config file's mapping, read as the trainer reads a config file; CommandError naming what is wrong."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-    except OSError as exc:
-        raise CommandError(f"cannot read --config {path}: {exc.strerror}")
-    except yaml.YAMLError as exc:
-        raise CommandError(f"--config {path} is not valid YAML: {exc}")
-    except UnicodeDecodeError as exc:
-        raise CommandError(f"--config {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8 YAML")
-    except RecursionError:
-        raise CommandError(f"--config {path} nests too deeply to read; a config is a few levels of key: value")
-    if nests_too_deeply(data):
-        raise CommandError(f"--config {path} nests too deeply to read; a config is a few levels of key: value")
-    if not isinstance(data, dict):
-        raise CommandError(f"--config {path} must hold a mapping of config keys")
-    return data
+        return read_yaml(Path(path))
+    except ConfigError as exc:
+        raise CommandError("cannot read --config: " + "; ".join(msg for _, msg in exc.problems)) from None
 
 
 def _user(name: str):
